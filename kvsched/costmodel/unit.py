@@ -1,0 +1,18 @@
+"""Unit time: every batch lasts one slot (seed 004, the MC-SF paper's model)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kvsched.costmodel.base import BatchView
+
+
+@dataclass(frozen=True, slots=True)
+class UnitCost:
+    """Every non-empty batch takes exactly ``slot`` time units (default 1)."""
+
+    slot: float = 1.0
+    name: str = "unit"
+
+    def batch_time(self, view: BatchView) -> float:
+        return self.slot

@@ -1,0 +1,143 @@
+"""The instance model: requests, engine limits and the time model.
+
+All classes are frozen dataclasses; files are read and written through
+:mod:`kvsched.instances.io`, which validates them with pydantic first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from kvsched.errors import InfeasibleInstanceError
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One inference request.
+
+    Parameters
+    ----------
+    id
+        Unique name of the request within its instance.
+    arrival
+        Arrival time, in the time unit of the instance's time model (slots for
+        ``unit``, seconds for the calibrated models).
+    prompt
+        Prompt length I in tokens (>= 1).
+    output
+        True output length O in tokens (>= 1), counting the final token, which is
+        generated but never processed. Known in hindsight only.
+    predicted_output
+        Optional predicted output length, for policies that use predictions.
+    cls
+        Optional class name (e.g. ``"paying"``/``"free"``).
+    priority
+        Optional integer priority (larger is more important).
+    ttft_slo, tbt_slo
+        Optional service-level objectives on time to first token and on time
+        between tokens, in the instance's time unit.
+    """
+
+    id: str
+    arrival: float
+    prompt: int
+    output: int
+    predicted_output: int | None = None
+    cls: str | None = None
+    priority: int = 0
+    ttft_slo: float | None = None
+    tbt_slo: float | None = None
+
+    @property
+    def peak_kv(self) -> int:
+        """The most KV tokens this request ever holds: I + O - 1 (InferMax accounting)."""
+        return self.prompt + self.output - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Engine limits.
+
+    Parameters
+    ----------
+    kv_capacity
+        KV cache capacity M, in tokens.
+    block_size
+        Paged-KV block size in tokens; a request's KV is rounded up to whole
+        blocks. 1 means no paging.
+    max_batch_tokens
+        Token budget C: tokens processed per batch. ``None`` means unlimited.
+    max_prefill_tokens
+        Prefill budget P: prefill and refill tokens per batch. ``None`` means
+        unlimited.
+    max_running
+        Maximum number of requests holding KV during a batch (vLLM's
+        ``max_num_seqs``). ``None`` means unlimited.
+    """
+
+    kv_capacity: int
+    block_size: int = 1
+    max_batch_tokens: int | None = None
+    max_prefill_tokens: int | None = None
+    max_running: int | None = None
+
+    @property
+    def kv_blocks(self) -> int:
+        """Number of whole KV blocks that fit in ``kv_capacity``."""
+        return self.kv_capacity // self.block_size
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks needed to hold ``tokens`` KV tokens."""
+        return -(-tokens // self.block_size)
+
+
+@dataclass(frozen=True, slots=True)
+class TimeModel:
+    """A named cost model and its parameters (see :mod:`kvsched.costmodel`).
+
+    ``TimeModel("unit")`` is the MC-SF paper's model: every batch lasts one slot.
+    """
+
+    name: str = "unit"
+    params: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Instance:
+    """A scheduling problem: requests plus engine limits plus a time model.
+
+    Requests keep the order they were given in; schedules refer to them by
+    ``id`` in files and by position in memory.
+    """
+
+    requests: tuple[Request, ...]
+    limits: Limits
+    time_model: TimeModel = field(default_factory=TimeModel)
+    name: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __len__(self) -> int:
+        return len(self.requests)
+
+    def index_of(self) -> dict[str, int]:
+        """Map from request id to position."""
+        return {r.id: k for k, r in enumerate(self.requests)}
+
+    def check_feasible(self) -> None:
+        """Raise :class:`InfeasibleInstanceError` if some request can never run.
+
+        A request is impossible when its peak KV (I + O - 1, rounded up to
+        blocks) exceeds M, or when it could never be processed because the
+        budgets forbid even a one-token step.
+        """
+        lim = self.limits
+        for r in self.requests:
+            need = lim.blocks_for(r.peak_kv) * lim.block_size
+            if need > lim.kv_capacity:
+                raise InfeasibleInstanceError(
+                    f"request {r.id!r}: needs {r.peak_kv} KV tokens (I + O - 1 = "
+                    f"{r.prompt} + {r.output} - 1"
+                    + (f", {need} in blocks of {lim.block_size}" if need != r.peak_kv else "")
+                    + f") but the KV capacity M is {lim.kv_capacity}; it can never complete"
+                )

@@ -1,0 +1,108 @@
+"""The command line: outputs, exit codes, and one clear line for bad input."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvsched.cli import main
+from kvsched.costmodel import UnitCost
+from kvsched.instances.io import save_instance
+from kvsched.schedule.io import infermax_document, save_schedule
+from tests.test_schedule_io import evicting_instance, evicting_schedule
+
+
+@pytest.fixture
+def files(tmp_path):
+    inst = evicting_instance()
+    sched = evicting_schedule(inst, UnitCost())
+    ipath, spath = tmp_path / "inst.json", tmp_path / "sched.json"
+    save_instance(inst, ipath)
+    save_schedule(sched, inst, spath)
+    return ipath, spath
+
+
+def run_cli(*args):
+    """Run the real console entry point in a subprocess (what a user sees)."""
+    return subprocess.run(
+        [sys.executable, "-m", "kvsched.cli", *map(str, args)], capture_output=True, text=True, timeout=120
+    )
+
+
+def test_info(files, capsys):
+    assert main(["info", str(files[0])]) == 0
+    out = capsys.readouterr().out
+    assert "requests" in out and "KV capacity M" in out and "8 tokens" in out
+
+
+def test_validate_legal_schedule_with_metrics(files, capsys):
+    assert main(["validate", str(files[0]), str(files[1]), "--metrics"]) == 0
+    out = capsys.readouterr().out
+    assert "valid: 5 batches, 3 requests, makespan 5" in out
+
+
+def test_validate_reports_every_violation_and_exits_1(files, tmp_path, capsys):
+    doc = json.loads(files[1].read_text())
+    doc["batches"][0]["items"][0][1] = 5  # R1 prefill of 5 > I = 4
+    doc["batches"][2]["start"] = 0.5  # overlaps batch 1
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    assert main(["validate", str(files[0]), str(bad)]) == 1
+    out = capsys.readouterr().out
+    assert "batch 0, request 'R1': [too-many-tokens] 5 tokens but only 4 are left to process" in out
+    assert "batch 2: [overlap]" in out
+
+
+def test_convert_to_infermax_and_back(files, tmp_path):
+    im = tmp_path / "im.json"
+    back = tmp_path / "back.json"
+    assert main(["convert", str(files[0]), str(files[1]), "--to", "infermax", "-o", str(im)]) == 0
+    inst = evicting_instance()
+    assert json.loads(im.read_text()) == json.loads(
+        json.dumps(infermax_document(evicting_schedule(inst, UnitCost()), inst))
+    )
+    assert main(["convert", str(files[0]), str(im), "--to", "kvsched", "-o", str(back)]) == 0
+    assert json.loads(back.read_text())["batches"] == json.loads(files[1].read_text())["batches"]
+    assert main(["validate", str(files[0]), str(im)]) == 0
+
+
+@pytest.mark.parametrize(
+    ("content", "expect"),
+    [
+        ("{not json", "not valid JSON"),
+        (
+            '{"schema_version": 1, "limits": {"kv_capacity": 4}, "requests": []}',
+            "requests: List should have at least 1",
+        ),
+        (
+            '{"schema_version": 1, "limits": {"kv_capacity": 4}, "requests": [{"id": "x", "arrival": 0, "prompt": 4, "output": 3}]}',
+            "request 'x': needs 6 KV tokens",
+        ),
+        (
+            '{"schema_version": 1, "limits": {"kv_capacity": 4}, "requests": [{"id": "x", "arrival": 0, "prompt": -2, "output": 1}]}',
+            "requests.0.prompt",
+        ),
+    ],
+)
+def test_bad_input_is_one_line_without_traceback(tmp_path, content, expect):
+    p = tmp_path / "x.json"
+    p.write_text(content)
+    proc = run_cli("info", p)
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("kvsched info: error: ") and expect in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_help_everywhere():
+    for cmd in ([], ["generate"], ["info"], ["validate"], ["convert"]):
+        proc = run_cli(*cmd, "--help")
+        assert proc.returncode == 0 and "usage: kvsched" in proc.stdout
+
+
+def test_missing_schedule_file(files):
+    proc = run_cli("validate", files[0], "/nonexistent/s.json")
+    assert proc.returncode == 2 and "no such file" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,134 @@
+"""Instance files: round trip, CSV traces, and one clear error per bad input."""
+
+import json
+
+import pytest
+
+from kvsched.errors import InfeasibleInstanceError, InputError
+from kvsched.instances.io import load_instance, save_instance
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
+
+
+def doc(**over):
+    d = {
+        "schema_version": 1,
+        "kind": "kvsched.instance",
+        "name": "t",
+        "limits": {"kv_capacity": 16, "max_batch_tokens": 8},
+        "time_model": {"name": "unit"},
+        "requests": [
+            {"id": "a", "arrival": 0, "prompt": 4, "output": 3},
+            {"id": "b", "arrival": 1.5, "prompt": 2, "output": 2, "ttft_slo": 2.0, "cls": "paying"},
+        ],
+    }
+    d.update(over)
+    return d
+
+
+def write(tmp_path, data, name="i.json"):
+    p = tmp_path / name
+    p.write_text(data if isinstance(data, str) else json.dumps(data))
+    return p
+
+
+def test_round_trip(tmp_path):
+    inst = load_instance(write(tmp_path, doc()))
+    assert inst.requests[1] == Request("b", 1.5, 2, 2, cls="paying", ttft_slo=2.0)
+    assert inst.limits == Limits(kv_capacity=16, max_batch_tokens=8)
+    out = tmp_path / "o.json"
+    save_instance(inst, out)
+    again = load_instance(out)
+    assert again == inst
+
+
+def test_peak_kv_is_prompt_plus_output_minus_one():
+    assert Request("x", 0, 10, 5).peak_kv == 14
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda d: d["requests"][0].update(prompt=0), r"requests\.0\.prompt: Input should be greater than 0"),
+        (
+            lambda d: d["requests"][1].update(output=-3),
+            r"requests\.1\.output: Input should be greater than 0",
+        ),
+        (lambda d: d["requests"][0].update(colour="red"), r"requests\.0\.colour: unknown field"),
+        (lambda d: d.update(extra=1), r"extra: unknown field"),
+        (lambda d: d["limits"].pop("kv_capacity"), r"limits\.kv_capacity: required field is missing"),
+        (lambda d: d["requests"][0].update(arrival=-1), r"requests\.0\.arrival"),
+        (lambda d: d["requests"][0].update(prompt="many"), r"requests\.0\.prompt"),
+        (lambda d: d["requests"][1].update(id="a"), r"duplicate request id 'a'"),
+        (lambda d: d.update(schema_version=7), r"schema_version: 7 is not supported"),
+        (lambda d: d["time_model"].update(name="warp"), r"unknown cost model 'warp'"),
+        (lambda d: d["limits"].update(block_size=32), r"block_size 32 is larger than kv_capacity 16"),
+    ],
+)
+def test_bad_instance_gives_one_line_naming_the_field(tmp_path, mutate, message):
+    d = doc()
+    mutate(d)
+    with pytest.raises(InputError, match=message) as err:
+        load_instance(write(tmp_path, d))
+    assert "\n" not in str(err.value)
+    assert str(err.value).startswith(str(tmp_path / "i.json"))
+
+
+def test_malformed_json_and_missing_file(tmp_path):
+    with pytest.raises(InputError, match=r"not valid JSON \(line 1"):
+        load_instance(write(tmp_path, "{nope"))
+    with pytest.raises(InputError, match="no such file"):
+        load_instance(tmp_path / "absent.json")
+
+
+def test_request_that_can_never_fit_is_rejected_by_name(tmp_path):
+    d = doc()
+    d["requests"][1].update(prompt=12, output=6)  # 12 + 6 - 1 = 17 > 16
+    with pytest.raises(InfeasibleInstanceError, match=r"request 'b': needs 17 KV tokens .* M is 16"):
+        load_instance(write(tmp_path, d))
+    # Block rounding counts too: 16 tokens in blocks of 3 need 18 > 16.
+    inst = Instance((Request("c", 0, 10, 7),), Limits(kv_capacity=16, block_size=3))
+    with pytest.raises(InfeasibleInstanceError, match="18 in blocks of 3"):
+        inst.check_feasible()
+
+
+def test_csv_trace_with_vidur_columns(tmp_path):
+    p = write(
+        tmp_path, "arrived_at,num_prefill_tokens,num_decode_tokens,extra\n0.5,10,3,x\n1.25,7,1,y\n", "t.csv"
+    )
+    inst = load_instance(p, limits=Limits(kv_capacity=100), time_model=TimeModel("unit"))
+    assert [(r.id, r.arrival, r.prompt, r.output) for r in inst.requests] == [
+        ("r0", 0.5, 10, 3),
+        ("r1", 1.25, 7, 1),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("arrived_at,num_prefill_tokens\n0,1\n", "missing column 'num_decode_tokens'"),
+        ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,0,3\n", "line 2: num_prefill_tokens: 0"),
+        ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,4,3\n-1,4,3\n", "line 3: arrived_at"),
+        ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,4.5,3\n", "line 2: num_prefill_tokens: 4.5"),
+        ("", "not a readable CSV"),
+    ],
+)
+def test_bad_csv_trace(tmp_path, text, message):
+    with pytest.raises(InputError, match=message):
+        load_instance(write(tmp_path, text, "t.csv"), limits=Limits(kv_capacity=100))
+
+
+def test_csv_needs_limits(tmp_path):
+    p = write(tmp_path, "arrived_at,num_prefill_tokens,num_decode_tokens\n0,1,1\n", "t.csv")
+    with pytest.raises(InputError, match="--kv-capacity"):
+        load_instance(p)
+
+
+def test_shared_splitwise_trace_loads():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "shared/data/traces/splitwise_code.csv"
+    if not path.exists():
+        pytest.skip("shared data not beside the checkout")
+    inst = load_instance(path, limits=Limits(kv_capacity=10**6), time_model=TimeModel("unit"))
+    assert len(inst) == 8819
+    assert all(r.prompt >= 1 and r.output >= 1 for r in inst.requests)

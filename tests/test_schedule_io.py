@@ -1,0 +1,131 @@
+"""Schedule files: kvsched JSON and InferMax replay format round trips."""
+
+import json
+
+import pytest
+
+from kvsched.costmodel import InfermaxLinear, UnitCost
+from kvsched.errors import InputError
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.schedule.core import EngineState, Rule
+from kvsched.schedule.io import (
+    from_infermax,
+    infermax_document,
+    load_schedule,
+    save_schedule,
+    schedule_from_dict,
+    schedule_to_dict,
+)
+from kvsched.schedule.ir import Phase, Schedule
+from kvsched.schedule.validate import validate
+
+UNIT = TimeModel("unit")
+
+
+def evicting_instance(time_model: TimeModel = UNIT) -> Instance:
+    # Seed 003 Figure 1 flavour: three requests, KV cache of 8.
+    reqs = (Request("R1", 0, 4, 3), Request("R2", 0, 2, 2), Request("R3", 0, 3, 2))
+    return Instance(reqs, Limits(kv_capacity=8), time_model, "fig1")
+
+
+def evicting_schedule(inst, cost):
+    st = EngineState(inst, cost)
+    batches = []
+    plan = [
+        ([0, 1], [4, 2], []),  # 6 KV; R1, R2 generate token 1
+        ([0, 2], [1, 2], [1]),  # evict R2: R1 5 + R3 2 = 7 KV
+        ([0], [1], []),  # R1 completes, releasing 6
+        ([2, 1], [1, 3], []),  # R3 finishes its prompt; R2 refills I+G = 3 and completes: 6 KV
+        ([2], [1], []),  # R3 decodes and completes
+    ]
+    t = 0.0
+    for req, tok, ev in plan:
+        b = st.make_batch(t, req, tok, ev)
+        st.step(b)
+        batches.append(b)
+        t = b.end
+    return Schedule(tuple(batches), {"policy": "hand"})
+
+
+@pytest.mark.parametrize("cost", [UnitCost(), InfermaxLinear()])
+def test_json_round_trip_is_exact_and_valid(tmp_path, cost):
+    tm = TimeModel(cost.name)
+    inst = evicting_instance(tm)
+    sched = evicting_schedule(inst, cost)
+    assert [Phase(int(p)) for p in sched.batches[3].phases] == [Phase.PREFILL, Phase.REFILL]
+    path = tmp_path / "s.json"
+    save_schedule(sched, inst, path)
+    back = load_schedule(path, inst)
+    assert back.same_as(sched, tol=0.0)
+    assert back.meta == {"policy": "hand"}
+    assert validate(inst, back).ok
+
+
+def test_infermax_format_round_trip():
+    inst = evicting_instance()
+    sched = evicting_schedule(inst, UnitCost())
+    doc = json.loads(json.dumps(infermax_document(sched, inst)))
+    assert doc["requests"] == [[4, 3], [2, 2], [3, 2]]
+    assert doc["evicted"][1] == [1] and doc["p"][3] == [2, 1] and doc["c"][0] == {"0": 4, "1": 2}
+    back = from_infermax(doc, inst, UnitCost())
+    assert back.same_as(sched)
+    assert validate(inst, back).ok
+
+
+def test_infermax_import_of_an_illegal_schedule_is_left_to_the_validator():
+    inst = evicting_instance()
+    doc = {
+        "c": [{"0": 4, "1": 2, "2": 3}],
+        "p": [[0, 1, 2]],
+        "evicted": [[]],
+        "requests": [[4, 3], [2, 2], [3, 2]],
+    }
+    sched = from_infermax(doc, inst, UnitCost())
+    rules = {v.rule for v in validate(inst, sched).violations}
+    assert Rule.KV_CAPACITY in rules and Rule.INCOMPLETE in rules
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        (
+            {"c": [{"0": 4}], "p": [[1]], "evicted": [[]], "requests": [[4, 3], [2, 2], [3, 2]]},
+            r"p\.0: prefill set",
+        ),
+        (
+            {"c": [{"7": 4}], "p": [[7]], "evicted": [[]], "requests": [[4, 3], [2, 2], [3, 2]]},
+            "out of range",
+        ),
+        ({"c": [], "p": [], "evicted": [], "requests": [[4, 3]]}, "1 requests, but the instance has 3"),
+        ({"c": [], "requests": [[4, 3], [2, 9], [3, 2]]}, r"requests\.1: \[2, 9\] differs"),
+        ({"p": []}, "expected keys c, p, evicted, requests"),
+    ],
+)
+def test_bad_infermax_documents(doc, message):
+    with pytest.raises(InputError, match=message):
+        from_infermax(doc, evicting_instance(), UnitCost())
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (
+            lambda d: d["batches"][0]["items"][0].__setitem__(0, "ghost"),
+            r"batches\.0\.items\.0: unknown request 'ghost'",
+        ),
+        (
+            lambda d: d["batches"][1]["evicted"].append("nobody"),
+            r"batches\.1\.evicted\.1: unknown request 'nobody'",
+        ),
+        (lambda d: d["batches"][0]["items"][0].__setitem__(2, "think"), r"batches\.0\.items\.0\.2"),
+        (lambda d: d["batches"][0].update(duration=-1), r"batches\.0\.duration"),
+        (lambda d: d["batches"][0].update(colour=1), r"batches\.0\.colour: unknown field"),
+        (lambda d: d.update(schema_version=2), "schema_version: 2 is not supported"),
+    ],
+)
+def test_bad_schedule_documents(mutate, message):
+    inst = evicting_instance()
+    d = schedule_to_dict(evicting_schedule(inst, UnitCost()), inst)
+    mutate(d)
+    with pytest.raises(InputError, match=message):
+        schedule_from_dict(d, inst)
