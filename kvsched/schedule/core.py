@@ -229,7 +229,9 @@ class EngineState:
         req, tok, ev = batch.requests, batch.tokens, batch.evicted
         if req.size == 0:
             add(Rule.EMPTY_BATCH, "a batch must process at least one item")
-        if batch.start < self.clock - TIME_TOL:
+        if not np.isfinite(batch.start):
+            add(Rule.OVERLAP, f"start {batch.start!r} is not a finite time")
+        elif batch.start < self.clock - TIME_TOL:
             add(Rule.OVERLAP, f"starts at {batch.start:g}, before the previous batch ends at {self.clock:g}")
         if not np.isfinite(batch.duration) or batch.duration < 0:
             add(Rule.WRONG_DURATION, f"duration {batch.duration!r} is not a finite non-negative number")

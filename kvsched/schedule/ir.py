@@ -41,7 +41,10 @@ class Phase(IntEnum):
 
 
 def _frozen(values: Sequence[int] | np.ndarray, dtype: type = np.int64) -> np.ndarray:
-    arr = np.array(values, dtype=dtype).reshape(-1)
+    raw = np.asarray(values)
+    if raw.dtype.kind == "f" and not np.array_equal(raw, np.round(raw)):
+        raise ValueError("request positions, token counts and phase codes must be integers")
+    arr = np.array(raw, dtype=dtype).reshape(-1)
     arr.flags.writeable = False
     return arr
 
