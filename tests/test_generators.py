@@ -338,7 +338,12 @@ def test_typed_and_flat_interfaces_agree() -> None:
 
 def _example_files() -> list[Path]:
     folder = resources.files("kvsched.instances") / "examples"
-    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".json"))
+    # Instances only: ``*.schedule.json`` files are example schedules for them.
+    return sorted(
+        Path(str(p))
+        for p in folder.iterdir()
+        if p.name.endswith(".json") and not p.name.endswith(".schedule.json")
+    )
 
 
 def test_the_examples_exist() -> None:
