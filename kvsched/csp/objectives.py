@@ -1,0 +1,49 @@
+"""Schedule objectives, measured on a replayed trace (never on solver values).
+
+Every objective is minimised and measured in the instance's time unit. A
+solver's own objective value must agree with the replayed one; the solve
+driver checks that, so a model/decoder mismatch cannot go unnoticed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from kvsched.errors import InputError
+from kvsched.schedule.validate import Trace
+
+
+def total_latency(trace: Trace) -> float:
+    """Sum over requests of completion minus arrival (seed 004's TEL)."""
+    st = trace.state
+    return float(np.sum(st.completion - st.arrival))
+
+
+def makespan(trace: Trace) -> float:
+    """End of the last batch (seed 003's "latency": the sum of batch times, offline)."""
+    return float(np.max(trace.state.completion)) if trace.state.n else 0.0
+
+
+def sum_ttft(trace: Trace) -> float:
+    """Sum over requests of the time to first token."""
+    st = trace.state
+    return float(np.sum(st.first_token - st.arrival))
+
+
+#: Objectives by the name ``--objective`` takes.
+OBJECTIVES: dict[str, Callable[[Trace], float]] = {
+    "total-latency": total_latency,
+    "makespan": makespan,
+    "sum-ttft": sum_ttft,
+}
+
+
+def objective_function(name: str) -> Callable[[Trace], float]:
+    try:
+        return OBJECTIVES[name]
+    except KeyError:
+        raise InputError(
+            f"--objective: unknown objective {name!r} (known: {', '.join(OBJECTIVES)})"
+        ) from None
