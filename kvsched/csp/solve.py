@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from kvsched.csp.backends import SolverOptions, export_model, solve_model
+from kvsched.csp.bounds import lower_bounds
 from kvsched.csp.objectives import objective_function
 from kvsched.csp.result import Result, SolveStatus, relative_gap
 from kvsched.csp.timeindexed import TimeIndexed
@@ -124,6 +125,8 @@ def solve(
         "warm_start": hint_source,
         "build_seconds": build_time,
         "horizon": max(w.last for w in ti._windows) + int(ti.output.max()),
+        # Valid for every legal schedule, not only the formulation's class.
+        "combinatorial_bound": lower_bounds(instance).for_objective(objective),
     }
     return Result(
         status=status,
