@@ -1,0 +1,202 @@
+"""What a scheduling policy sees and returns.
+
+A policy is small: at every engine iteration the simulator hands it a
+:class:`SchedulerView` (what a real engine knows at that moment) and it returns
+a :class:`Decision` (the next batch), or ``None`` to idle until the next
+arrival. Timing, memory accounting and metrics are the simulator's and the
+core's business; a policy may keep its own reservation bookkeeping where the
+paper's algorithm is defined by reservations (InferMax, seed 003 Sec. 3.1).
+
+True output lengths are hindsight. The view hands them out only to policies
+that declare ``uses_true_output = True`` (eviction-free reservation, Rank_O);
+everyone else sees prompts, arrivals and what has been generated so far, plus
+``predicted_output`` when the instance carries predictions.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from kvsched.errors import KvschedError
+from kvsched.instances.model import Instance, Limits
+from kvsched.schedule.core import TIME_TOL, EngineState
+
+
+class HindsightError(KvschedError):
+    """A policy that did not declare ``uses_true_output`` asked for true output lengths."""
+
+
+def _read_only(arr: np.ndarray) -> np.ndarray:
+    # A view shares the state's memory (the core updates arrays in place), so it
+    # stays current without copying, while the policy cannot write through it.
+    out = arr.view()
+    out.flags.writeable = False
+    return out
+
+
+class SchedulerView:
+    """A read-only window on the engine state, as a real engine's scheduler sees it.
+
+    Built once per simulation over an :class:`~kvsched.schedule.core.EngineState`;
+    the simulator moves :attr:`now` forward. Per-request arrays are indexed by
+    request position and reflect the state after the last applied batch.
+
+    Parameters
+    ----------
+    state
+        The engine state the simulator steps.
+    expose_output
+        Whether :attr:`output` (true output lengths) may be read.
+    """
+
+    def __init__(self, state: EngineState, *, expose_output: bool = False) -> None:
+        self._state = state
+        self._expose_output = expose_output
+        self._now = 0.0
+        inst = state.instance
+        self.limits: Limits = inst.limits
+        self.n: int = state.n
+        self.block_size: int = state.block_size
+        self.kv_block_capacity: int = state.kv_block_capacity
+        self.prompt = _read_only(state.prompt)
+        self.arrival = _read_only(state.arrival)
+        self.generated = _read_only(state.generated)
+        self.kv = _read_only(state.kv)
+        self.refilling = _read_only(state.refilling)
+        self.done = _read_only(state.done)
+        self.evictions = _read_only(state.evictions)
+        self._output = _read_only(state.output)
+        predicted = [r.predicted_output for r in inst.requests]
+        self.predicted_output: np.ndarray | None = (
+            None if any(p is None for p in predicted) else _read_only(np.array(predicted, dtype=np.int64))
+        )
+        order = np.argsort(state.arrival, kind="stable")
+        self.arrival_order = _read_only(order)
+        self._sorted_arrival = state.arrival[order]
+
+    # ------------------------------------------------------------------ time
+    @property
+    def now(self) -> float:
+        """The time at which the next batch would start."""
+        return self._now
+
+    def _advance(self, now: float) -> None:
+        """Move the clock (simulator only)."""
+        self._now = now
+
+    @property
+    def num_arrived(self) -> int:
+        """How many requests have arrived by :attr:`now`: a prefix of :attr:`arrival_order`."""
+        return int(np.searchsorted(self._sorted_arrival, self._now + TIME_TOL, side="right"))
+
+    def next_arrival(self) -> float | None:
+        """The first arrival strictly after :attr:`now`, or ``None`` if every request has arrived."""
+        k = self.num_arrived
+        return float(self._sorted_arrival[k]) if k < self.n else None
+
+    def active(self) -> np.ndarray:
+        """Positions of the requests that have arrived and are not finished, in arrival order."""
+        arrived = self.arrival_order[: self.num_arrived]
+        return arrived[~self._state.done[arrived]]
+
+    # ---------------------------------------------------------------- requests
+    @property
+    def output(self) -> np.ndarray:
+        """True output lengths O (hindsight): only for policies with ``uses_true_output``."""
+        if not self._expose_output:
+            raise HindsightError(
+                "true output lengths are hindsight: only a policy with uses_true_output = True may read them"
+            )
+        return self._output
+
+    def unprocessed(self, idx: np.ndarray | int) -> np.ndarray:
+        """Known tokens not yet processed (S - m): the whole prompt or refill, or 1 for a decode."""
+        return self._state.unprocessed(idx)
+
+    def phase_of(self, idx: np.ndarray) -> np.ndarray:
+        """The :class:`~kvsched.schedule.ir.Phase` code of each request's next item."""
+        return self._state.phase_of(idx)
+
+    # ------------------------------------------------------------------ memory
+    @property
+    def kv_tokens_used(self) -> int:
+        """KV tokens held now."""
+        return self._state.kv_tokens
+
+    @property
+    def kv_blocks_used(self) -> int:
+        """KV blocks held now (each request's KV rounded up to whole blocks)."""
+        return self._state.kv_blocks
+
+    @property
+    def kv_blocks_free(self) -> int:
+        return self.kv_block_capacity - self._state.kv_blocks
+
+    @property
+    def num_running(self) -> int:
+        """Requests holding KV now."""
+        return self._state.num_holding
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks needed to hold ``tokens`` KV tokens."""
+        return -(-tokens // self.block_size)
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The next batch a policy asks for.
+
+    Parameters
+    ----------
+    requests
+        Positions of the requests to process, in the policy's order.
+    tokens
+        Tokens to process for each (1 for a decode; a prefill or refill chunk
+        otherwise).
+    evict
+        Positions of running requests whose KV is dropped before the batch runs
+        (they must refill later).
+    """
+
+    requests: Sequence[int]
+    tokens: Sequence[int]
+    evict: Sequence[int] = ()
+
+    @property
+    def empty(self) -> bool:
+        return len(self.requests) == 0
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A scheduler: sees the state, returns the next batch.
+
+    Attributes
+    ----------
+    name
+        Registry name (recorded in the schedule's ``meta``).
+    uses_true_output
+        ``True`` for hindsight policies, which may read :attr:`SchedulerView.output`.
+    params
+        The parameters the policy runs with (recorded in the schedule's ``meta``).
+    """
+
+    name: str
+    uses_true_output: bool
+    params: Mapping[str, Any]
+
+    def reset(self, instance: Instance) -> None:
+        """Forget every request before a new run on ``instance``.
+
+        Only the sizes and limits are meant to be used here; a policy without
+        ``uses_true_output`` must not read :attr:`Request.output`.
+        """
+        ...
+
+    def next_batch(self, view: SchedulerView) -> Decision | None:
+        """The next batch at ``view.now``; ``None`` (or an empty decision) idles until the next arrival."""
+        ...

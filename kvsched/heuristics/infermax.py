@@ -1,0 +1,605 @@
+"""InferMax's unified scheduler (seed 003, Sec. 3.1, Algorithm 1): one flag-driven policy.
+
+Every scheduler of seed 003 (Table 1: vLLM, vLLM_hy, SARATHI and its variants;
+their eviction-free twins; Rank_org/I/O of Sec. 4.6; the Sec. 6 "sorting +
+histogram" scheduler) is :class:`InferMax` with different flags; the named
+configurations live in :mod:`kvsched.heuristics.registry`.
+
+GETNEXTBATCH, as implemented (``shared/notes/003_004.md`` A3.3)::
+
+    B = []
+    for G in GROUPREQUESTS(waiting, running):            # (1) groups in priority order
+        for cand in G:
+            if cand was evicted in this call: skip
+            if not hybrid and B and phase(cand) != phase(B): skip            # (2)
+            c = S - m  (chunked prefill: min(c, P - tokens(B)))
+            if c < 1 or c > C - tokens(B) or (prefill and c > P - tokens(B)):
+                skip                                      # (3) C and P failures never evict
+            need = blocks(want(cand)) - blocks(alloc[cand])
+            while need > free blocks:                     # (3) M failure
+                if cand is waiting: stop admitting (or probe the next one); skip
+                evict the lowest-priority running request after cand       # (4)
+                ... or, if there is none, cand itself (self-eviction)
+            alloc[cand] = max(alloc[cand], want(cand)); B += (cand, c)
+
+Reservations are per request (``alloc``), in whole KV blocks, and freed when a
+request completes or is evicted. ``want`` is S (the whole prompt or refill,
+even when chunked) at prefill/refill admission and m + 1 for a decode; I + O - 1
+for eviction-free (EF) runs; max(S, I + Ô - 1) for the histogram estimate of
+Sec. 6. A running chunked prefill already holds its reservation, so it never
+needs memory (the paper: R_r^p "can always be allocated"). Because every request's KV stays within its reservation and the
+reservations fit in M, the core never sees an over-full cache.
+
+Where the paper leaves a choice open (notes A3.2-A3.3, D7-D11) it is a flag,
+with the default that reproduces the paper's worked example (Fig. 15):
+
+* ``reinsert``: where an evicted request re-enters the waiting queue: by its
+  arrival (default), at the tail ("appended to R_w"), or at the front (real vLLM).
+* ``on_waiting_mfail``: a waiting request that does not fit in M stops admission
+  for this batch (default; the paper's "skips to the next group") or lets the
+  next waiting request be probed.
+* One priority key orders every group and picks victims: (rank value, seq), where
+  seq is the arrival order, changed by ``reinsert`` on eviction. Real vLLM keeps
+  running requests in admission order instead.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+import numpy as np
+
+from kvsched.errors import KvschedError
+from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.instances.model import Instance
+
+Priority = Literal["prefill", "decode", "none"]
+Rank = Literal["arrival", "prompt", "output"]
+Reserve = Literal["input", "peak", "histogram"]
+DecodeOrder = Literal["priority", "kv-desc"]
+Victim = Literal["lowest-priority", "smallest-kv"]
+Reinsert = Literal["arrival", "tail", "front"]
+WaitingFail = Literal["stop", "probe"]
+
+#: Token budget C when neither the instance nor the policy sets one (Llama-2-7B, seed 003 Sec. 4.1).
+DEFAULT_TOKEN_BUDGET = 4096
+
+
+def _stricter(*limits: int | None) -> int | None:
+    """The smallest of the limits that are set (``None`` = unlimited)."""
+    given = [x for x in limits if x is not None]
+    return min(given) if given else None
+
+
+def _check_choice(name: str, value: Any, choices: Any) -> None:
+    allowed = get_args(choices)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+
+
+def _check_budget(name: str, value: int | None) -> None:
+    if value is not None and (
+        not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1
+    ):
+        raise ValueError(f"{name} must be a positive integer or None; got {value!r}")
+
+
+@dataclass(slots=True)
+class _Build:
+    """Accumulators of one GETNEXTBATCH call.
+
+    Running requests are addressed by their *rank*: their index in ``order``,
+    the global priority order of running requests (victims come from its tail).
+    """
+
+    order: list[int]  # running requests in priority order
+    order_array: np.ndarray  # the same, as an array
+    kv_array: np.ndarray  # KV held, by rank
+    kv: list[int]  # the same, as a list
+    unprocessed: list[int]  # S - m, by rank
+    decode: list[bool]  # whether the next item is a decode, by rank
+    free: int  # KV blocks not reserved
+    running: int  # requests holding a reservation
+    requests: list[int] = field(default_factory=list)
+    tokens: list[int] = field(default_factory=list)
+    tok: int = 0  # tokens in the batch so far
+    decode_batch: bool | None = None  # phase of the batch (for the hybrid check)
+    evicted: list[int] = field(default_factory=list)
+    admitted: list[int] = field(default_factory=list)  # indices in the waiting list
+    waiting_closed: bool = False
+    tail: int = -1  # next victim candidate: order[tail] and before (lowest-priority rule)
+    heap: list[tuple[int, int]] | None = None  # victims by (kv, -rank) (smallest-kv rule)
+
+
+class InferMax:
+    """InferMax's Algorithm 1 GETNEXTBATCH with the flags of seed 003 Table 1, Sec. 4.6 and Sec. 6.
+
+    Parameters
+    ----------
+    name
+        Registry name recorded in schedules.
+    priority
+        Group order (step 1): ``"prefill"`` = [running mid-prefill, waiting,
+        running decodes] (vLLM); ``"decode"`` = [running decodes, running
+        mid-prefill, waiting] (SARATHI); ``"none"`` = one group of every request
+        (Rank_*). Running mid-prefill requests only exist with ``chunked``; the
+        paper's prefill-priority groups are [waiting, running].
+    hybrid
+        Allow prefill (or refill) and decode items in one batch (step 2).
+    chunked
+        Chunked prefill: a prefill or refill item takes ``min(S - m, P - tokens)``.
+    prefill_budget
+        P: a prefill or refill item must fit in ``P - tokens(B)`` (all of B's
+        tokens, decodes included, as in the paper). ``None`` means P = C. The
+        instance's P, when set, is never exceeded.
+    token_budget
+        C: tokens per batch. ``None`` uses the instance's C, else 4096. A value
+        looser than the instance's is clamped to it.
+    max_running
+        Requests holding KV (vLLM's ``max_num_seqs``); admission stops at it.
+        ``None`` uses the instance's limit (unlimited if unset).
+    reserve
+        What admission reserves: ``"input"`` = S at prefill/refill and m + 1 per
+        decode; ``"peak"`` = I + O - 1 (eviction-free, hindsight); ``"histogram"``
+        = max(S, I + Ô - 1) with Ô the ``quantile`` of the output lengths of the
+        requests completed so far (Sec. 6), S until ``warmup`` have completed.
+    rank
+        Key that orders every group, ties broken by seq: ``"arrival"``
+        (Rank_org), ``"prompt"`` (Rank_I, small I first) or ``"output"``
+        (Rank_O, small O first; hindsight).
+    decode_order
+        ``"kv-desc"`` orders running decodes by KV held, largest first (Sec. 6).
+    victim
+        ``"lowest-priority"``: evict the last running request after the candidate
+        in priority order; ``"smallest-kv"``: the one holding the least KV (Sec. 6).
+    reinsert
+        Where an evicted request re-enters the waiting queue: ``"arrival"``,
+        ``"tail"`` or ``"front"``.
+    on_waiting_mfail
+        ``"stop"`` admitting waiting requests for this batch when one does not
+        fit in M, or ``"probe"`` the next.
+    quantile, warmup
+        Ô estimator of ``reserve="histogram"``.
+    """
+
+    def __init__(
+        self,
+        name: str = "infermax",
+        *,
+        priority: Priority = "decode",
+        hybrid: bool = True,
+        chunked: bool = True,
+        prefill_budget: int | None = None,
+        token_budget: int | None = None,
+        max_running: int | None = None,
+        reserve: Reserve = "input",
+        rank: Rank = "arrival",
+        decode_order: DecodeOrder = "priority",
+        victim: Victim = "lowest-priority",
+        reinsert: Reinsert = "arrival",
+        on_waiting_mfail: WaitingFail = "stop",
+        quantile: float = 0.9,
+        warmup: int = 10,
+    ) -> None:
+        _check_choice("priority", priority, Priority)
+        _check_choice("reserve", reserve, Reserve)
+        _check_choice("rank", rank, Rank)
+        _check_choice("decode_order", decode_order, DecodeOrder)
+        _check_choice("victim", victim, Victim)
+        _check_choice("reinsert", reinsert, Reinsert)
+        _check_choice("on_waiting_mfail", on_waiting_mfail, WaitingFail)
+        for flag, value in (("hybrid", hybrid), ("chunked", chunked)):
+            if not isinstance(value, bool):
+                raise ValueError(f"{flag} must be true or false; got {value!r}")
+        _check_budget("prefill_budget", prefill_budget)
+        _check_budget("token_budget", token_budget)
+        _check_budget("max_running", max_running)
+        if not 0.0 < quantile <= 1.0:
+            raise ValueError(f"quantile must be in (0, 1]; got {quantile!r}")
+        if not isinstance(warmup, int) or warmup < 1:
+            raise ValueError(f"warmup must be a positive integer; got {warmup!r}")
+        self.name = name
+        self.priority = priority
+        self.hybrid = hybrid
+        self.chunked = chunked
+        self.prefill_budget = prefill_budget
+        self.token_budget = token_budget
+        self.max_running = max_running
+        self.reserve = reserve
+        self.rank = rank
+        self.decode_order = decode_order
+        self.victim = victim
+        self.reinsert = reinsert
+        self.on_waiting_mfail = on_waiting_mfail
+        self.quantile = float(quantile)
+        self.warmup = warmup
+        self.uses_true_output = reserve == "peak" or rank == "output"
+        self._budgets: dict[str, int | None] = {}
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        """The flags, plus the budgets in force once :meth:`reset` has seen an instance."""
+        out: dict[str, Any] = {
+            "priority": self.priority,
+            "hybrid": self.hybrid,
+            "chunked": self.chunked,
+            "prefill_budget": self.prefill_budget,
+            "token_budget": self.token_budget,
+            "max_running": self.max_running,
+            "reserve": self.reserve,
+            "rank": self.rank,
+            "decode_order": self.decode_order,
+            "victim": self.victim,
+            "reinsert": self.reinsert,
+            "on_waiting_mfail": self.on_waiting_mfail,
+        }
+        if self.reserve == "histogram":
+            out.update(quantile=self.quantile, warmup=self.warmup)
+        if self._budgets:
+            out["effective"] = dict(self._budgets)
+        return out
+
+    def __repr__(self) -> str:
+        return f"InferMax({self.name!r})"
+
+    # ----------------------------------------------------------------- set-up
+    def reset(self, instance: Instance) -> None:
+        lim = instance.limits
+        self._C = _stricter(self.token_budget, lim.max_batch_tokens) or DEFAULT_TOKEN_BUDGET
+        self._P: int = min(self.prefill_budget or self._C, lim.max_prefill_tokens or self._C, self._C)
+        self._R = _stricter(self.max_running, lim.max_running)
+        self._budgets = {"C": self._C, "P": self._P, "max_running": self._R}
+        self._block = lim.block_size
+        self._capacity = lim.kv_blocks
+        n = len(instance)
+        self._prompt = [r.prompt for r in instance.requests]
+        self._prompt_arr = np.array(self._prompt, dtype=np.int64)
+        self._alloc = np.zeros(n, dtype=np.int64)  # KV tokens reserved per request
+        self._reserved = 0  # KV blocks reserved in all
+        self._key: list[tuple[int, int]] = [(0, 0)] * n  # priority: smaller first
+        self._seq = [0] * n
+        self._counter = 0  # next seq at the tail
+        self._front = -1  # next seq at the front
+        self._cursor = 0  # arrivals taken so far (prefix of view.arrival_order)
+        self._waiting: list[int] = []  # sorted by key
+        self._running: list[int] = []  # sorted by key; every one holds a reservation
+        self._hist = np.zeros(0, dtype=np.int64)  # completed requests per output length
+        self._seen = 0
+        self._estimate: int | None = None
+        self._output: np.ndarray | None = None
+
+    def _blocks(self, tokens: int) -> int:
+        return -(-tokens // self._block)
+
+    def _blocks_of(self, tokens: np.ndarray) -> np.ndarray:
+        return tokens if self._block == 1 else -(-tokens // self._block)
+
+    # ------------------------------------------------------------ GETNEXTBATCH
+    def next_batch(self, view: SchedulerView) -> Decision | None:
+        if self.uses_true_output:
+            self._output = view.output
+        self._take_arrivals(view)
+        running = self._release_finished(view)
+        build = self._group_running(view, running)
+
+        # Step (1): the groups, in priority order.
+        n = len(build.order)
+        if self.priority == "decode":  # [running decodes, running mid-prefill, waiting]
+            first_prefill = build.decode.index(False) if False in build.decode else n
+            self._consider_decodes(build, 0, first_prefill)
+            for rank in range(first_prefill, n):
+                self._consider_running(build, rank)
+            self._consider_waiting(build, view)
+        elif self.priority == "prefill":  # [running mid-prefill, waiting, running decodes]
+            first_decode = build.decode.index(True) if True in build.decode else n
+            for rank in range(first_decode):
+                self._consider_running(build, rank)
+            self._consider_waiting(build, view)
+            self._consider_decodes(build, first_decode, n)
+        else:  # one group of everything
+            self._consider_merged(build, view)
+
+        self._commit(build)
+        if not build.requests and not build.evicted:
+            self._explain_stall(view)
+            return None
+        return Decision(build.requests, build.tokens, build.evicted)
+
+    def _group_running(self, view: SchedulerView, run: np.ndarray) -> _Build:
+        """Running requests in global priority order, split by phase (one vectorized read)."""
+        decode = (view.generated[run] > 0) & ~view.refilling[run]  # the next item is a decode
+        kv = view.kv[run]
+        if self.priority != "none":
+            # Phase groups: decodes first (decode priority) or last (prefill priority).
+            dec_first = self.priority == "decode"
+            if self.decode_order == "kv-desc":
+                # Decodes by KV held, largest first; lexsort is stable, so ties keep priority order.
+                ranking = np.lexsort((np.where(decode, -kv, 0), decode != dec_first))
+            else:
+                ranking = np.argsort(decode != dec_first, kind="stable")
+            run, decode, kv = run[ranking], decode[ranking], kv[ranking]
+        free = self._capacity - self._reserved
+        return _Build(
+            run.tolist(),
+            run,
+            kv,
+            kv.tolist(),
+            view.unprocessed(run).tolist(),
+            decode.tolist(),
+            free=free,
+            running=len(run),
+            tail=len(run) - 1,
+        )
+
+    def _consider_decodes(self, build: _Build, lo: int, hi: int) -> None:
+        """The running decodes at ranks ``lo:hi``: exactly the per-candidate loop, vectorized.
+
+        Candidates are admitted in bulk for as long as each would pass steps (2)-(3)
+        on its own (tokens and reserved blocks grow monotonically, so that is a
+        prefix); the first one that does not is handed to :meth:`_consider_running`,
+        which may evict, and bulk admission resumes after it.
+        """
+        if not self.hybrid and build.decode_batch is False:
+            return  # (2) a prefill batch takes no decodes
+        order = build.order_array[lo:hi]
+        # A decode wants m + 1 reserved (I + O - 1 from admission on, eviction-free).
+        want = self._peak(order) if self.reserve == "peak" else build.kv_array[lo:hi] + 1
+        want_blocks = self._blocks_of(want)
+        i = lo
+        while i < hi and build.tok < self._C:
+            seg = slice(i - lo, hi - lo)
+            alloc = self._alloc[order[seg]]
+            alive = alloc > 0  # not evicted earlier in this call
+            need = np.where(alive, np.maximum(want_blocks[seg] - self._blocks_of(alloc), 0), 0)
+            fits = (np.cumsum(need) <= build.free) & (np.cumsum(alive) <= self._C - build.tok)
+            k = int(np.count_nonzero(fits))  # a prefix: both sums only grow
+            take = np.flatnonzero(alive[:k])
+            if take.size:
+                pos = order[seg][take]
+                self._alloc[pos] = np.maximum(alloc[take], want[seg][take])
+                taken = int(need[:k].sum())
+                self._reserved += taken
+                build.free -= taken
+                build.requests.extend(pos.tolist())
+                build.tokens.extend([1] * take.size)
+                build.tok += int(take.size)
+                if build.decode_batch is None:
+                    build.decode_batch = True
+            i += k
+            if i < hi:
+                self._consider_running(build, i)
+                i += 1
+
+    def _consider_running(self, build: _Build, rank: int) -> None:
+        r = build.order[rank]
+        self._consider(build, r, build.unprocessed[rank], build.kv[rank], build.decode[rank], rank)
+
+    def _consider_waiting(self, build: _Build, view: SchedulerView) -> None:
+        """The waiting group, in priority order, until admission stops."""
+        for j, r in enumerate(self._waiting):
+            if not self._waiting_can_join(build):
+                break
+            if self._consider(build, r, int(view.unprocessed(r)), 0, False, -1):
+                build.admitted.append(j)
+
+    def _consider_merged(self, build: _Build, view: SchedulerView) -> None:
+        """One group of every request (Rank_*): running and waiting merged by priority key."""
+        order, waiting, key = build.order, self._waiting, self._key
+        i = j = 0
+        while i < len(order) or j < len(waiting):
+            if j < len(waiting) and (i == len(order) or key[waiting[j]] < key[order[i]]):
+                if not self._waiting_can_join(build):
+                    j = len(waiting)
+                    continue
+                r = waiting[j]
+                if self._consider(build, r, int(view.unprocessed(r)), 0, False, -1):
+                    build.admitted.append(j)
+                j += 1
+            elif build.decode[i]:
+                # A run of decodes ahead of the next waiting request goes in bulk.
+                end = i + 1
+                bound = key[waiting[j]] if j < len(waiting) else None
+                while end < len(order) and build.decode[end] and (bound is None or key[order[end]] < bound):
+                    end += 1
+                self._consider_decodes(build, i, end)
+                i = end
+            else:
+                self._consider_running(build, i)
+                i += 1
+
+    def _waiting_can_join(self, build: _Build) -> bool:
+        """Whether any waiting request (always a prefill or refill) could still join the batch."""
+        if build.waiting_closed or build.tok >= self._C or build.tok >= self._P:
+            return False
+        return self.hybrid or build.decode_batch is not True
+
+    def _consider(self, build: _Build, cand: int, unprocessed: int, kv: int, decode: bool, rank: int) -> bool:
+        """Steps (2)-(4) for one candidate; ``rank`` is its index in ``build.order``, -1 if waiting.
+
+        Returns whether ``cand`` joined the batch.
+        """
+        waiting = rank < 0
+        alloc = int(self._alloc[cand])
+        if not waiting and alloc == 0:
+            return False  # evicted earlier in this call
+        # (2) Hybrid batching.
+        if not self.hybrid and build.decode_batch is not None and build.decode_batch != decode:
+            return False
+        # (3) C and P: a failure skips the candidate and never evicts.
+        c = unprocessed
+        if not decode and self.chunked:
+            c = min(c, self._P - build.tok)
+        if c < 1 or c > self._C - build.tok or (not decode and c > self._P - build.tok):
+            return False
+        if waiting and self._R is not None and build.running >= self._R:
+            build.waiting_closed = True
+            return False
+        # (3) M, with (4) evictions for running candidates.
+        want = self._want(cand, waiting, decode, unprocessed + kv, kv, alloc)
+        need = max(0, self._blocks(want) - self._blocks(alloc))
+        while need > build.free:
+            if waiting:
+                if self.on_waiting_mfail == "stop":
+                    build.waiting_closed = True
+                return False
+            victim = self._pick_victim(build, rank)
+            if victim is None:
+                self._evict(build, cand)  # self-eviction: no lower-priority request is left
+                return False
+            self._evict(build, victim)
+        if want > alloc:
+            self._alloc[cand] = want
+            self._reserved += need
+            build.free -= need
+        if waiting:
+            build.running += 1
+        build.requests.append(cand)
+        build.tokens.append(c)
+        build.tok += c
+        if build.decode_batch is None:
+            build.decode_batch = decode
+        return True
+
+    def _peak(self, idx: np.ndarray) -> np.ndarray:
+        """I + O - 1 (hindsight)."""
+        assert self._output is not None
+        return self._prompt_arr[idx] + self._output[idx] - 1
+
+    def _explain_stall(self, view: SchedulerView) -> None:
+        """Fail clearly when nothing runs because a waiting request can never fit the budgets."""
+        if self._running or not self._waiting or self.chunked:
+            return
+        r = self._waiting[0]
+        need = int(view.unprocessed(r))
+        if need > min(self._C, self._P):
+            raise KvschedError(
+                f"policy {self.name!r} cannot run request {r}: it processes whole prompts and refills "
+                f"(chunked=False) but this one has {need} tokens, more than the budget "
+                f"(C = {self._C}, P = {self._P})"
+            )
+
+    def _want(self, cand: int, waiting: bool, decode: bool, known: int, kv: int, alloc: int) -> int:
+        """KV tokens ``cand`` must have reserved to run its next item (``known`` = S)."""
+        if not waiting and not decode:
+            return alloc  # mid-prefill: its whole input was reserved when it started
+        if self.reserve == "peak":
+            assert self._output is not None
+            return self._prompt[cand] + int(self._output[cand]) - 1
+        if decode:
+            return kv + 1
+        if self.reserve == "histogram":
+            estimate = self._output_estimate()
+            if estimate is not None:
+                peak = min(self._prompt[cand] + estimate - 1, self._capacity * self._block)
+                return max(known, peak)
+        return known
+
+    def _pick_victim(self, build: _Build, rank: int) -> int | None:
+        """The running request to evict for the candidate at ``rank``: one after it in priority."""
+        order, alloc = build.order, self._alloc
+        if self.victim == "lowest-priority":
+            while build.tail > rank:
+                r = order[build.tail]
+                build.tail -= 1
+                if alloc[r] > 0:
+                    return r
+            return None
+        if build.heap is None:
+            build.heap = [(kv, -i) for i, kv in enumerate(build.kv)]
+            heapq.heapify(build.heap)
+        while build.heap:
+            _, neg = build.heap[0]
+            r = order[-neg]
+            heapq.heappop(build.heap)
+            if -neg > rank and alloc[r] > 0:
+                return r
+        return None
+
+    def _evict(self, build: _Build, r: int) -> None:
+        blocks = self._blocks(int(self._alloc[r]))
+        self._reserved -= blocks
+        build.free += blocks
+        build.running -= 1
+        self._alloc[r] = 0
+        build.evicted.append(r)
+
+    # ------------------------------------------------------------- bookkeeping
+    def _take_arrivals(self, view: SchedulerView) -> None:
+        """GETNEWREQUESTS: new arrivals join the waiting queue in arrival order."""
+        arrived = view.num_arrived
+        if arrived == self._cursor:
+            return
+        for r in view.arrival_order[self._cursor : arrived].tolist():
+            self._seq[r] = self._counter
+            self._counter += 1
+            self._key[r] = (self._rank_value(r), self._seq[r])
+            bisect.insort(self._waiting, r, key=self._key.__getitem__)
+        self._cursor = arrived
+
+    def _rank_value(self, r: int) -> int:
+        if self.rank == "prompt":
+            return self._prompt[r]
+        if self.rank == "output":
+            assert self._output is not None
+            return int(self._output[r])
+        return 0
+
+    def _release_finished(self, view: SchedulerView) -> np.ndarray:
+        """Free the reservations of requests that completed in the last batch; the running array."""
+        run = np.array(self._running, dtype=np.int64)
+        done = view.done[run]
+        if not done.any():
+            return run
+        for r in run[done].tolist():
+            self._reserved -= self._blocks(int(self._alloc[r]))
+            self._alloc[r] = 0
+            if self.reserve == "histogram":
+                self._observe(int(view.generated[r]))
+        run = run[~done]
+        self._running = run.tolist()
+        return run
+
+    def _commit(self, build: _Build) -> None:
+        """Move admitted requests to running and evicted ones back to waiting."""
+        waiting, key = self._waiting, self._key
+        admitted = [waiting[j] for j in build.admitted]
+        for j in reversed(build.admitted):
+            del waiting[j]
+        if build.evicted:
+            gone = set(build.evicted)
+            self._running = [r for r in self._running if r not in gone]
+        for r in admitted:
+            bisect.insort(self._running, r, key=key.__getitem__)
+        for r in build.evicted:
+            if self.reinsert == "tail":
+                self._seq[r] = self._counter
+                self._counter += 1
+            elif self.reinsert == "front":
+                self._seq[r] = self._front
+                self._front -= 1
+            key[r] = (key[r][0], self._seq[r])
+            bisect.insort(waiting, r, key=key.__getitem__)
+
+    # -------------------------------------------------- Sec. 6 output estimate
+    def _observe(self, length: int) -> None:
+        if length >= self._hist.size:
+            grown = np.zeros(max(2 * self._hist.size, length + 1), dtype=np.int64)
+            grown[: self._hist.size] = self._hist
+            self._hist = grown
+        self._hist[length] += 1
+        self._seen += 1
+        self._estimate = None
+
+    def _output_estimate(self) -> int | None:
+        """Ô: the ``quantile`` of completed output lengths; ``None`` during warm-up."""
+        if self._seen < self.warmup:
+            return None
+        if self._estimate is None:
+            target = math.ceil(self.quantile * self._seen)
+            self._estimate = int(np.searchsorted(np.cumsum(self._hist), target))
+        return self._estimate
