@@ -1,6 +1,22 @@
 """Batch-time models: what turns a batch into time.
 
-Use :func:`make_cost_model` to build the model an instance names.
+Use :func:`make_cost_model` to build the model an instance names. Models:
+
+========================  ====================================================  =================
+name                      batch time                                            source
+========================  ====================================================  =================
+``unit``                  one slot                                              seed 004
+``infermax-linear``       InferMax's linear terms                               seed 003 Sec. 3.2
+``hinge``                 c + a max(0, tokens - b0)                             seed 001 Eq. 2.3
+``staircase``             c + a ceil(tokens / b0)                               seed 001 v3
+``rad``                   tiling model with ceilings over tiles                 seed 000 Eq. 4-7
+``roofline``              max(FLOPs/peak, bytes/bandwidth) per kernel           model + GPU specs
+``calibrated``            InferMax's terms + piecewise-linear token term        fitted (calibrate)
+========================  ====================================================  =================
+
+Coefficient files (:mod:`kvsched.costmodel.coeffile`) hold a name and flat
+parameters; :mod:`kvsched.costmodel.surrogate` gives any model's linear
+surrogate and its error.
 """
 
 from __future__ import annotations
@@ -9,7 +25,11 @@ from collections.abc import Callable
 from typing import Any
 
 from kvsched.costmodel.base import BatchView, CostModel
+from kvsched.costmodel.calibrated import CalibratedCost, calibrated
 from kvsched.costmodel.infermax import InfermaxLinear
+from kvsched.costmodel.piecewise import HingeCost, StaircaseCost
+from kvsched.costmodel.rad import RadTiling
+from kvsched.costmodel.roofline import Roofline
 from kvsched.costmodel.unit import UnitCost
 from kvsched.errors import InputError
 
@@ -17,6 +37,11 @@ from kvsched.errors import InputError
 REGISTRY: dict[str, Callable[..., CostModel]] = {
     "unit": UnitCost,
     "infermax-linear": InfermaxLinear,
+    "hinge": HingeCost,
+    "staircase": StaircaseCost,
+    "rad": RadTiling,
+    "roofline": Roofline,
+    "calibrated": calibrated,
 }
 
 
@@ -35,4 +60,16 @@ def make_cost_model(name: str, params: dict[str, Any] | None = None) -> CostMode
         raise InputError(f"time_model.params: {exc}") from None
 
 
-__all__ = ["REGISTRY", "BatchView", "CostModel", "InfermaxLinear", "UnitCost", "make_cost_model"]
+__all__ = [
+    "REGISTRY",
+    "BatchView",
+    "CalibratedCost",
+    "CostModel",
+    "HingeCost",
+    "InfermaxLinear",
+    "RadTiling",
+    "Roofline",
+    "StaircaseCost",
+    "UnitCost",
+    "make_cost_model",
+]

@@ -1,0 +1,227 @@
+"""The calibrated batch-time model: InferMax's terms with a piecewise-linear token term.
+
+::
+
+    T(B) = N(tau)                                                    # non-attention
+         + [B has a decode]  * (b0 + b1 * sum_dec m + b2 * #decodes)
+         + [B has a prefill] * (p0 + p1 * sum_pf (c^2 + 2mc) + p2 * sum_pf m
+                                   + p3 * #prefills + p4 * sum_pf c^2)
+
+    N(tau) = a0 + a1 * tau + sum_k step_k * [tau > k]
+                           + sum_k hinge_k * max(0, tau - k)
+                           + sum_t tile_t * ceil(tau / t)
+
+with tau the batch's token load, m the KV a request holds before the batch,
+and refill counted as prefill. With no step, hinge or tile terms and
+b2 = p4 = 0 it is exactly ``infermax-linear`` (seed 003, Sec. 3.2); a single
+hinge is seed 001's Eq. (2.3); a single tile term is seed 001 v3's staircase
+and, with a1, the token terms of seed 000's Eq. (7).
+
+b2 (per decode) and p4 (per unit of c^2) extend InferMax's form. The attention
+sample shows a per-request decode cost InferMax's terms do not carry, and
+prefill work that grows with c^2 faster than the causal share c^2 + 2mc gives
+it. p4 breaks the identity that sum(c^2 + 2mc) telescopes to I^2 over a
+prompt's chunks (it charges chunking less), so solvers that rely on it use the
+linear surrogate (:mod:`kvsched.costmodel.surrogate`), which has no p4. Every term is linear in the batch sums of
+:class:`~kvsched.costmodel.features.BatchFeatures` except the step, hinge and
+tile terms, which are linear within each segment between knots.
+
+Parameters are flat floats so that an instance's ``time_model.params`` holds
+them: ``a0``, ``a1``, ``b0`` ... ``p4``, and ``step<k>``, ``hinge<k>``,
+``tile<t>`` for each knot or tile size (e.g. ``step128``).
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvsched.costmodel.base import BatchView
+from kvsched.costmodel.features import BatchFeatures
+
+#: Scalar coefficients, in the order files list them.
+SCALARS = ("a0", "a1", "b0", "b1", "b2", "p0", "p1", "p2", "p3", "p4")
+_KEYED = re.compile(r"^(step|hinge|tile)(\d+)$")
+
+
+def _pairs(values: tuple[tuple[int, float], ...] | dict[int, float]) -> tuple[tuple[int, float], ...]:
+    items = values.items() if isinstance(values, dict) else values
+    return tuple(sorted((int(k), float(v)) for k, v in items))
+
+
+@dataclass(frozen=True, slots=True)
+class CalibratedCost:
+    """The calibrated model (see the module docstring). Times are in seconds.
+
+    Parameters
+    ----------
+    a0, a1
+        Non-attention bias and per-token slope.
+    b0, b1, b2
+        Decode attention: bias, per KV token read, per decode request.
+    p0, p1, p2, p3, p4
+        Prefill attention: bias, per unit of c^2 + 2mc, per KV token read by
+        the chunks, per prefill request, per unit of c^2.
+    steps
+        ``(k, s)`` pairs: s is added when the token load exceeds k. Steps may
+        be negative (a GEMM kernel switch can make a larger batch faster).
+    hinges
+        ``(k, h)`` pairs: h per token above k (h >= 0).
+    tiles
+        ``(t, u)`` pairs: u per started block of t tokens (u >= 0).
+    """
+
+    a0: float = 0.0
+    a1: float = 0.0
+    b0: float = 0.0
+    b1: float = 0.0
+    b2: float = 0.0
+    p0: float = 0.0
+    p1: float = 0.0
+    p2: float = 0.0
+    p3: float = 0.0
+    p4: float = 0.0
+    steps: tuple[tuple[int, float], ...] = ()
+    hinges: tuple[tuple[int, float], ...] = ()
+    tiles: tuple[tuple[int, float], ...] = ()
+    name: str = "calibrated"
+    _knots: np.ndarray = field(init=False, repr=False, compare=False)
+    _cum: np.ndarray = field(init=False, repr=False, compare=False)
+    _knot_list: list[float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for attr in ("steps", "hinges", "tiles"):
+            object.__setattr__(self, attr, _pairs(getattr(self, attr)))
+        for key in SCALARS:
+            value = getattr(self, key)
+            if not math.isfinite(value) or value < 0:
+                raise ValueError(f"cost model calibrated: coefficient {key} must be >= 0, got {value}")
+        for prefix, pairs, signed in (
+            ("step", self.steps, True),
+            ("hinge", self.hinges, False),
+            ("tile", self.tiles, False),
+        ):
+            for k, v in pairs:
+                if not math.isfinite(v) or (v < 0 and not signed):
+                    raise ValueError(f"cost model calibrated: coefficient {prefix}{k} must be >= 0, got {v}")
+                if k < 0 or (prefix == "tile" and k == 0):
+                    raise ValueError(f"cost model calibrated: {prefix}{k}: bad knot {k}")
+        knots = np.array([k for k, _ in self.steps], dtype=np.float64)
+        # cum[j] = sum of the first j steps: the step total for a load just above knots[j-1].
+        cum = np.concatenate([[0.0], np.cumsum([v for _, v in self.steps])])
+        object.__setattr__(self, "_knots", knots)
+        object.__setattr__(self, "_cum", cum)
+        object.__setattr__(self, "_knot_list", knots.tolist())
+        # The token term is piecewise linear: checking 1 token and just past each knot covers every piece.
+        probe = np.concatenate([[1.0], knots + 1.0])
+        if np.any(self.non_attention(probe) < 0):
+            raise ValueError("cost model calibrated: the token term is negative for some token load")
+
+    # ------------------------------------------------------------ parameters
+    @classmethod
+    def from_params(cls, **params: float) -> CalibratedCost:
+        """Build from flat parameters (``a0`` ... ``p4``, ``step<k>``, ``hinge<k>``, ``tile<t>``)."""
+        scalars: dict[str, float] = {}
+        keyed: dict[str, dict[int, float]] = {"step": {}, "hinge": {}, "tile": {}}
+        for key, value in params.items():
+            if key in SCALARS:
+                scalars[key] = float(value)
+                continue
+            match = _KEYED.match(key)
+            if match is None:
+                raise TypeError(
+                    f"calibrated: unexpected parameter {key!r} "
+                    "(expected a0..p4, step<k>, hinge<k> or tile<t>)"
+                )
+            keyed[match.group(1)][int(match.group(2))] = float(value)
+        return cls(
+            **scalars,
+            steps=_pairs(keyed["step"]),
+            hinges=_pairs(keyed["hinge"]),
+            tiles=_pairs(keyed["tile"]),
+        )
+
+    def params(self) -> dict[str, float]:
+        """Flat parameters, as an instance's ``time_model.params`` stores them (zeros left out)."""
+        out = {key: getattr(self, key) for key in SCALARS if getattr(self, key) != 0.0}
+        for prefix, pairs in (("step", self.steps), ("hinge", self.hinges), ("tile", self.tiles)):
+            out.update({f"{prefix}{k}": v for k, v in pairs})
+        return out
+
+    @property
+    def is_linear(self) -> bool:
+        """True when every term is linear in the batch sums (no step, hinge or tile)."""
+        return not (self.steps or self.hinges or self.tiles)
+
+    # ------------------------------------------------------------ terms
+    def non_attention(self, tokens: np.ndarray | float) -> np.ndarray:
+        """N(tau) for each token load in ``tokens``."""
+        tau = np.asarray(tokens, dtype=np.float64)
+        out = self.a0 + self.a1 * tau
+        if self.steps:
+            # Number of knots strictly below tau: side="left" on tau gives #knots < tau.
+            out = out + self._cum[np.searchsorted(self._knots, tau, side="left")]
+        for k, h in self.hinges:
+            out = out + h * np.maximum(0.0, tau - k)
+        for t, u in self.tiles:
+            out = out + u * np.ceil(tau / t)
+        return out
+
+    def decode_attention(self, n_decode: np.ndarray, decode_kv: np.ndarray) -> np.ndarray:
+        """Decode-attention time of batches with ``n_decode`` decodes reading ``decode_kv`` KV (0 if none)."""
+        n = np.asarray(n_decode, dtype=np.float64)
+        t = self.b0 + self.b1 * np.asarray(decode_kv, dtype=np.float64) + self.b2 * n
+        return np.where(n > 0, t, 0.0)
+
+    def prefill_attention(
+        self, n_prefill: np.ndarray, quad: np.ndarray, kv: np.ndarray, sq: np.ndarray
+    ) -> np.ndarray:
+        """Prefill-attention time from the batch sums (0 for batches without prefill)."""
+        n = np.asarray(n_prefill, dtype=np.float64)
+        t = (
+            self.p0
+            + self.p1 * np.asarray(quad, dtype=np.float64)
+            + self.p2 * np.asarray(kv, dtype=np.float64)
+            + self.p3 * n
+            + self.p4 * np.asarray(sq, dtype=np.float64)
+        )
+        return np.where(n > 0, t, 0.0)
+
+    def _token_scalar(self, tau: float) -> float:
+        # Scalar twin of non_attention: simulators call this once per batch.
+        t = self.a0 + self.a1 * tau
+        if self.steps:
+            t += float(self._cum[bisect.bisect_left(self._knot_list, tau)])
+        for k, h in self.hinges:
+            if tau > k:
+                t += h * (tau - k)
+        for size, u in self.tiles:
+            t += u * math.ceil(tau / size)
+        return t
+
+    def time_of(self, f: BatchFeatures) -> float:
+        """Batch time from precomputed batch sums."""
+        t = self._token_scalar(f.tokens)
+        if f.n_decode:
+            t += self.b0 + self.b1 * f.decode_kv + self.b2 * f.n_decode
+        if f.n_prefill:
+            t += (
+                self.p0
+                + self.p1 * f.prefill_quad
+                + self.p2 * f.prefill_kv
+                + self.p3 * f.n_prefill
+                + self.p4 * f.prefill_sq
+            )
+        return t
+
+    def batch_time(self, view: BatchView) -> float:
+        return self.time_of(BatchFeatures.of(view))
+
+
+def calibrated(**params: float) -> CalibratedCost:
+    """Registry factory: :meth:`CalibratedCost.from_params`."""
+    return CalibratedCost.from_params(**params)

@@ -1,0 +1,299 @@
+"""Profiling tables (Vidur's format): reading and validation, with one clear error each.
+
+Three kinds, told apart by their columns:
+
+* **compute** (``mlp.csv``): per-operator timings of one transformer layer's
+  non-attention operators, one row per (num_tokens, tensor-parallel degree);
+  ``time_stats.<op>.median`` in milliseconds plus the model's dimensions.
+* **attention**: per-layer attention medians in milliseconds; decode rows are
+  ``batch_size`` decodes each reading ``kv_cache_size`` KV, prefill rows one
+  chunk of ``prefill_chunk_size`` tokens over ``kv_cache_size`` KV.
+* **all-reduce**: NCCL all-reduce medians in milliseconds per message ``size``
+  in bytes (Vidur converts size to tokens as size / (2 x hidden)).
+
+All times returned by this module are in seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kvsched.errors import InputError
+
+#: Non-attention operators of one layer (Vidur's names), besides the embedding.
+LAYER_OPS = (
+    "input_layernorm",
+    "attn_pre_proj",
+    "attn_rope",
+    "attn_post_proj",
+    "post_attention_layernorm",
+    "mlp_up_proj",
+    "mlp_act",
+    "mlp_down_proj",
+    "add",
+)
+#: Operators a compute table must have; Vidur itself treats the others as 0 when absent.
+REQUIRED_OPS = ("emb", "attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
+DIM_COLUMNS = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size")
+ATTENTION_COLUMNS = (
+    "num_tensor_parallel_workers",
+    "batch_size",
+    "prefill_chunk_size",
+    "kv_cache_size",
+    "is_prefill",
+    "median_ms",
+)
+ALLREDUCE_COLUMNS = ("time_stats.all_reduce.median", "num_workers", "size")
+MS = 1e-3
+
+
+def _median(op: str) -> str:
+    return f"time_stats.{op}.median"
+
+
+def _read(path: str | Path) -> pd.DataFrame:
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: profiling table not found")
+    try:
+        df = pd.read_csv(p)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise InputError(f"{p}: not a CSV profiling table ({str(exc).splitlines()[0]})") from None
+    if df.empty:
+        raise InputError(f"{p}: profiling table has no rows")
+    return df
+
+
+def table_kind(df: pd.DataFrame) -> str | None:
+    """``compute``, ``attention``, ``all-reduce``, or None for an unknown table."""
+    cols = set(df.columns)
+    if _median("mlp_up_proj") in cols or "num_tokens" in cols:
+        return "compute"
+    if "median_ms" in cols or "is_prefill" in cols:
+        return "attention"
+    if ALLREDUCE_COLUMNS[0] in cols:
+        return "all-reduce"
+    return None
+
+
+def _shown(value: object) -> str:
+    """A cell as the user wrote it (numpy scalars as plain Python values)."""
+    item = getattr(value, "item", None)
+    return repr(item() if callable(item) else value)
+
+
+def _numeric(
+    df: pd.DataFrame, col: str, path: Path, *, positive: bool = False, integer: bool = False
+) -> np.ndarray:
+    """Column ``col`` as float64, or one error naming the column and the first bad line."""
+    if col not in df.columns:
+        raise InputError(f"{path}: missing column {col!r}")
+    values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values) | (values <= 0 if positive else values < 0)
+    if integer:
+        bad |= np.isfinite(values) & (values != np.round(values))
+    if bad.any():
+        row = int(np.argmax(bad))
+        need = "a positive" if positive else "a non-negative"
+        kind = " integer" if integer else " number"
+        # +2: one for the header line, one because lines count from 1.
+        raise InputError(
+            f"{path}: column {col!r}, line {row + 2}: {_shown(df[col].iloc[row])} is not {need}{kind}"
+        )
+    return values
+
+
+# ------------------------------------------------------------------ compute
+@dataclass(frozen=True, slots=True)
+class ComputeProfile:
+    """A compute table's rows for one tensor-parallel degree.
+
+    Parameters
+    ----------
+    path
+        Where it was read from.
+    tp
+        Tensor-parallel degree of the rows kept.
+    num_tokens
+        Distinct token counts, ascending.
+    emb
+        Embedding median per token count, seconds.
+    layer
+        Sum of the per-layer operator medians per token count, seconds.
+    dims
+        ``(n_head, n_kv_head, n_embd, n_expanded_embd, vocab_size)``.
+    missing_ops
+        Optional operators absent from the table (counted as 0, as Vidur does).
+    """
+
+    path: Path
+    tp: int
+    num_tokens: np.ndarray
+    emb: np.ndarray
+    layer: np.ndarray
+    dims: tuple[int, int, int, int, int]
+    missing_ops: tuple[str, ...] = ()
+
+    def total(self, layers: int) -> np.ndarray:
+        """Model non-attention time per token count: embedding once plus ``layers`` x layer time."""
+        return self.emb + layers * self.layer
+
+
+def load_compute(path: str | Path, tp: int = 1) -> ComputeProfile:
+    """Read and validate a compute (``mlp.csv``) table, keeping the rows at degree ``tp``.
+
+    Rows repeated for one (num_tokens, tp) are merged by the median of each
+    operator's median (the Llama tables repeat 2048 and 4096 tokens).
+    """
+    p = Path(path)
+    df = _read(p)
+    if table_kind(df) != "compute":
+        raise InputError(f"{p}: not a compute profiling table (no column {_median('mlp_up_proj')!r})")
+    for op in REQUIRED_OPS:
+        if _median(op) not in df.columns:
+            raise InputError(f"{p}: missing column {_median(op)!r}")
+    tokens = _numeric(df, "num_tokens", p, positive=True, integer=True)
+    tps = _numeric(df, "num_tensor_parallel_workers", p, positive=True, integer=True)
+    keep = tps == tp
+    if not keep.any():
+        have = ", ".join(str(int(v)) for v in sorted(set(tps)))
+        raise InputError(f"{p}: no rows with num_tensor_parallel_workers = {tp} (have {have})")
+    ops = ("emb", *LAYER_OPS)
+    missing = tuple(op for op in ops if _median(op) not in df.columns)
+    cols = {op: _numeric(df, _median(op), p)[keep] for op in ops if op not in missing}
+    dims_rows = np.stack([_numeric(df, c, p, positive=True, integer=True)[keep] for c in DIM_COLUMNS], axis=1)
+    if (dims_rows != dims_rows[0]).any():
+        raise InputError(
+            f"{p}: rows at tp = {tp} describe more than one model ({', '.join(DIM_COLUMNS)} differ)"
+        )
+    frame = pd.DataFrame({"num_tokens": tokens[keep], **cols})
+    merged = frame.groupby("num_tokens", sort=True).median()
+    layer = sum((merged[op].to_numpy() for op in LAYER_OPS if op not in missing), np.zeros(len(merged)))
+    dims = tuple(int(v) for v in dims_rows[0])
+    return ComputeProfile(
+        path=p,
+        tp=tp,
+        num_tokens=merged.index.to_numpy(dtype=np.float64),
+        emb=merged["emb"].to_numpy() * MS,
+        layer=layer * MS,
+        dims=dims,  # type: ignore[arg-type]
+        missing_ops=missing,
+    )
+
+
+# ---------------------------------------------------------------- attention
+@dataclass(frozen=True, slots=True)
+class AttentionProfile:
+    """An attention table's rows for one tensor-parallel degree (times per layer, seconds).
+
+    Decode rows: ``batch`` decodes each holding ``kv`` KV. Prefill rows: one
+    chunk of ``chunk`` tokens over ``kv`` KV.
+    """
+
+    path: Path
+    tp: int
+    decode_batch: np.ndarray
+    decode_kv: np.ndarray
+    decode_time: np.ndarray
+    prefill_chunk: np.ndarray
+    prefill_kv: np.ndarray
+    prefill_time: np.ndarray
+
+
+def _bools(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
+    raw = df[col]
+    if raw.dtype == bool:
+        return raw.to_numpy()
+    text = raw.astype(str).str.strip().str.lower()
+    ok = text.isin(["true", "false", "1", "0"])
+    if not ok.all():
+        row = int(np.argmax(~ok.to_numpy()))
+        raise InputError(
+            f"{path}: column {col!r}, line {row + 2}: {_shown(raw.iloc[row])} is not True or False"
+        )
+    return text.isin(["true", "1"]).to_numpy()
+
+
+def load_attention(path: str | Path, tp: int = 1) -> AttentionProfile:
+    """Read and validate an attention table, keeping the rows at degree ``tp`` (may be none)."""
+    p = Path(path)
+    df = _read(p)
+    for col in ATTENTION_COLUMNS:
+        if col not in df.columns:
+            raise InputError(f"{p}: missing column {col!r} (not an attention profiling table?)")
+    tps = _numeric(df, "num_tensor_parallel_workers", p, positive=True, integer=True)
+    batch = _numeric(df, "batch_size", p, integer=True)
+    chunk = _numeric(df, "prefill_chunk_size", p, integer=True)
+    kv = _numeric(df, "kv_cache_size", p, integer=True)
+    ms = _numeric(df, "median_ms", p, positive=True)
+    pre = _bools(df, "is_prefill", p)
+    bad = (pre & (chunk < 1)) | (~pre & (batch < 1))
+    if bad.any():
+        row = int(np.argmax(bad))
+        col = "prefill_chunk_size" if pre[row] else "batch_size"
+        raise InputError(
+            f"{p}: column {col!r}, line {row + 2}: must be >= 1 for a {'prefill' if pre[row] else 'decode'} row"
+        )
+    keep = tps == tp
+    dec, pf = keep & ~pre, keep & pre
+    return AttentionProfile(
+        path=p,
+        tp=tp,
+        decode_batch=batch[dec],
+        decode_kv=kv[dec],
+        decode_time=ms[dec] * MS,
+        prefill_chunk=chunk[pf],
+        prefill_kv=kv[pf],
+        prefill_time=ms[pf] * MS,
+    )
+
+
+# --------------------------------------------------------------- all-reduce
+@dataclass(frozen=True, slots=True)
+class AllReduceProfile:
+    """All-reduce medians for one number of workers: message bytes -> seconds."""
+
+    path: Path
+    workers: int
+    size: np.ndarray
+    time: np.ndarray
+
+    def time_of(self, nbytes: np.ndarray) -> np.ndarray:
+        """Seconds per all-reduce of ``nbytes``: linear interpolation between measured sizes.
+
+        Beyond the largest size the last two points are extended linearly; below
+        the smallest the smallest measured time is used (latency-bound).
+        """
+        x = np.asarray(nbytes, dtype=np.float64)
+        out = np.interp(x, self.size, self.time)
+        if self.size.size >= 2:
+            slope = (self.time[-1] - self.time[-2]) / (self.size[-1] - self.size[-2])
+            out = np.where(x > self.size[-1], self.time[-1] + slope * (x - self.size[-1]), out)
+        return out
+
+
+def load_allreduce(path: str | Path, workers: int) -> AllReduceProfile:
+    """Read and validate an all-reduce table, keeping single-node rows for ``workers`` GPUs."""
+    p = Path(path)
+    df = _read(p)
+    for col in ALLREDUCE_COLUMNS:
+        if col not in df.columns:
+            raise InputError(f"{p}: missing column {col!r} (not an all-reduce profiling table?)")
+    n = _numeric(df, "num_workers", p, positive=True, integer=True)
+    size = _numeric(df, "size", p, positive=True)
+    ms = _numeric(df, ALLREDUCE_COLUMNS[0], p)
+    keep = n == workers
+    if "collective" in df.columns:
+        keep &= df["collective"].astype(str).to_numpy() == "all_reduce"
+    if "devices_per_node" in df.columns:
+        # Vidur keeps the rows measured with all workers on one node.
+        keep &= pd.to_numeric(df["devices_per_node"], errors="coerce").to_numpy() == workers
+    if not keep.any():
+        have = ", ".join(str(int(v)) for v in sorted(set(n)))
+        raise InputError(f"{p}: no all-reduce rows for {workers} workers (have {have})")
+    merged = pd.DataFrame({"size": size[keep], "ms": ms[keep]}).groupby("size", sort=True)["ms"].median()
+    return AllReduceProfile(p, workers, merged.index.to_numpy(dtype=np.float64), merged.to_numpy() * MS)
