@@ -43,6 +43,8 @@ TIME_TOL = 1e-9
 #: Relative tolerance of a batch's duration against its cost model.
 DURATION_RTOL = 1e-6
 
+_PREFILL, _DECODE, _REFILL = int(Phase.PREFILL), int(Phase.DECODE), int(Phase.REFILL)
+
 
 class Rule(StrEnum):
     """The rule a violation breaks."""
@@ -160,6 +162,7 @@ class EngineState:
         self.num_holding = 0  # requests with kv > 0
         self.num_done = 0
         self.num_batches = 0
+        self._made: tuple[Batch, int] | None = None  # last make_batch result, and when
 
     # ------------------------------------------------------------------ reads
     def unprocessed(self, idx: np.ndarray | int) -> np.ndarray:
@@ -168,10 +171,9 @@ class EngineState:
 
     def phase_of(self, idx: np.ndarray) -> np.ndarray:
         """The phase each request's next item would have (before evictions)."""
+        # Plain ints, not Phase members: enum lookups dominate this hot path.
         return np.where(
-            self.generated[idx] == 0,
-            Phase.PREFILL,
-            np.where(self.refilling[idx], Phase.REFILL, Phase.DECODE),
+            self.generated[idx] == 0, _PREFILL, np.where(self.refilling[idx], _REFILL, _DECODE)
         ).astype(np.int8)
 
     @property
@@ -203,7 +205,10 @@ class EngineState:
         ev = np.asarray(evicted, dtype=np.int64)
         phases, context = self._phases_after(req, ev)
         duration = self.cost_model.batch_time(BatchView(tok, context, phases))
-        return Batch.of(start, duration, req, tok, phases, ev)
+        batch = Batch.of(start, duration, req, tok, phases, ev)
+        # Its duration is right by construction while the state is unchanged: check() skips recomputing it.
+        self._made = (batch, self.num_batches)
+        return batch
 
     def _phases_after(self, req: np.ndarray, ev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Phases and KV context of ``req`` once the evictions ``ev`` have applied."""
@@ -219,6 +224,8 @@ class EngineState:
     # ------------------------------------------------------------------ checks
     def check(self, batch: Batch, index: int | None = None) -> list[Violation]:
         """Every rule ``batch`` breaks if applied now (the state is not changed)."""
+        if self._quick_ok(batch):
+            return []
         idx = self.num_batches if index is None else index
         out: list[Violation] = []
 
@@ -323,6 +330,48 @@ class EngineState:
                     f"lasts {batch.duration!r} but the cost model {self.cost_model.name!r} gives {expected!r}",
                 )
         return out
+
+    def _quick_ok(self, batch: Batch) -> bool:
+        """Whether ``batch`` is certainly legal: one vectorised pass over the common case.
+
+        False means "run the full check" (which finds and words the violations),
+        not necessarily illegal. Batches with evictions always take the full path.
+        """
+        req, tok = batch.requests, batch.tokens
+        if req.size == 0 or batch.evicted.size or not np.isfinite(batch.start):
+            return False
+        if batch.start < self.clock - TIME_TOL or not (np.isfinite(batch.duration) and batch.duration >= 0):
+            return False
+        if req.min() < 0 or req.max() >= self.n or tok.min() < 1:
+            return False
+        if req.size > 1:
+            ordered = np.sort(req)
+            if (ordered[1:] == ordered[:-1]).any():
+                return False
+        if self.done[req].any() or (self.arrival[req] > batch.start + TIME_TOL).any():
+            return False
+        phases = self.phase_of(req)
+        if not np.array_equal(phases, batch.phases):
+            return False
+        kv = self.kv[req]
+        if (tok > self.prompt[req] + self.generated[req] - kv).any():
+            return False
+        lim = self.instance.limits
+        if lim.max_batch_tokens is not None and int(tok.sum()) > lim.max_batch_tokens:
+            return False
+        if lim.max_prefill_tokens is not None and int(tok[phases != _DECODE].sum()) > lim.max_prefill_tokens:
+            return False
+        if lim.max_running is not None and self.num_holding + int((kv == 0).sum()) > lim.max_running:
+            return False
+        if self.kv_blocks + int((self._blocks(kv + tok) - self._blocks(kv)).sum()) > self.kv_block_capacity:
+            return False
+        if self.cost_model is not None:
+            made = self._made
+            if made is None or made[0] is not batch or made[1] != self.num_batches:
+                expected = self.cost_model.batch_time(BatchView(tok, kv, phases))
+                if abs(batch.duration - expected) > DURATION_RTOL * max(1.0, abs(expected)):
+                    return False
+        return True
 
     def _during(
         self, req: np.ndarray, tok: np.ndarray, ev: np.ndarray, context: np.ndarray
