@@ -1,0 +1,1 @@
+"""The ``kvsched`` subcommands, one module per area; :mod:`kvsched.cli` assembles them."""
