@@ -167,3 +167,11 @@ def test_warm_start_from_a_schedule_in_the_class():
 def test_instances_outside_the_class_are_refused_clearly(instance, message):
     with pytest.raises(InputError, match=message):
         solve(instance)
+
+
+def test_highs_thread_count_can_change_within_a_process():
+    # HiGHS keeps a process-wide thread pool; a later solve with another count must still run.
+    inst = mcsf_instance(1, [1, 1, 2, 3], 4)
+    for threads in (1, 2, 1):
+        result = solve(inst, solver="highs", options=SolverOptions(time_limit=20, threads=threads))
+        assert result.status == SolveStatus.OPTIMAL and result.best_bound == 16

@@ -91,3 +91,34 @@ def load_instance_from_args(path: str, args: argparse.Namespace) -> Instance:
 
     limits = limits_from_args(args) if hasattr(args, "kv_capacity") else None
     return load_instance(path, limits=limits, time_model=time_model_from_args(args))
+
+
+def parse_value(text: str) -> object:
+    """A ``--param`` value: none, true/false, an int, a float, or the string itself."""
+    low = text.lower()
+    if low in ("none", "null"):
+        return None
+    if low in ("true", "false"):
+        return low == "true"
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def param_pairs(pairs: Sequence[str] | None, what: str = "--param") -> dict[str, object]:
+    """``key=value`` strings as a dict of parsed values (one clear error for a malformed pair)."""
+    out: dict[str, object] = {}
+    for pair in pairs or []:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise InputError(f"{what}: expected key=value, got {pair!r}")
+        out[key] = parse_value(value)
+    return out
+
+
+def time_unit(instance: Instance) -> str:
+    """The label of the instance's time unit: slots under unit time, seconds otherwise."""
+    return "slot" if instance.time_model.name == "unit" else "s"

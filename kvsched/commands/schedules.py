@@ -14,6 +14,7 @@ from kvsched.commands.common import (
     add_limit_args,
     load_instance_from_args,
     positive_int,
+    time_unit,
 )
 
 
@@ -46,7 +47,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.metrics:
         from kvsched.schedule.metrics import print_summary
 
-        print_summary(trace, console=console)
+        print_summary(trace, console=console, unit=time_unit(instance))
     return 0
 
 

@@ -60,6 +60,9 @@ def _all_rows(model: LinearModel) -> list[Row]:
 
 
 # -------------------------------------------------------------------- HiGHS
+_highs_threads: int | None = None  # thread count of HiGHS's process-wide pool, once started
+
+
 def _highs_model(model: LinearModel):  # -> highspy.Highs
     import highspy
 
@@ -114,9 +117,16 @@ def solve_highs(model: LinearModel, options: SolverOptions) -> RawSolution:
         sol.col_value = [float(v) for v in model.hint]
         sol.value_valid = True
         h.setSolution(sol)
+    global _highs_threads
+    if _highs_threads not in (None, options.threads):
+        # HiGHS keeps one thread pool per process; a run with another thread count fails unless it is reset.
+        highspy.Highs.resetGlobalScheduler(True)
+    _highs_threads = options.threads
     start = time.perf_counter()
-    h.run()
+    run_status = h.run()
     runtime = time.perf_counter() - start
+    if run_status == highspy.HighsStatus.kError:
+        raise RuntimeError(f"HiGHS failed to run: {h.modelStatusToString(h.getModelStatus())}")
     ms = h.getModelStatus()
     info = h.getInfo()
     has_sol = info.primal_solution_status == 2  # kSolutionStatusFeasible

@@ -21,6 +21,7 @@ from kvsched.csp.result import Result, SolveStatus, relative_gap
 from kvsched.csp.timeindexed import TimeIndexed
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
+from kvsched.schedule.core import ScheduleError
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import replay
 
@@ -42,7 +43,11 @@ def _time_indexed_starts(ti: TimeIndexed, schedule: Schedule) -> np.ndarray | No
         starts[fresh] = round(b.start / ti.slot)
     if (starts < 0).any():
         return None
-    return starts if ti.schedule_of(starts).same_as(schedule, tol=1e-9) else None
+    try:
+        rebuilt = ti.schedule_of(starts)
+    except ScheduleError:  # those starts are illegal without the schedule's chunks, pauses or evictions
+        return None
+    return starts if rebuilt.same_as(schedule, tol=1e-9) else None
 
 
 def solve(
@@ -125,6 +130,8 @@ def solve(
         "warm_start": hint_source,
         "build_seconds": build_time,
         "horizon": max(w.last for w in ti._windows) + int(ti.output.max()),
+        # The class excludes chunking, pauses and evictions: its bound is not a bound on every schedule.
+        "covers_all_schedules": False,
         # Valid for every legal schedule, not only the formulation's class.
         "combinatorial_bound": lower_bounds(instance).for_objective(objective),
     }

@@ -1,0 +1,228 @@
+"""``kvsched solve`` and ``kvsched compare``: the optimum, and every policy's regret."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kvsched.commands.common import (
+    add_cost_args,
+    add_limit_args,
+    load_instance_from_args,
+    positive_int,
+    time_unit,
+)
+from kvsched.errors import InputError
+
+SOLVERS = ("highs", "cbc", "cpsat")
+OBJECTIVES = ("total-latency", "makespan", "sum-ttft")
+
+
+def _options(args: argparse.Namespace):  # -> SolverOptions
+    from kvsched.csp import SolverOptions
+
+    if args.time_limit <= 0:
+        raise InputError("--time-limit: must be positive (seconds)")
+    if not 0 <= args.gap < 1:
+        raise InputError("--gap: must be in [0, 1)")
+    return SolverOptions(
+        time_limit=args.time_limit, threads=args.threads, gap=args.gap, seed=args.seed, log=args.log
+    )
+
+
+def _add_solver_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("solver")
+    g.add_argument("--solver", choices=SOLVERS, default="highs", help="back end (default highs)")
+    g.add_argument("--formulation", default="time", help="time (time-indexed) (default time)")
+    g.add_argument("--objective", choices=OBJECTIVES, default="total-latency", help="(default total-latency)")
+    g.add_argument("--time-limit", type=float, default=60.0, help="seconds for the solver (default 60)")
+    g.add_argument("--threads", type=positive_int, default=2, help="threads / CP-SAT workers (default 2)")
+    g.add_argument(
+        "--gap", type=float, default=0.0, help="relative gap to stop at (default 0: prove optimality)"
+    )
+    g.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
+    g.add_argument("--log", action="store_true", help="show the solver's own log")
+
+
+def _fmt(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def result_document(result: Any) -> dict[str, Any]:
+    """A :class:`~kvsched.csp.Result` as JSON-ready data (the schedule is written separately)."""
+    return {
+        "status": str(result.status),
+        "objective_name": result.objective_name,
+        "objective": result.objective,
+        "best_bound": result.best_bound,
+        "gap": result.gap,
+        "runtime": result.runtime,
+        "solver": result.solver,
+        "formulation": result.formulation,
+        "stats": result.stats,
+        "anytime": [[p.time, p.incumbent, p.bound] for p in result.anytime],
+    }
+
+
+def cmd_solve(args: argparse.Namespace) -> int:
+    from kvsched.csp import solve
+    from kvsched.heuristics import make_policy, simulate
+    from kvsched.schedule.io import load_schedule, save_schedule
+    from kvsched.schedule.metrics import print_summary
+    from kvsched.schedule.validate import replay
+
+    instance = load_instance_from_args(args.instance, args)
+    warm = None
+    if args.warm_start:
+        if Path(args.warm_start).suffix == ".json":
+            warm = load_schedule(args.warm_start, instance)
+        else:
+            warm = simulate(instance, make_policy(args.warm_start)).schedule
+    result = solve(
+        instance,
+        objective=args.objective,
+        formulation=args.formulation,
+        solver=args.solver,
+        options=_options(args),
+        warm_start=warm,
+        export=args.export,
+    )
+    console = Console()
+    table = Table(title=f"{result.formulation} / {result.solver}: {result.objective_name}", show_header=False)
+    table.add_row("status", str(result.status))
+    table.add_row("objective", _fmt(result.objective))
+    table.add_row("best bound (schedule class)", _fmt(result.best_bound))
+    table.add_row("gap", "-" if result.gap is None else f"{100 * result.gap:.3f}%")
+    table.add_row("bound for every schedule", _fmt(result.stats.get("combinatorial_bound")))
+    table.add_row("runtime", f"{result.runtime:.2f} s")
+    for key in ("variables", "rows", "nonzeros", "horizon", "upper_bound", "warm_start"):
+        if key in result.stats:
+            table.add_row(key.replace("_", " "), _fmt(result.stats[key]))
+    console.print(table)
+    assert result.schedule is not None  # solve always returns a schedule
+    print_summary(
+        replay(instance, result.schedule),
+        console=console,
+        unit=time_unit(instance),
+        title="optimal schedule metrics",
+    )
+    if args.out:
+        save_schedule(result.schedule, instance, args.out)
+        Console(stderr=True).print(f"wrote the schedule to {args.out}", highlight=False)
+    if args.json:
+        Path(args.json).write_text(json.dumps(result_document(result), indent=1) + "\n")
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from kvsched.analysis import compare
+    from kvsched.heuristics import POLICIES
+
+    instance = load_instance_from_args(args.instance, args)
+    names = (
+        list(POLICIES)
+        if args.policies == "all"
+        else [p.strip() for p in args.policies.split(",") if p.strip()]
+    )
+    for name in names:
+        if name not in POLICIES:
+            raise InputError(f"--policies: unknown policy {name!r} (see kvsched policies)")
+    cmp = compare(
+        instance,
+        names,
+        objective=args.objective,
+        solver=None if args.no_solver else args.solver,
+        formulation=args.formulation,
+        options=_options(args),
+    )
+    table = cmp.table.sort_values("objective", na_position="last")
+    # A wide table: use at least 160 columns when the output is not a terminal (files, CI logs).
+    console = Console() if Console().is_terminal else Console(width=160)
+    title = f"{args.objective} on {instance.name or args.instance}"
+    if cmp.result is not None:
+        title += f": optimum {cmp.result.status} {_fmt(cmp.result.objective)} (bound {_fmt(cmp.result.best_bound)})"
+    out = Table(title=title)
+    cols = [
+        c
+        for c in (
+            "objective",
+            "regret",
+            "regret_pct",
+            "regret_max",
+            "certified_max_regret",
+            "mean_ttft",
+            "max_tbt",
+            "tokens_per_s",
+            "evictions",
+        )
+        if c in table.columns
+    ]
+    out.add_column("policy", no_wrap=True)
+    for c in cols:
+        out.add_column(c.replace("_", " "), justify="right", overflow="fold")
+    for name, row in table.iterrows():
+        out.add_row(str(name), *(_fmt(row[c]) for c in cols))
+    console.print(out)
+    for name, err in table["error"].dropna().items():
+        console.print(f"{name}: could not run: {err}", markup=False, highlight=False)
+    if cmp.lower_bound is not None:
+        console.print(
+            f"certified: no schedule has {args.objective} below {_fmt(cmp.lower_bound)}", highlight=False
+        )
+    if args.csv:
+        table.to_csv(args.csv)
+    if args.json:
+        doc = {
+            "objective": args.objective,
+            "lower_bound": cmp.lower_bound,
+            "result": None if cmp.result is None else result_document(cmp.result),
+            "rows": json.loads(table.reset_index().to_json(orient="records")),
+        }
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this module's commands to the ``kvsched`` parser."""
+    p = sub.add_parser(
+        "solve",
+        help="find the optimal schedule, or the best found and a proven bound",
+        description="Solve INSTANCE exactly (MILP with HiGHS or CBC, or CP-SAT). A time limit returns the best "
+        "schedule found and the proven bound. The schedule is replayed through the semantic core.",
+    )
+    p.add_argument("instance", help="instance .json")
+    _add_solver_args(p)
+    p.add_argument("--warm-start", help="policy name or schedule .json to start from")
+    p.add_argument("--export", help="also write the model as .mps or .lp (for Gurobi, CPLEX, ...)")
+    p.add_argument("--out", "-o", help="write the schedule here (kvsched JSON)")
+    p.add_argument("--json", help="write the result (status, objective, bound, gap, progress) here")
+    add_limit_args(p)
+    add_cost_args(p)
+    p.set_defaults(func=cmd_solve)
+
+    p = sub.add_parser(
+        "compare",
+        help="every policy's regret against the optimum",
+        description="Run the policies and the exact solver on INSTANCE, on the same cost model, and print each "
+        "policy's objective and regret (absolute, %, the interval when the optimum is not proven, and a "
+        "certified maximum from bounds valid for every schedule), with TTFT, TBT and throughput.",
+    )
+    p.add_argument("instance", help="instance .json")
+    p.add_argument("--policies", default="all", help="comma-separated policy names, or all (default)")
+    p.add_argument("--no-solver", action="store_true", help="compare the policies only")
+    _add_solver_args(p)
+    p.add_argument("--csv", help="write the table as CSV")
+    p.add_argument("--json", help="write the table and the solver result as JSON")
+    add_limit_args(p)
+    add_cost_args(p)
+    p.set_defaults(func=cmd_compare)

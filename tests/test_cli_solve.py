@@ -1,0 +1,63 @@
+"""The simulate, policies, solve and compare commands."""
+
+import json
+
+from kvsched.cli import main
+from kvsched.instances.io import load_instance
+from kvsched.schedule.io import load_schedule
+from kvsched.schedule.validate import replay
+from tests.test_cli import run_cli
+from tests.test_examples import EXAMPLES
+
+FIG15 = str(EXAMPLES / "figure15.json")
+
+
+def test_policies_lists_the_registry(capsys):
+    assert main(["policies"]) == 0
+    out = capsys.readouterr().out
+    assert "sarathi" in out and "vllm-ef" in out and "seed 003" in out
+
+
+def test_simulate_writes_a_valid_schedule(tmp_path, capsys):
+    out = tmp_path / "s.json"
+    csv = tmp_path / "r.csv"
+    assert main(["simulate", FIG15, "-p", "vllm", "-o", str(out), "--requests-csv", str(csv)]) == 0
+    assert "evictions" in capsys.readouterr().out
+    inst = load_instance(FIG15)
+    sched = load_schedule(out, inst)
+    assert len(sched) == 14 and replay(inst, sched).ok
+    assert csv.read_text().count("\n") == 5  # header + 4 requests
+
+
+def test_solve_writes_schedule_and_result(tmp_path, capsys):
+    out, res, mps = tmp_path / "s.json", tmp_path / "r.json", tmp_path / "m.mps"
+    args = ["solve", FIG15, "--time-limit", "20", "-o", str(out), "--json", str(res), "--export", str(mps)]
+    assert main(args) == 0
+    doc = json.loads(res.read_text())
+    assert doc["status"] == "optimal" and doc["objective"] == 40 and doc["best_bound"] == 40
+    inst = load_instance(FIG15)
+    assert replay(inst, load_schedule(out, inst)).ok
+    assert mps.stat().st_size > 0
+
+
+def test_compare_csv_and_json(tmp_path):
+    csv, js = tmp_path / "c.csv", tmp_path / "c.json"
+    assert main(["compare", FIG15, "--policies", "vllm,vllm-ef", "--csv", str(csv), "--json", str(js)]) == 0
+    doc = json.loads(js.read_text())
+    names = {r["name"] for r in doc["rows"]}
+    assert {"vllm", "vllm-ef"} <= names and doc["result"]["objective"] == 40
+    assert "regret" in csv.read_text().splitlines()[0]
+
+
+def test_bad_input_lines():
+    for args, text in (
+        (["simulate", FIG15, "-p", "nope"], "unknown policy 'nope'"),
+        (["simulate", FIG15, "-p", "vllm", "--param", "bogus=1"], "unknown parameter"),
+        (["compare", FIG15, "--policies", "vllm,zzz"], "unknown policy 'zzz'"),
+        (["solve", FIG15, "--time-limit", "-1"], "--time-limit"),
+        (["solve", str(EXAMPLES / "sharegpt-small.json")], "needs the unit time model"),
+    ):
+        proc = run_cli(*args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert text in proc.stderr and "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1
