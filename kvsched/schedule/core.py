@@ -350,8 +350,10 @@ class EngineState:
                 return False
         if self.done[req].any() or (self.arrival[req] > batch.start + TIME_TOL).any():
             return False
-        phases = self.phase_of(req)
-        if not np.array_equal(phases, batch.phases):
+        made = self._made is not None and self._made[0] is batch and self._made[1] == self.num_batches
+        # make_batch derived the phases (and the duration) from this very state.
+        phases = batch.phases if made else self.phase_of(req)
+        if not made and not np.array_equal(phases, batch.phases):
             return False
         kv = self.kv[req]
         if (tok > self.prompt[req] + self.generated[req] - kv).any():
@@ -365,12 +367,10 @@ class EngineState:
             return False
         if self.kv_blocks + int((self._blocks(kv + tok) - self._blocks(kv)).sum()) > self.kv_block_capacity:
             return False
-        if self.cost_model is not None:
-            made = self._made
-            if made is None or made[0] is not batch or made[1] != self.num_batches:
-                expected = self.cost_model.batch_time(BatchView(tok, kv, phases))
-                if abs(batch.duration - expected) > DURATION_RTOL * max(1.0, abs(expected)):
-                    return False
+        if self.cost_model is not None and not made:
+            expected = self.cost_model.batch_time(BatchView(tok, kv, phases))
+            if abs(batch.duration - expected) > DURATION_RTOL * max(1.0, abs(expected)):
+                return False
         return True
 
     def _during(
@@ -395,15 +395,6 @@ class EngineState:
         n = self.n
         ev = np.unique(batch.evicted[(batch.evicted >= 0) & (batch.evicted < n)])
         ev = ev[self.kv[ev] > 0]
-        if ev.size:
-            kv_ev = self.kv[ev]
-            self.kv_tokens -= int(kv_ev.sum())
-            self.kv_blocks -= int(self._blocks(kv_ev).sum())
-            self.num_holding -= int(ev.size)
-            self.kv[ev] = 0
-            self.refilling[ev] = self.generated[ev] > 0
-            self.evictions[ev] += 1
-
         req = batch.requests
         keep = (req >= 0) & (req < n)
         req, tok = req[keep], batch.tokens[keep]
@@ -413,9 +404,37 @@ class EngineState:
             req, tok = req[first], tok[first]
         ok = ~self.done[req] & (tok >= 1)
         req, tok = req[ok], tok[ok]
+        self._evict(ev)
         tok = np.minimum(tok, self.prompt[req] + self.generated[req] - self.kv[req])
-        is_decode = self.phase_of(req) == Phase.DECODE
+        return self._advance(batch, req, tok, self.phase_of(req) == _DECODE, int(ev.size))
 
+    def step(self, batch: Batch) -> BatchRecord:
+        """Check ``batch`` and apply it; raise :class:`ScheduleError` if it is illegal."""
+        violations = self.check(batch)
+        if violations:
+            raise ScheduleError(violations)
+        # A legal batch needs none of apply()'s clean-up: its phases are the derived ones.
+        self._evict(batch.evicted)
+        return self._advance(
+            batch, batch.requests, batch.tokens, batch.phases == _DECODE, int(batch.evicted.size)
+        )
+
+    def _evict(self, ev: np.ndarray) -> None:
+        """Drop the KV of ``ev`` (distinct requests that hold KV)."""
+        if not ev.size:
+            return
+        kv_ev = self.kv[ev]
+        self.kv_tokens -= int(kv_ev.sum())
+        self.kv_blocks -= int(self._blocks(kv_ev).sum())
+        self.num_holding -= int(ev.size)
+        self.kv[ev] = 0
+        self.refilling[ev] = self.generated[ev] > 0
+        self.evictions[ev] += 1
+
+    def _advance(
+        self, batch: Batch, req: np.ndarray, tok: np.ndarray, is_decode: np.ndarray, num_evicted: int
+    ) -> BatchRecord:
+        """Process ``tok`` tokens of each of ``req`` (distinct, unfinished, within what is left)."""
         start, end = batch.start, batch.start + batch.duration
         fresh = np.isnan(self.first_scheduled[req])
         self.first_scheduled[req[fresh]] = start
@@ -445,31 +464,26 @@ class EngineState:
             self.completion[completed] = end
             self.num_done += int(completed.size)
 
+        num_tokens = int(tok.sum())
+        decode_tokens = int(is_decode.sum())  # a decode is one token
         record = BatchRecord(
             index=self.num_batches,
             start=start,
             end=end,
             num_items=int(req.size),
-            num_tokens=int(tok.sum()),
-            prefill_tokens=int(tok[~is_decode].sum()),
-            num_decodes=int(is_decode.sum()),
+            num_tokens=num_tokens,
+            prefill_tokens=num_tokens - decode_tokens,
+            num_decodes=decode_tokens,
             kv_tokens=kv_during,
             kv_blocks=blocks_during,
             num_running=running,
-            num_evicted=int(ev.size),
+            num_evicted=num_evicted,
             generated=gen,
             completed=completed,
         )
         self.clock = max(self.clock, end)
         self.num_batches += 1
         return record
-
-    def step(self, batch: Batch) -> BatchRecord:
-        """Check ``batch`` and apply it; raise :class:`ScheduleError` if it is illegal."""
-        violations = self.check(batch)
-        if violations:
-            raise ScheduleError(violations)
-        return self.apply(batch)
 
     def finish(self) -> list[Violation]:
         """Violations of the end state: every request must have completed."""
