@@ -175,3 +175,19 @@ def test_highs_thread_count_can_change_within_a_process():
     for threads in (1, 2, 1):
         result = solve(inst, solver="highs", options=SolverOptions(time_limit=20, threads=threads))
         assert result.status == SolveStatus.OPTIMAL and result.best_bound == 16
+
+
+@settings(max_examples=15, deadline=None, derandomize=True)
+@given(small_instances, st.sampled_from(sorted(OBJECTIVES)))
+def test_profile_and_cumulative_memory_rows_agree(inst, objective):
+    values = []
+    for cumulative in (True, False):
+        ti = TimeIndexed(inst, objective, cumulative=cumulative)
+        starts = ti.heuristic_starts()
+        model = ti.build(ti.value(starts), starts)
+        assert model.violations(model.hint) == []
+        from kvsched.csp.backends import solve_model
+
+        raw = solve_model(model, "highs", FAST)
+        values.append(raw.objective)
+    assert values[0] == pytest.approx(values[1])

@@ -66,11 +66,19 @@ class TimeIndexed:
         that fit the token and prefill budgets in one batch.
     objective
         ``total-latency``, ``makespan`` or ``sum-ttft``.
+    cumulative
+        Write memory rows with the running sums Z (O(1) terms per request and
+        slot) rather than one step variable per token of growth (O terms).
+        Same LP bound; the running-sum rows are smaller but their LP can be
+        slower to solve (equality chains), so both are kept for experiments.
+        Block sizes > 1 always use the block steps.
     """
 
     OBJECTIVES = ("total-latency", "makespan", "sum-ttft")
 
-    def __init__(self, instance: Instance, objective: str = "total-latency") -> None:
+    def __init__(
+        self, instance: Instance, objective: str = "total-latency", *, cumulative: bool = True
+    ) -> None:
         if objective not in self.OBJECTIVES:
             raise InputError(
                 f"--objective: the time-indexed formulation supports {', '.join(self.OBJECTIVES)}"
@@ -113,6 +121,7 @@ class TimeIndexed:
         self.tok_cap = lim.max_batch_tokens
         self.pre_cap = lim.max_prefill_tokens
         self.run_cap = lim.max_running
+        self.cumulative = cumulative
 
     # ---------------------------------------------------------------- profiles
     def _kv_profile(self, i: int) -> np.ndarray:
@@ -208,7 +217,7 @@ class TimeIndexed:
         n = len(wins)
         s_var: list[dict[int, int]] = [{} for _ in range(n)]
         z_var: list[dict[int, int]] = [{} for _ in range(n)]
-        cumulative = self.block == 1
+        cumulative = self.block == 1 and self.cumulative
         for i, w in enumerate(wins):
             for t in range(w.first, w.last):
                 s_var[i][t] = m.add_var(f"S[{i},{t}]", 0, 1)
