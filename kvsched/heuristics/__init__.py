@@ -9,19 +9,25 @@ configurations of :class:`InferMax` listed in :data:`POLICIES`.
 """
 
 from kvsched.heuristics.base import Decision, HindsightError, Policy, SchedulerView
+from kvsched.heuristics.engines import FasterTransformer, Orca, VllmV1
 from kvsched.heuristics.infermax import InferMax
+from kvsched.heuristics.kfcfs import KFCFS
 from kvsched.heuristics.registry import POLICIES, PolicySpec, list_policies, make_policy
 from kvsched.heuristics.simulator import SimResult, simulate
 
 __all__ = [
+    "KFCFS",
     "POLICIES",
     "Decision",
+    "FasterTransformer",
     "HindsightError",
     "InferMax",
+    "Orca",
     "Policy",
     "PolicySpec",
     "SchedulerView",
     "SimResult",
+    "VllmV1",
     "list_policies",
     "make_policy",
     "simulate",

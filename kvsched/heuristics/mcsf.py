@@ -116,7 +116,7 @@ import numpy as np
 
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
-from kvsched.heuristics.registry import PolicySpec
+from kvsched.heuristics.spec import PolicySpec
 from kvsched.instances.model import Instance, Limits
 
 Lengths = Literal["true", "predicted"]

@@ -1,9 +1,13 @@
-"""Named scheduling policies: seed 003's schedulers as :class:`InferMax` configurations.
+"""Named scheduling policies, one registry for every family.
 
-Every entry is InferMax's Algorithm 1 with the flags of one row of seed 003
-Table 1 (plus its eviction-free twin, suffix ``-ef``), one Sec. 4.6 ranking
-scheduler, or the Sec. 6 scheduler. :func:`make_policy` builds one, with any
-flag overridden by keyword.
+* seed 003: InferMax's Algorithm 1 with the flags of one row of Table 1 (plus
+  its eviction-free twin, suffix ``-ef``), the Sec. 4.6 ranking schedulers and
+  the Sec. 6 scheduler (:class:`InferMax` configurations);
+* deployed engines and seed 001: vLLM v1, Orca, FasterTransformer, K-FCFS;
+* seed 004: MC-SF (Algorithms 1 and 2) and the alpha-protection baselines;
+* seed 002: WAIT and Nested WAIT.
+
+:func:`make_policy` builds one, with any parameter overridden by keyword.
 
 Budgets: a policy uses the instance's C, P and ``max_running`` when set and its
 own defaults otherwise (C = 4096, Llama-2-7B); a parameter may make a budget
@@ -14,46 +18,18 @@ the instance's P).
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
 from kvsched.errors import InputError
 from kvsched.heuristics.base import Policy
+from kvsched.heuristics.engines import FasterTransformer, Orca, VllmV1
 from kvsched.heuristics.infermax import InferMax
-
-
-@dataclass(frozen=True, slots=True)
-class PolicySpec:
-    """A registered policy.
-
-    Parameters
-    ----------
-    name
-        Registry name.
-    factory
-        Builds the policy from ``name=`` and keyword parameters.
-    description
-        What it does, and where the paper and real engines disagree.
-    source
-        Seed paper and section.
-    defaults
-        Parameters it runs with unless overridden.
-    """
-
-    name: str
-    factory: Callable[..., Policy]
-    description: str
-    source: str
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-
-    def accepted(self) -> list[str]:
-        """Parameter names :func:`make_policy` accepts for this policy."""
-        sig = inspect.signature(self.factory)
-        return [p for p in sig.parameters if p != "name"]
-
+from kvsched.heuristics.kfcfs import KFCFS
+from kvsched.heuristics.mcsf import SEED004_POLICIES
+from kvsched.heuristics.spec import PolicySpec
+from kvsched.heuristics.wait import SEED002_POLICIES
 
 _TABLE1 = "seed 003 Sec. 3.1, Table 1"
 
@@ -163,8 +139,73 @@ def _entries() -> dict[str, PolicySpec]:
     return out
 
 
+def _engine_entries() -> dict[str, PolicySpec]:
+    """Deployed engines (vLLM v1, Orca, FasterTransformer) and seed 001's K-FCFS family."""
+    seed001 = "seed 001 Sec. 3"
+    kfcfs = (
+        "Work-conserving K-FCFS (seed 001 Sec. 2.3, Theorem 1): the k_prefill oldest prefill-phase and "
+        "k_decode oldest decode-phase requests (all by default) are eligible; they fill the token "
+        "budget in {order}, decodes 1 token, prompts split at the budget edge. Memory is not in the "
+        "paper: a candidate preempts lower-ranked running requests by recompute."
+    )
+    return {
+        "vllm-v1": PolicySpec(
+            "vllm-v1",
+            VllmV1,
+            "vLLM v1 (chunked prefill on): running requests first under the token budget (chunked "
+            "prefills, decodes), then waiting ones FCFS only in a step that preempted nothing, at most "
+            "max_num_seqs = 256 running; when blocks run out the newest running request is preempted by "
+            "recompute and re-queued at the front. Follows vllm/v1/core/sched/scheduler.py (FCFS); "
+            "seed 001 only cites it as work-conserving.",
+            seed001 + " ('latest vLLM with chunked prefill'); vLLM v1 scheduler",
+        ),
+        "orca": PolicySpec(
+            "orca",
+            Orca,
+            "Orca as seed 001 describes it: every prompt first (FCFS, the one meeting the token budget "
+            "split, as the paper's work-conservation needs), then one decode per running request until "
+            "the budget is full; each admitted request reserves max_seq_len = 4096 tokens (Orca/Vidur). "
+            "The real Orca has no token budget and never splits a prompt.",
+            seed001,
+        ),
+        "fastertransformer": PolicySpec(
+            "fastertransformer",
+            FasterTransformer,
+            "FasterTransformer as seed 001 describes it: request-level batching, decode-prioritised. "
+            "While any request decodes, decode-only batches; a new cohort of whole prompts starts only "
+            "when none decodes. Each admitted request reserves max_seq_len = 4096 tokens.",
+            seed001,
+        ),
+        "kfcfs": PolicySpec(
+            "kfcfs",
+            KFCFS,
+            kfcfs.format(order="arrival order (FCFS)"),
+            "seed 001 Sec. 2.3",
+            MappingProxyType({"order": "fcfs"}),
+        ),
+        "kfcfs-sp": PolicySpec(
+            "kfcfs-sp",
+            KFCFS,
+            kfcfs.format(order="shortest-prompt-first order"),
+            "seed 001 Sec. 2.3",
+            MappingProxyType({"order": "shortest-prompt"}),
+        ),
+        "kfcfs-sr": PolicySpec(
+            "kfcfs-sr",
+            KFCFS,
+            kfcfs.format(order="smallest-remaining-tokens-first order")
+            + " Remaining tokens use the true output length by default (hindsight); "
+            "lengths='predicted' uses predicted_output instead.",
+            "seed 001 Sec. 2.3",
+            MappingProxyType({"order": "shortest-remaining", "lengths": "true"}),
+        ),
+    }
+
+
 #: Every registered policy, by name.
-POLICIES: Mapping[str, PolicySpec] = MappingProxyType(_entries())
+POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
+    {**_entries(), **_engine_entries(), **SEED004_POLICIES, **SEED002_POLICIES}
+)
 
 
 def list_policies() -> list[PolicySpec]:

@@ -91,7 +91,7 @@ from kvsched.costmodel.base import BatchView
 from kvsched.errors import InputError
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.heuristics.fluid import eq1_coefficients, fluid_equilibrium, instance_types, kv_mass
-from kvsched.heuristics.registry import PolicySpec
+from kvsched.heuristics.spec import PolicySpec
 from kvsched.instances.model import Instance, Limits, TimeModel
 
 ThresholdMode = Literal["fluid", "paper", "code"]
