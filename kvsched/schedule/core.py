@@ -335,10 +335,10 @@ class EngineState:
         """Whether ``batch`` is certainly legal: one vectorised pass over the common case.
 
         False means "run the full check" (which finds and words the violations),
-        not necessarily illegal. Batches with evictions always take the full path.
+        not necessarily illegal.
         """
-        req, tok = batch.requests, batch.tokens
-        if req.size == 0 or batch.evicted.size or not np.isfinite(batch.start):
+        req, tok, ev = batch.requests, batch.tokens, batch.evicted
+        if req.size == 0 or not np.isfinite(batch.start):
             return False
         if batch.start < self.clock - TIME_TOL or not (np.isfinite(batch.duration) and batch.duration >= 0):
             return False
@@ -348,10 +348,26 @@ class EngineState:
             ordered = np.sort(req)
             if (ordered[1:] == ordered[:-1]).any():
                 return False
+        ev_count = 0
+        ev_blocks = 0
+        if ev.size:
+            # Distinct, known requests that hold KV and are not processed in this batch.
+            if ev.min() < 0 or ev.max() >= self.n:
+                return False
+            if ev.size > 1:
+                ordered = np.sort(ev)
+                if (ordered[1:] == ordered[:-1]).any():
+                    return False
+            held = self.kv[ev]
+            if (held == 0).any() or np.isin(ev, req).any():
+                return False
+            ev_count = int(ev.size)
+            ev_blocks = int(self._blocks(held).sum())
         if self.done[req].any() or (self.arrival[req] > batch.start + TIME_TOL).any():
             return False
         made = self._made is not None and self._made[0] is batch and self._made[1] == self.num_batches
-        # make_batch derived the phases (and the duration) from this very state.
+        # make_batch derived the phases (and the duration) from this very state. No item is
+        # evicted (checked above), so evictions change neither their phases nor their KV.
         phases = batch.phases if made else self.phase_of(req)
         if not made and not np.array_equal(phases, batch.phases):
             return False
@@ -363,9 +379,10 @@ class EngineState:
             return False
         if lim.max_prefill_tokens is not None and int(tok[phases != _DECODE].sum()) > lim.max_prefill_tokens:
             return False
-        if lim.max_running is not None and self.num_holding + int((kv == 0).sum()) > lim.max_running:
+        if lim.max_running is not None and self.num_holding - ev_count + int((kv == 0).sum()) > lim.max_running:
             return False
-        if self.kv_blocks + int((self._blocks(kv + tok) - self._blocks(kv)).sum()) > self.kv_block_capacity:
+        grown = int((self._blocks(kv + tok) - self._blocks(kv)).sum())
+        if self.kv_blocks - ev_blocks + grown > self.kv_block_capacity:
             return False
         if self.cost_model is not None and not made:
             expected = self.cost_model.batch_time(BatchView(tok, kv, phases))
