@@ -226,6 +226,10 @@ class EngineState:
         """Every rule ``batch`` breaks if applied now (the state is not changed)."""
         if self._quick_ok(batch):
             return []
+        return self._full_check(batch, index)
+
+    def _full_check(self, batch: Batch, index: int | None = None) -> list[Violation]:
+        """Every rule ``batch`` breaks, each worded (the slow path of :meth:`check`)."""
         idx = self.num_batches if index is None else index
         out: list[Violation] = []
 
@@ -379,7 +383,10 @@ class EngineState:
             return False
         if lim.max_prefill_tokens is not None and int(tok[phases != _DECODE].sum()) > lim.max_prefill_tokens:
             return False
-        if lim.max_running is not None and self.num_holding - ev_count + int((kv == 0).sum()) > lim.max_running:
+        if (
+            lim.max_running is not None
+            and self.num_holding - ev_count + int((kv == 0).sum()) > lim.max_running
+        ):
             return False
         grown = int((self._blocks(kv + tok) - self._blocks(kv)).sum())
         if self.kv_blocks - ev_blocks + grown > self.kv_block_capacity:

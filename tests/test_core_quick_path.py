@@ -1,0 +1,65 @@
+"""The core's vectorised quick path never accepts a batch the full check rejects."""
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvsched.schedule.core import EngineState
+from kvsched.schedule.ir import Batch
+from tests.strategies import instances, legal_schedules
+
+
+def _mutations(batch: Batch, state: EngineState, rng: np.random.Generator) -> list[Batch]:
+    """Legal and illegal variants of ``batch``: tokens, phases, evictions, times."""
+    n = state.n
+    out = [batch]
+    req, tok, ph, ev = batch.requests, batch.tokens, batch.phases, batch.evicted
+    if req.size:
+        k = int(rng.integers(req.size))
+        out.append(
+            Batch.of(
+                batch.start, batch.duration, req, np.where(np.arange(req.size) == k, tok + 1, tok), ph, ev
+            )
+        )
+        out.append(Batch.of(batch.start, batch.duration, req, tok, (ph + 1) % 3, ev))
+        out.append(
+            Batch.of(
+                batch.start, batch.duration, np.append(req, req[k]), np.append(tok, 1), np.append(ph, 1), ev
+            )
+        )
+        out.append(Batch.of(batch.start, batch.duration, req, tok, ph, np.append(ev, req[k])))
+    holders = np.flatnonzero(state.kv > 0)
+    for extra in (holders[:1], np.flatnonzero((state.kv == 0) & ~state.done)[:1]):
+        if extra.size:
+            out.append(Batch.of(batch.start, batch.duration, req, tok, ph, np.append(ev, extra)))
+    out.append(Batch.of(batch.start - 0.5, batch.duration, req, tok, ph, ev))
+    out.append(Batch.of(batch.start, batch.duration * 1.5 + 0.1, req, tok, ph, ev))
+    if n:
+        out.append(
+            Batch.of(batch.start, batch.duration, np.append(req, n), np.append(tok, 1), np.append(ph, 0), ev)
+        )
+    return out
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None)
+@given(legal_schedules(instances()), st.integers(0, 2**31))
+def test_quick_path_implies_full_check_passes(built, seed):
+    rng = np.random.default_rng(seed)
+    state = EngineState(built.instance, built.cost_model)
+    for batch in built.schedule.batches:
+        for variant in _mutations(batch, state, rng):
+            if state._quick_ok(variant):
+                assert state._full_check(variant) == [], variant.items()
+        # Legal batches should take the quick path (else the speed-up is lost silently).
+        assert state._quick_ok(batch)
+        state.apply(batch)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(legal_schedules(instances()))
+def test_batches_built_by_make_batch_take_the_quick_path(built):
+    state = EngineState(built.instance, built.cost_model)
+    for batch in built.schedule.batches:
+        again = state.make_batch(batch.start, batch.requests, batch.tokens, batch.evicted)
+        assert state._quick_ok(again) and state._full_check(again) == []
+        state.step(again)
