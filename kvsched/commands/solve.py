@@ -39,7 +39,13 @@ def _options(args: argparse.Namespace):  # -> SolverOptions
 def _add_solver_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("solver")
     g.add_argument("--solver", choices=SOLVERS, default="highs", help="back end (default highs)")
-    g.add_argument("--formulation", default="time", help="time (time-indexed) (default time)")
+    g.add_argument(
+        "--formulation",
+        choices=("time", "batch"),
+        default="time",
+        help="time: time-indexed (unit time, no chunking or eviction); batch: batch-indexed (every legal "
+        "schedule, small instances) (default time)",
+    )
     g.add_argument("--objective", choices=OBJECTIVES, default="total-latency", help="(default total-latency)")
     g.add_argument("--time-limit", type=float, default=60.0, help="seconds for the solver (default 60)")
     g.add_argument("--threads", type=positive_int, default=2, help="threads / CP-SAT workers (default 2)")

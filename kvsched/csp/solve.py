@@ -25,7 +25,7 @@ from kvsched.schedule.core import ScheduleError
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import replay
 
-FORMULATIONS = ("time",)
+FORMULATIONS = ("time", "batch")
 #: Relative tolerance between the solver's objective and the replayed one.
 OBJECTIVE_RTOL = 1e-6
 
@@ -59,6 +59,7 @@ def solve(
     options: SolverOptions | None = None,
     warm_start: Schedule | None = None,
     export: str | Path | None = None,
+    allow_eviction: bool = True,
 ) -> Result:
     """Find a hindsight-optimal schedule, or the best one found and a proven bound.
 
@@ -67,7 +68,9 @@ def solve(
     objective
         ``total-latency`` (sum of completion minus arrival), ``makespan`` or ``sum-ttft``.
     formulation
-        ``time``: the time-indexed model (unit time, no chunking or eviction).
+        ``time``: the time-indexed model (unit time, no chunking or eviction);
+        ``batch``: the batch-indexed model (every legal schedule: chunking,
+        eviction, arrivals; unit or infermax-linear time; block size 1).
     solver
         ``highs``, ``cbc`` or ``cpsat``.
     warm_start
@@ -75,12 +78,26 @@ def solve(
         and beats the built-in list schedules).
     export
         Also write the model as ``.mps`` or ``.lp``.
+    allow_eviction
+        ``batch`` only: ``False`` restricts it to eviction-free schedules.
     """
     options = options or SolverOptions()
     measure = objective_function(objective)
     if formulation not in FORMULATIONS:
         raise InputError(
             f"--formulation: unknown formulation {formulation!r} (known: {', '.join(FORMULATIONS)})"
+        )
+    if formulation == "batch":
+        from kvsched.csp.batchindexed import solve_batch
+
+        return solve_batch(
+            instance,
+            objective=objective,
+            solver=solver,
+            options=options,
+            warm_start=warm_start,
+            export=export,
+            allow_eviction=allow_eviction,
         )
     t0 = time.perf_counter()
     ti = TimeIndexed(instance, objective)

@@ -1,0 +1,481 @@
+"""The batch-indexed formulation: every legal schedule (chunking, eviction, arrivals), in agreement
+with brute force through the semantic core and across back ends; each hole of seed 003's CSP
+(notes A4.2) re-opened and caught by the validator."""
+
+import copy
+import heapq
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvsched.csp import SolverOptions, SolveStatus, solve
+from kvsched.csp.backends import solve_model
+from kvsched.csp.batchindexed import HOLES, BatchIndexed
+from kvsched.csp.objectives import OBJECTIVES
+from kvsched.errors import InputError, KvschedError
+from kvsched.heuristics import make_policy, simulate
+from kvsched.instances.generators import figure15_limits, infermax_grid
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.schedule.conventions import mcsf_instance
+from kvsched.schedule.core import EngineState, ScheduleError
+from kvsched.schedule.ir import Batch, Phase, Schedule
+from kvsched.schedule.validate import instance_cost_model, replay, validate
+
+FAST = SolverOptions(time_limit=30, threads=2)
+SOLVERS = ("highs", "cbc", "cpsat")
+LINEAR = dict(a0=1.0, a1=0.5, b0=0.5, b1=0.05, p0=0.3, p1=0.2, p2=0.02, p3=0.2)
+
+
+# ------------------------------------------------------------------ brute force
+_ARRAYS = (
+    "generated",
+    "kv",
+    "refilling",
+    "done",
+    "evictions",
+    "processed",
+    "first_scheduled",
+    "first_token",
+    "completion",
+)
+
+
+def _clone(state: EngineState) -> EngineState:
+    new = copy.copy(state)
+    for name in _ARRAYS:
+        setattr(new, name, getattr(state, name).copy())
+    new._made = None
+    return new
+
+
+def brute_force(instance: Instance, objective: str, allow_eviction: bool = True) -> float:
+    """Optimum by Dijkstra over engine states; every transition is judged by the semantic core.
+
+    From each state: idle until the next arrival, or run any batch (any evictions of requests
+    holding KV, any 1..unprocessed tokens for any subset of arrived unfinished requests) that
+    ``EngineState.check`` accepts. Edge cost: the objective's growth over the edge's time.
+    """
+    state0 = EngineState(instance, instance_cost_model(instance))
+    n, arrival = state0.n, state0.arrival
+    a_max = float(arrival.max())
+    tick = itertools.count()
+    heap = [(0.0, next(tick), 0.0, state0)]
+    seen: dict[tuple, float] = {}
+    while heap:
+        dist, _, t, s = heapq.heappop(heap)
+        if s.all_done:
+            return dist
+        key = (s.generated.tobytes(), s.kv.tobytes(), s.refilling.tobytes(), min(t, a_max))
+        if seen.get(key, np.inf) <= dist:
+            continue
+        seen[key] = dist
+        waiting = {"total-latency": ~s.done, "sum-ttft": s.generated == 0}.get(objective)
+
+        def cost(t0: float, t1: float, waiting=waiting) -> float:
+            if waiting is None:
+                return t1 - t0
+            return float(np.clip(t1 - np.maximum(t0, arrival[waiting]), 0, None).sum())
+
+        later = arrival[arrival > t + 1e-9]
+        if later.size:
+            heapq.heappush(heap, (dist + cost(t, float(later.min())), next(tick), float(later.min()), s))
+        holders = [i for i in range(n) if s.kv[i] > 0]
+        ev_sets = [()]
+        if allow_eviction:
+            ev_sets = [e for r in range(len(holders) + 1) for e in itertools.combinations(holders, r)]
+        for ev in ev_sets:
+            opts = [
+                [0]
+                if (s.done[i] or arrival[i] > t + 1e-9 or i in ev)
+                else range(int(s.prompt[i] + s.generated[i] - s.kv[i]) + 1)
+                for i in range(n)
+            ]
+            for toks in itertools.product(*opts):
+                req = [i for i in range(n) if toks[i]]
+                if not req:
+                    continue
+                b = s.make_batch(t, req, [toks[i] for i in req], list(ev))
+                if s.check(b):
+                    continue
+                child = _clone(s)
+                child.apply(b)
+                heapq.heappush(heap, (dist + cost(t, b.end), next(tick), b.end, child))
+    return np.inf
+
+
+def _inst(reqs, m, c=None, p=None, r=None, time_model=None):
+    requests = tuple(Request(f"q{k}", float(a), i, o) for k, (i, o, a) in enumerate(reqs))
+    return Instance(
+        requests,
+        Limits(kv_capacity=m, max_batch_tokens=c, max_prefill_tokens=p, max_running=r),
+        time_model or TimeModel("unit"),
+    )
+
+
+def _tiny(draw_reqs, m_extra, c, p, r, linear=False):
+    peak = max(i + o - 1 for i, o, _ in draw_reqs)
+    return _inst(draw_reqs, peak + m_extra, c, p, r, TimeModel("infermax-linear", LINEAR) if linear else None)
+
+
+tiny_instances = st.builds(
+    _tiny,
+    st.lists(
+        st.tuples(st.integers(1, 3), st.integers(1, 3), st.sampled_from([0, 0, 1, 2])), min_size=1, max_size=2
+    ),
+    st.integers(0, 2),
+    st.sampled_from([None, 2, 3]),
+    st.sampled_from([None, None, 1, 2]),
+    st.sampled_from([None, None, 1]),
+)
+
+
+# ------------------------------------------------------------------- Figure 15
+@pytest.mark.parametrize(
+    ("prompt", "evict", "expected"),
+    [
+        (1, True, 11),
+        (2, True, 13),
+        (3, True, 14),
+        (4, True, 14),
+        (1, False, 16),
+        (2, False, 16),
+        (3, False, 16),
+        (4, False, 16),
+    ],
+)
+def test_figure15_optimal_batch_counts(prompt, evict, expected):
+    # Notes A6: O = 4, four requests, M = max(2I, I + O - 1), unit time, minimise the makespan.
+    inst = infermax_grid(prompt, 4, 4, figure15_limits(prompt, 4))
+    result = solve(
+        inst, objective="makespan", formulation="batch", solver="cpsat", options=FAST, allow_eviction=evict
+    )
+    assert result.status == SolveStatus.OPTIMAL
+    assert result.objective == expected == len(result.schedule.batches)
+    assert result.best_bound == expected
+    trace = replay(inst, result.schedule)
+    assert all(rec.kv_tokens <= inst.limits.kv_capacity for rec in trace.records)
+    if not evict:
+        assert result.stats["evictions"] == 0
+    elif prompt <= 2:
+        assert result.stats["evictions"] > 0  # below 16 only by evicting
+
+
+def test_figure15_highs_agrees():
+    inst = infermax_grid(1, 4, 4, figure15_limits(1, 4))
+    for evict, expected in ((True, 11), (False, 16)):
+        result = solve(
+            inst,
+            objective="makespan",
+            formulation="batch",
+            solver="highs",
+            options=FAST,
+            allow_eviction=evict,
+        )
+        assert result.status == SolveStatus.OPTIMAL and result.objective == expected
+
+
+# --------------------------------------------------------- brute-force agreement
+@settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny_instances, st.sampled_from(sorted(OBJECTIVES)), st.booleans())
+def test_unit_time_agrees_with_brute_force_on_every_back_end(inst, objective, evict):
+    expected = brute_force(inst, objective, evict)
+    for solver in SOLVERS:
+        result = solve(
+            inst, objective=objective, formulation="batch", solver=solver, options=FAST, allow_eviction=evict
+        )
+        assert result.status == SolveStatus.OPTIMAL, solver
+        assert result.objective == pytest.approx(expected), solver
+        assert result.best_bound == pytest.approx(expected), solver
+        assert replay(inst, result.schedule).ok
+        if not evict:
+            assert result.stats["evictions"] == 0
+
+
+@pytest.mark.parametrize(
+    ("reqs", "m", "c", "p", "r", "objective"),
+    [
+        (((2, 2, 0), (1, 2, 0), (2, 1, 1)), 3, 2, None, None, "total-latency"),
+        (((2, 2, 0), (2, 2, 0), (2, 2, 2)), 5, 2, 1, 2, "makespan"),
+        (((1, 2, 0), (1, 2, 0), (2, 2, 0)), 3, None, 1, None, "sum-ttft"),
+    ],
+)
+def test_three_requests_agree_with_brute_force(reqs, m, c, p, r, objective):
+    inst = _inst(reqs, m, c, p, r)
+    for evict in (True, False):
+        expected = brute_force(inst, objective, evict)
+        for solver in ("highs", "cpsat"):
+            result = solve(
+                inst,
+                objective=objective,
+                formulation="batch",
+                solver=solver,
+                options=FAST,
+                allow_eviction=evict,
+            )
+            assert result.status == SolveStatus.OPTIMAL
+            assert result.objective == pytest.approx(expected), (solver, evict)
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.builds(
+        lambda reqs, extra, c, p: _tiny(reqs, extra, c, p, None, linear=True),
+        st.lists(
+            st.tuples(st.integers(1, 3), st.integers(1, 3), st.sampled_from([0, 0, 0.5, 2.5])),
+            min_size=1,
+            max_size=2,
+        ),
+        st.integers(0, 2),
+        st.sampled_from([None, 2]),
+        st.sampled_from([None, 1]),
+    ),
+    st.sampled_from(sorted(OBJECTIVES)),
+    st.booleans(),
+)
+def test_infermax_linear_agrees_with_brute_force(inst, objective, evict):
+    # c^2 + 2mc by binary expansion, decode KV reads by McCormick, phases exact, idling to arrivals.
+    expected = brute_force(inst, objective, evict)
+    for solver in ("highs", "cbc"):
+        result = solve(
+            inst, objective=objective, formulation="batch", solver=solver, options=FAST, allow_eviction=evict
+        )
+        assert result.status == SolveStatus.OPTIMAL, solver
+        assert result.objective == pytest.approx(expected, rel=1e-6), solver
+
+
+def test_cpsat_refuses_fractional_costs():
+    inst = _inst(((2, 2, 0),), 4, time_model=TimeModel("infermax-linear", LINEAR))
+    with pytest.raises(InputError, match="CP-SAT"):
+        solve(inst, formulation="batch", solver="cpsat", options=FAST)
+
+
+# ------------------------------------------------------------ every legal schedule
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 6), st.integers(1, 6), st.sampled_from([0, 0, 1, 3])), min_size=1, max_size=5
+    ),
+    st.integers(0, 4),
+    st.sampled_from([None, 4]),
+    st.sampled_from([None, 2, 3]),
+    st.sampled_from([None, 2]),
+    st.booleans(),
+    st.sampled_from(sorted(OBJECTIVES)),
+)
+def test_every_policy_schedule_is_a_feasible_vector_with_its_replayed_objective(
+    reqs, extra, c, p, r, linear, objective
+):
+    # The class is every legal schedule: the simulator's schedules (evictions, chunks, idling)
+    # must each map to a full assignment that satisfies the model and has the core's objective.
+    inst = _tiny(reqs, extra, c, p, r, linear=linear)
+    bi = BatchIndexed(inst, objective)
+    hint = bi.heuristic_schedule()
+    for name in ("vllm", "sarathi", "sarathi-pc", "rank-i"):
+        try:
+            sched = bi.retimed(simulate(inst, make_policy(name)).schedule)
+        except KvschedError:
+            continue
+        model = bi.build(max(bi.value(hint), bi.value(sched)), hint)
+        x = bi.vector_of(sched)
+        assert model.violations(x) == [], name
+        assert model.objective_value(x) == pytest.approx(bi.value(sched), rel=1e-9), name
+        assert model.violations(model.hint) == []
+
+
+# ----------------------------------------------------------- holes of A4.2
+def _hole_model(inst, objective, holes, *, evict=True, horizon=None):
+    bi = BatchIndexed(inst, objective, allow_eviction=evict, holes=holes)
+    model = bi.build(bi.value(bi.heuristic_schedule()), None, horizon=horizon)
+    return bi, model
+
+
+def test_hole1_no_release_after_completion():
+    # Two requests, room for one: after the first completes its KV must be released.
+    inst = _inst(((2, 2, 0), (2, 2, 0)), 3)
+    assert brute_force(inst, "total-latency") == 6
+    bi, model = _hole_model(inst, "total-latency", ["no-release"])
+    raw = solve_model(model, "highs", FAST)
+    assert raw.status == SolveStatus.OPTIMAL
+    # ... so the model 'evicts' the finished request to make room, which the validator rejects.
+    with pytest.raises(ScheduleError, match="evicted but it completed"):
+        bi.schedule_from(raw.x)
+    _, model = _hole_model(inst, "total-latency", ["no-release"], evict=False)
+    assert solve_model(model, "highs", FAST).status == SolveStatus.INFEASIBLE  # eviction-free: stuck
+    fixed = solve(inst, formulation="batch", options=FAST, allow_eviction=False)
+    assert fixed.objective == 6 and fixed.stats["evictions"] == 0
+
+
+def test_hole2_free_token_without_processing():
+    inst = _inst(((2, 2, 0), (2, 2, 0)), 3)
+    bi, model = _hole_model(inst, "makespan", ["free-token"])
+    raw = solve_model(model, "highs", FAST)
+    assert raw.objective < brute_force(inst, "makespan") == 4  # tokens for free: no batch needed
+    with pytest.raises(ScheduleError, match="incomplete"):
+        replay(inst, bi.schedule_from(raw.x))
+
+
+def test_hole2_stalled_token_model_misstates_completion():
+    # Without g = 0 => c <= S - m - 1, a request may process everything without generating and
+    # generate later in a batch it is not in: the model's completion is not the core's.
+    inst = _inst(((1, 1, 0), (1, 2, 0)), 4)
+    for holes, feasible in (([], False), (["stalled-token"], True)):
+        bi = BatchIndexed(inst, "total-latency", holes=holes)
+        model = bi.build(4, None, horizon=2)
+        for name, value in (("c[0,1]", 1), ("g[0,1]", 0)):  # process the whole prompt, no token
+            k = model.names.index(name)
+            model.lb[k] = model.ub[k] = value
+        raw = solve_model(model, "highs", FAST)
+        assert (raw.status == SolveStatus.OPTIMAL) == feasible
+        if feasible:
+            sched = bi.schedule_from(raw.x)
+            assert round(raw.x[model.names.index("g[0,2]")]) == 1  # generated in a batch it is not in
+            assert round(raw.x[model.names.index("c[0,2]")]) == 0
+            assert raw.objective == 4 and bi.value(sched) == 3  # the core generated at once
+
+
+def test_hole4_refill_phase_label():
+    # P = 1. A refill's last 1-token chunk is a refill for the core (it pays P); the notes' rule
+    # "generated and one token left" calls it a decode, so a model with that rule admits a batch
+    # with 2 prefill/refill tokens.
+    inst = _inst(((1, 3, 0), (2, 1, 0)), 10, p=1)
+    pre, dec, ref = int(Phase.PREFILL), int(Phase.DECODE), int(Phase.REFILL)
+    batches = (
+        Batch.of(0, 1, [0], [1], [pre]),
+        Batch.of(1, 1, [1], [1], [pre], evicted=[0]),
+        Batch.of(2, 1, [0], [1], [ref]),
+        Batch.of(3, 1, [0, 1], [1, 1], [ref, pre]),  # 2 prefill/refill tokens > P = 1
+        Batch.of(4, 1, [0], [1], [dec]),
+    )
+    sched = Schedule(batches)
+    violations = validate(inst, sched).violations
+    assert [v.rule for v in violations] == ["prefill-budget"] and violations[0].batch == 3
+    for holes, admits in (([], False), (["phase-label"], True)):
+        bi = BatchIndexed(inst, "makespan", holes=holes)
+        model = bi.build(10, None, horizon=5)
+        x = bi.vector_of(sched, check=False)
+        assert (model.violations(x) == []) == admits, holes
+
+
+def test_hole5_heuristic_batch_count_is_not_a_horizon():
+    # A better schedule may need more (smaller) batches than the heuristic's.
+    inst = _inst(((4, 1, 0), (1, 4, 0), (2, 1, 0), (2, 2, 0)), 5, c=3)
+    bi = BatchIndexed(inst, "sum-ttft")
+    hint = bi.heuristic_schedule()
+    short = len(hint.batches)
+    results = {}
+    for horizon in (short, None):
+        model = bi.build(bi.value(hint), hint, horizon=horizon)
+        raw = solve_model(model, "cpsat", FAST)
+        assert raw.status == SolveStatus.OPTIMAL
+        results[horizon] = (raw.objective, bi.schedule_from(raw.x))
+    (cut, _), (best, sched) = results[short], results[None]
+    assert best < cut
+    assert bi.value(sched) == best and len(sched.batches) > short
+
+
+def test_hole6_idling_is_needed():
+    inst = _inst(((1, 1, 0), (1, 1, 5)), 3)
+    _, model = _hole_model(inst, "total-latency", ["no-idle"])
+    assert solve_model(model, "highs", FAST).status == SolveStatus.INFEASIBLE
+    result = solve(inst, formulation="batch", options=FAST)
+    assert result.objective == brute_force(inst, "total-latency") == 2
+    assert [b.start for b in result.schedule.batches] == [0, 5]
+
+
+def test_hole6_arrival_gates_the_batch_start():
+    # Arrived by the batch's *end* is not enough: the request would run before it arrives.
+    inst = _inst(((1, 1, 0), (1, 3, 1)), 4)
+    assert brute_force(inst, "makespan") == 4
+    bi, model = _hole_model(inst, "makespan", ["arrival-at-end"])
+    raw = solve_model(model, "highs", FAST)
+    assert raw.objective == 3
+    with pytest.raises(ScheduleError, match="before it arrives"):
+        bi.schedule_from(raw.x)
+
+
+def test_every_hole_is_tested():
+    assert set(HOLES) == {
+        "no-release",
+        "free-token",
+        "stalled-token",
+        "phase-label",
+        "no-idle",
+        "arrival-at-end",
+    }
+
+
+@pytest.mark.parametrize("objective", ["total-latency", "makespan"])
+def test_hole7_symmetry_rows_keep_an_optimum(objective):
+    inst = _inst(((2, 2, 0), (2, 2, 0), (1, 2, 0)), 4)
+    expected = brute_force(inst, objective)
+    bi = BatchIndexed(inst, objective)
+    hint = bi.heuristic_schedule()
+    for symmetry in (True, False):
+        model = bi.build(bi.value(hint), hint, symmetry=symmetry)
+        assert model.violations(model.hint) == []
+        raw = solve_model(model, "cpsat", FAST)
+        assert raw.objective == expected
+    assert any(r.name.startswith("sym[") for r in bi.build(bi.value(hint), hint).rows)
+
+
+def test_objectives_differ_and_are_labelled():
+    # InferMax's 'latency' is the makespan; seed 004 minimises the sum of completion times.
+    inst = _inst(((3, 1, 0), (1, 3, 0)), 3)
+    by_latency = solve(inst, formulation="batch", objective="total-latency", options=FAST)
+    by_makespan = solve(inst, formulation="batch", objective="makespan", options=FAST)
+    assert by_latency.objective_name == "total-latency" and by_makespan.objective_name == "makespan"
+    assert by_latency.objective == brute_force(inst, "total-latency")
+    assert by_makespan.objective == brute_force(inst, "makespan")
+
+
+# ---------------------------------------------------------------- the driver
+def test_batch_class_contains_the_time_indexed_class():
+    inst = mcsf_instance(1, [1, 1, 2, 3], 4)
+    time_opt = solve(inst, formulation="time", options=FAST).objective
+    batch = solve(inst, formulation="batch", solver="cpsat", options=FAST)
+    assert time_opt == 16 and batch.status == SolveStatus.OPTIMAL and batch.objective <= time_opt
+
+
+def test_timeout_returns_the_warm_start():
+    inst = infermax_grid(4, 4, 4, figure15_limits(4, 4))
+    result = solve(
+        inst,
+        formulation="batch",
+        objective="makespan",
+        solver="highs",
+        options=SolverOptions(time_limit=0.01, threads=1),
+    )
+    assert result.schedule is not None and replay(inst, result.schedule).ok
+    assert result.objective <= result.stats["upper_bound"]
+
+
+def test_warm_start_is_used_when_better():
+    inst = infermax_grid(2, 4, 4, figure15_limits(2, 4))
+    vllm = simulate(inst, make_policy("vllm")).schedule
+    result = solve(
+        inst, formulation="batch", objective="makespan", solver="cpsat", options=FAST, warm_start=vllm
+    )
+    assert result.stats["upper_bound"] <= 13 and result.objective == 13
+
+
+@pytest.mark.parametrize(
+    ("instance", "message"),
+    [
+        (_inst(((2, 2, 0),), 4, time_model=TimeModel("hinge")), "unit or infermax-linear"),
+        (Instance((Request("a", 0, 2, 2),), Limits(8, block_size=2), TimeModel("unit")), "block_size"),
+    ],
+)
+def test_instances_outside_the_class_are_refused_clearly(instance, message):
+    with pytest.raises(InputError, match=message):
+        solve(instance, formulation="batch")
+
+
+def test_unknown_formulation_and_hole():
+    inst = _inst(((2, 2, 0),), 4)
+    with pytest.raises(InputError, match="batch"):
+        solve(inst, formulation="nope")
+    with pytest.raises(InputError, match="unknown hole"):
+        BatchIndexed(inst, holes=["nope"])
