@@ -219,7 +219,7 @@ def test_three_requests_agree_with_brute_force(reqs, m, c, p, r, objective):
             assert result.objective == pytest.approx(expected), (solver, evict)
 
 
-@settings(max_examples=15, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.builds(
         lambda reqs, extra, c, p: _tiny(reqs, extra, c, p, None, linear=True),
