@@ -28,19 +28,13 @@ import numpy as np
 
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
-from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET
+from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET, stricter
 from kvsched.instances.model import Instance
 
 #: Reserved per request by Orca and FasterTransformer: Llama-2's context length (Vidur's max_tokens).
 DEFAULT_MAX_SEQ_LEN = 4096
 #: vLLM's default ``max_num_seqs``.
 DEFAULT_MAX_NUM_SEQS = 256
-
-
-def stricter(*limits: int | None) -> int | None:
-    """The smallest of the limits that are set (``None`` = unlimited)."""
-    given = [int(x) for x in limits if x is not None]
-    return min(given) if given else None
 
 
 def check_positive(name: str, value: int | None) -> None:

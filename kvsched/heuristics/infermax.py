@@ -70,9 +70,9 @@ WaitingFail = Literal["stop", "probe"]
 DEFAULT_TOKEN_BUDGET = 4096
 
 
-def _stricter(*limits: int | None) -> int | None:
+def stricter(*limits: int | None) -> int | None:
     """The smallest of the limits that are set (``None`` = unlimited)."""
-    given = [x for x in limits if x is not None]
+    given = [int(x) for x in limits if x is not None]
     return min(given) if given else None
 
 
@@ -250,9 +250,9 @@ class InferMax:
     # ----------------------------------------------------------------- set-up
     def reset(self, instance: Instance) -> None:
         lim = instance.limits
-        self._C = _stricter(self.token_budget, lim.max_batch_tokens) or DEFAULT_TOKEN_BUDGET
+        self._C = stricter(self.token_budget, lim.max_batch_tokens) or DEFAULT_TOKEN_BUDGET
         self._P: int = min(self.prefill_budget or self._C, lim.max_prefill_tokens or self._C, self._C)
-        self._R = _stricter(self.max_running, lim.max_running)
+        self._R = stricter(self.max_running, lim.max_running)
         self._budgets = {"C": self._C, "P": self._P, "max_running": self._R}
         self._block = lim.block_size
         self._capacity = lim.kv_blocks
