@@ -19,8 +19,8 @@ import numpy as np
 
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
-from kvsched.heuristics.engines import check_positive, stricter
-from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET
+from kvsched.heuristics.engines import check_positive
+from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET, stricter
 from kvsched.instances.model import Instance
 
 Order = Literal["fcfs", "shortest-prompt", "shortest-remaining"]
