@@ -11,6 +11,7 @@ from rich.table import Table
 from kvsched.commands.common import (
     positive_int,
 )
+from kvsched.errors import InputError
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
@@ -54,6 +55,12 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     from kvsched.costmodel.calibrate import calibrate, coefficient_name
     from kvsched.costmodel.coeffile import dump_coefficients
 
+    if (args.table is None) == (args.from_replay is None):
+        raise InputError("calibrate: give either a compute profiling table or --from-replay MEASURED.csv")
+    if args.from_replay is not None:
+        from kvsched.commands.executor import cmd_calibrate_from_replay
+
+        return cmd_calibrate_from_replay(args)
     cal = calibrate(
         args.table,
         model=args.model,
@@ -126,7 +133,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Attention terms come from the attention table: measured where it matches the model, GPU and TP "
         "degree, derived by scaling otherwise.",
     )
-    p.add_argument("table", help="compute profiling table (Vidur's mlp.csv)")
+    p.add_argument("table", nargs="?", help="compute profiling table (Vidur's mlp.csv)")
+    p.add_argument(
+        "--from-replay",
+        metavar="MEASURED.csv",
+        help="fit every coefficient to measured batches instead (a kvsched replay or profile batches table; "
+        "--form stepped or linear)",
+    )
     p.add_argument("--model", help="model preset (default: recognised from the table's dimensions)")
     p.add_argument("--gpu", help="GPU preset (default: a directory in the table's path, e.g. .../a100/...)")
     p.add_argument("--tp", type=positive_int, default=1, help="tensor-parallel degree (default 1)")

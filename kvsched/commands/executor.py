@@ -1,0 +1,289 @@
+"""``kvsched replay`` and ``kvsched profile``: run schedules and microbenchmarks on a real model.
+
+Both need torch (``pip install -e .[gpu]``); without it they print one line
+saying how to install it. ``kvsched calibrate --from-replay`` (registered in
+:mod:`kvsched.commands.costmodel`) fits a replay table and needs no torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kvsched.commands.common import EXIT_INVALID, kv_pairs, positive_int
+
+#: dtypes for which the oracle must hold exactly.
+EXACT_DTYPES = ("float32", "float64")
+
+
+def _prediction_model(args: argparse.Namespace, instance: Any) -> tuple[Any, str]:
+    """The cost model whose predictions go next to the measurements, and how it was named."""
+    from kvsched.costmodel import make_cost_model
+    from kvsched.schedule.validate import instance_cost_model
+
+    if args.cost_model is None:
+        return instance_cost_model(instance), f"the instance's {instance.time_model.name!r}"
+    from kvsched.costmodel.coeffile import resolve_cost_model
+
+    name, params = resolve_cost_model(args.cost_model)
+    params.update(kv_pairs(args.cost_param or [], "--cost-param"))
+    return make_cost_model(name, params), args.cost_model
+
+
+def _model(args: argparse.Namespace) -> Any:
+    from kvsched.executor.device import require_torch, resolve_device, resolve_dtype
+
+    torch = require_torch()
+    from kvsched.executor.model import Decoder, decoder_config
+
+    device = resolve_device(args.device)
+    dtype = resolve_dtype(args.dtype, device)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cfg = decoder_config(args.model, args.layers, str(dtype).removeprefix("torch."), args.seed)
+    return Decoder(cfg, device)
+
+
+def _errors_row(table: Table, label: str, s: Any) -> None:
+    table.add_row(label, str(s.n), f"{s.mean:.2%}", f"{s.p50:.2%}", f"{s.p90:.2%}", f"{s.max:.2%}")
+
+
+def _error_table(title: str) -> Table:
+    table = Table(title=title)
+    for col in ("", "batches", "mean", "p50", "p90", "max"):
+        table.add_column(col, justify="left" if not col else "right")
+    return table
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from kvsched.executor.device import require_torch
+
+    require_torch()
+    from kvsched.executor.measure import ErrorSummary, end_to_end, write_replay
+    from kvsched.executor.oracle import check_oracle
+    from kvsched.executor.runner import replay_on_model
+    from kvsched.instances.io import load_instance
+    from kvsched.schedule.io import load_schedule
+
+    instance = load_instance(args.instance)
+    schedule = load_schedule(args.schedule, instance)
+    predict, predict_label = _prediction_model(args, instance)
+    model = _model(args)
+    console = Console()
+    err = Console(stderr=True)
+    if predict.name == "unit":
+        err.print(
+            "note: the cost model is 'unit' (one slot a batch), not seconds; pass --cost-model with a "
+            "calibrated coefficient set to compare predictions with measured seconds",
+            markup=False,
+            highlight=False,
+        )
+    result = replay_on_model(
+        model,
+        instance,
+        schedule,
+        predict=predict,
+        pool_capacity=args.pool_capacity,
+        repeat=args.repeat,
+        warmup=args.warmup,
+        seed=args.prompt_seed,
+        progress=args.progress,
+    )
+    table = result.table
+    measured, predicted = table["measured_s"].to_numpy(), table["predicted_s"].to_numpy()
+    summary = ErrorSummary.of(measured, predicted)
+    e2e = end_to_end(instance, schedule, measured, predicted)
+
+    cfg = model.cfg
+    scaled = (
+        f", times x {cfg.layer_scale:g} for {cfg.shape.layers} layers"
+        if cfg.layers != cfg.shape.layers
+        else ""
+    )
+    out = _error_table(
+        f"{cfg.name} ({cfg.layers} layers{scaled}) on {result.meta['device_name']}: "
+        f"batch time, measured vs {predict_label}"
+    )
+    _errors_row(out, "relative error", summary)
+    console.print(out)
+    e2e_table = Table(title="end to end (each timeline retimed from the same batches)")
+    for col in ("metric", "measured", "predicted", "rel. error"):
+        e2e_table.add_column(col, justify="left" if col == "metric" else "right")
+    for name, row in e2e.iterrows():
+        e2e_table.add_row(str(name), f"{row.measured:.6g}", f"{row.predicted:.6g}", f"{row.rel_err:.2%}")
+    console.print(e2e_table)
+    console.print(
+        f"replayed {len(table)} batches: {measured.sum():.4g} s measured, {predicted.sum():.4g} predicted",
+        highlight=False,
+    )
+
+    meta: dict[str, Any] = {
+        **result.meta,
+        "instance": instance.name or Path(args.instance).name,
+        "schedule": Path(args.schedule).name,
+        "schedule_meta": schedule.meta,
+        "predicted_with": predict_label,
+        "summary": summary.as_dict(),
+        "end_to_end": {str(k): v for k, v in e2e.to_dict(orient="index").items()},
+    }
+    status = 0
+    if args.check_oracle:
+        report = check_oracle(model, instance, result.prompts, result.generated, args.oracle_limit)
+        console.print(report.summary(), markup=False, highlight=False)
+        meta["oracle"] = report.as_dict()
+        if not report.ok and cfg.dtype in EXACT_DTYPES:
+            err.print(
+                f"kvsched replay: the oracle fails in {cfg.dtype}, where it must hold exactly",
+                markup=False,
+                highlight=False,
+            )
+            status = EXIT_INVALID
+    side = write_replay(table, meta, args.out)
+    err.print(
+        f"wrote the replay table to {args.out} and its metadata to {side}", markup=False, highlight=False
+    )
+    return status
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from kvsched.executor.device import require_torch
+
+    require_torch()
+    from kvsched.executor.profile import GRIDS, run_profile
+
+    predict = None
+    if args.cost_model:
+        from kvsched.costmodel import make_cost_model
+        from kvsched.costmodel.coeffile import resolve_cost_model
+
+        name, params = resolve_cost_model(args.cost_model)
+        predict = make_cost_model(name, params)
+    model = _model(args)
+    res = run_profile(
+        model,
+        args.out,
+        grid=GRIDS[args.grid],
+        repeat=args.repeat,
+        pool_tokens=args.pool_tokens,
+        predict=predict,
+        warmup=args.warmup,
+    )
+    console = Console()
+    for kind, path in (("compute", res.compute), ("attention", res.attention), ("batches", res.batches)):
+        console.print(f"{kind}: {res.rows[kind]} rows -> {path}", markup=False, highlight=False)
+    if res.skipped:
+        console.print(
+            f"{res.skipped} rows skipped: their KV does not fit the pool (--pool-tokens)",
+            markup=False,
+            highlight=False,
+        )
+    return 0
+
+
+def cmd_calibrate_from_replay(args: argparse.Namespace) -> int:
+    """``kvsched calibrate --from-replay``: fit the calibrated model to measured batches."""
+    from kvsched.costmodel.coeffile import dump_coefficients
+    from kvsched.executor.measure import fit_replay
+
+    fit = fit_replay(args.from_replay, form=args.form, folds=args.folds, seed=args.seed)
+    table = _error_table(f"batch time: calibrated ({fit.form}) fitted to {fit.table.path.name}")
+    if fit.before is not None:
+        _errors_row(table, "before (the replay's prediction)", fit.before)
+    _errors_row(table, "after, in sample", fit.in_sample)
+    _errors_row(table, f"after, held out ({fit.folds}-fold)", fit.held_out)
+    console = Console()
+    console.print(table)
+    console.print(f"R² {fit.r2:.4f}; coefficients: {fit.cost.params()}", markup=False, highlight=False)
+    src = Path(args.from_replay)
+    out = Path(args.out) if args.out else src.with_name(f"{src.stem}_fit.json")
+    out.write_text(dump_coefficients(fit.document()))
+    Console(stderr=True).print(f"wrote {fit.form} coefficients to {out}", markup=False, highlight=False)
+    return 0
+
+
+def _model_args(p: argparse.ArgumentParser, repeat: int) -> None:
+    g = p.add_argument_group("model and device")
+    g.add_argument(
+        "--model",
+        default="tiny",
+        help="tiny, or a preset's shape with random weights: llama-2-7b-shape, llama-3-8b-shape, "
+        "mistral-7b-shape, ... (default tiny)",
+    )
+    g.add_argument(
+        "--layers",
+        type=positive_int,
+        help="build only this many layers; measured times are scaled by full layers / layers",
+    )
+    g.add_argument("--device", default="cpu", help="cpu or cuda (default cpu)")
+    g.add_argument(
+        "--dtype",
+        choices=("float32", "float64", "bfloat16", "float16"),
+        help="weights, activations and KV (default float32 on CPU, bfloat16 on CUDA)",
+    )
+    g.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    g.add_argument("--threads", type=positive_int, help="CPU threads torch uses (default: torch's)")
+    g.add_argument(
+        "--repeat",
+        type=positive_int,
+        default=repeat,
+        help=f"runs per measurement, median kept (default {repeat})",
+    )
+    g.add_argument("--warmup", type=int, default=2, help="warm-up rounds before measuring (default 2)")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this module's commands to the ``kvsched`` parser."""
+    p = sub.add_parser(
+        "replay",
+        help="replay a schedule on a real transformer and measure every batch",
+        description="Replay SCHEDULE on INSTANCE batch by batch on a Llama-style PyTorch model with random "
+        "weights, stepping the semantic core alongside (the schedule is validated strictly). Writes each "
+        "batch's measured time next to the cost model's prediction, prints the relative error and the "
+        "end-to-end metrics on the measured and the predicted timeline. --check-oracle checks that every "
+        "request's tokens equal those of running it alone. Needs torch: pip install -e .[gpu].",
+    )
+    p.add_argument("instance", help="instance .json")
+    p.add_argument("schedule", help="schedule .json (kvsched format)")
+    p.add_argument("--out", "-o", default="measured.csv", help="replay table (default measured.csv)")
+    p.add_argument(
+        "--cost-model",
+        help="cost model to compare with: name, coefficient file or shipped set (default: the instance's)",
+    )
+    p.add_argument("--cost-param", action="append", metavar="K=V", help="cost model parameter (repeatable)")
+    p.add_argument(
+        "--check-oracle", action="store_true", help="compare every request's tokens with it run alone"
+    )
+    p.add_argument("--oracle-limit", type=positive_int, help="check only the first N requests")
+    p.add_argument(
+        "--pool-capacity",
+        type=positive_int,
+        help="KV pool size in tokens (default the instance's M; smaller shows the pool refusing a schedule)",
+    )
+    p.add_argument("--prompt-seed", type=int, default=0, help="seed of the prompt token ids (default 0)")
+    p.add_argument(
+        "--progress", action=argparse.BooleanOptionalAction, default=False, help="progress bar (default off)"
+    )
+    _model_args(p, repeat=1)
+    p.set_defaults(func=cmd_replay)
+
+    p = sub.add_parser(
+        "profile",
+        help="microbenchmarks for calibration, in Vidur's profiling-table columns",
+        description="Time every non-attention operator per token count (mlp.csv), one layer's attention for "
+        "decode batches and prefill chunks (attention.csv), and whole decode, prefill and mixed batches "
+        "(batches.csv, the replay table's columns) on a Llama-style PyTorch model. Needs torch.",
+    )
+    p.add_argument("--out", "-o", required=True, help="directory for mlp.csv, attention.csv, batches.csv")
+    p.add_argument("--grid", choices=("full", "quick"), default="full", help="sizes profiled (default full)")
+    p.add_argument(
+        "--pool-tokens",
+        type=positive_int,
+        help="KV pool for the batches (default: what the grid needs, capped by 70%% of free GPU memory)",
+    )
+    p.add_argument("--cost-model", help="cost model whose prediction goes into batches.csv")
+    _model_args(p, repeat=5)
+    p.set_defaults(func=cmd_profile)

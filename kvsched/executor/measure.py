@@ -1,0 +1,306 @@
+"""Measured against predicted: per-batch rows, error summaries, end-to-end metrics, fits.
+
+This module needs no torch: it reads and writes the replay table (one row per
+batch, :data:`REPLAY_COLUMNS`) and fits the calibrated cost model to it.
+
+* Per batch, the row carries the batch sums every linear cost model is built on
+  (:class:`~kvsched.costmodel.features.BatchFeatures`), the measured time and
+  the cost model's prediction.
+* End to end, the schedule is *retimed* twice -- with measured and with
+  predicted durations, each batch starting when the previous one ends or when
+  its last request arrives, whichever is later -- and each retimed schedule is
+  replayed through the validator (durations unchecked) into
+  :func:`kvsched.schedule.metrics.run_metrics`. Both sides go through the same
+  retiming, so their difference is the cost model's error alone.
+* :func:`fit_replay` fits every coefficient of the calibrated model to the
+  measured batches with :func:`kvsched.costmodel.fitting.fit_batches`, and
+  reports the error before (the replay's own prediction), in sample and held
+  out (k-fold).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from kvsched.costmodel.base import BatchView
+from kvsched.costmodel.calibrate import DIGITS
+from kvsched.costmodel.calibrated import CalibratedCost
+from kvsched.costmodel.coeffile import KIND, parse_coefficients
+from kvsched.costmodel.features import BatchFeatures
+from kvsched.costmodel.fidelity import held_out
+from kvsched.costmodel.fitting import fit_batches
+from kvsched.costmodel.profiles import _numeric, _read
+from kvsched.errors import InputError
+from kvsched.instances.model import Instance
+from kvsched.schedule.ir import Batch, Schedule
+
+#: The batch sums of :class:`BatchFeatures`, as replay-table columns.
+FEATURES = tuple(f.name for f in fields(BatchFeatures))
+#: Columns of the replay table, in order. Times in seconds; ``measured_s`` is scaled to the full model.
+REPLAY_COLUMNS = (
+    "batch",
+    "start",
+    "duration",
+    "num_items",
+    "num_evicted",
+    *FEATURES,
+    "kv_blocks",
+    "host_prep_s",
+    "measured_raw_s",
+    "measured_s",
+    "predicted_s",
+    "rel_err",
+)
+#: End-to-end figures compared (fields of :class:`kvsched.schedule.metrics.RunMetrics`).
+E2E_METRICS = (
+    "makespan",
+    "mean_latency",
+    "p50_latency",
+    "p99_latency",
+    "mean_ttft",
+    "p99_ttft",
+    "mean_tpot",
+    "max_tbt",
+    "tokens_per_s",
+)
+FIT_FORMS = ("stepped", "linear")
+
+
+def batch_row(
+    index: int,
+    batch: Batch,
+    view: BatchView,
+    *,
+    measured: float,
+    measured_raw: float,
+    predicted: float,
+    host_prep: float,
+    kv_blocks: int,
+) -> dict[str, Any]:
+    """One replay-table row."""
+    return {
+        "batch": index,
+        "start": batch.start,
+        "duration": batch.duration,
+        "num_items": batch.size,
+        "num_evicted": int(batch.evicted.size),
+        **asdict(BatchFeatures.of(view)),
+        "kv_blocks": kv_blocks,
+        "host_prep_s": host_prep,
+        "measured_raw_s": measured_raw,
+        "measured_s": measured,
+        "predicted_s": predicted,
+        "rel_err": abs(predicted - measured) / measured if measured > 0 else math.nan,
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorSummary:
+    """Relative errors |predicted - measured| / measured: count, mean, median, 90th percentile, max."""
+
+    n: int
+    mean: float
+    p50: float
+    p90: float
+    max: float
+
+    @classmethod
+    def of(
+        cls, measured: Sequence[float] | np.ndarray, predicted: Sequence[float] | np.ndarray
+    ) -> ErrorSummary:
+        m = np.asarray(measured, dtype=np.float64)
+        err = np.abs(np.asarray(predicted, dtype=np.float64) - m) / m
+        if err.size == 0:
+            return cls(0, math.nan, math.nan, math.nan, math.nan)
+        return cls(
+            int(err.size),
+            float(err.mean()),
+            float(np.percentile(err, 50)),
+            float(np.percentile(err, 90)),
+            float(err.max()),
+        )
+
+    def as_dict(self) -> dict[str, float]:
+        return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+# ------------------------------------------------------------------ end to end
+def retime(instance: Instance, schedule: Schedule, durations: Sequence[float] | np.ndarray) -> Schedule:
+    """The same batches with new durations, each started as early as the last one and its arrivals allow."""
+    d = np.asarray(durations, dtype=np.float64)
+    if d.size != len(schedule):
+        raise ValueError(f"{d.size} durations for {len(schedule)} batches")
+    arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
+    out = []
+    clock = 0.0
+    for b, dur in zip(schedule.batches, d, strict=True):
+        start = max(clock, float(arrival[b.requests].max()))
+        out.append(Batch.of(start, float(dur), b.requests, b.tokens, b.phases, b.evicted))
+        clock = start + float(dur)
+    return Schedule(tuple(out), dict(schedule.meta))
+
+
+def end_to_end(
+    instance: Instance, schedule: Schedule, measured: np.ndarray, predicted: np.ndarray
+) -> pd.DataFrame:
+    """Run metrics on the measured and on the predicted timeline, with their relative error.
+
+    Rows are :data:`E2E_METRICS`; columns ``measured``, ``predicted``, ``rel_err``.
+    """
+    from kvsched.schedule.metrics import run_metrics
+    from kvsched.schedule.validate import replay
+
+    def metrics(durations: np.ndarray) -> dict[str, Any]:
+        trace = replay(instance, retime(instance, schedule, durations), check_durations=False)
+        return run_metrics(trace).to_dict()
+
+    meas, pred = metrics(measured), metrics(predicted)
+    rows = []
+    for name in E2E_METRICS:
+        m, p = float(meas[name]), float(pred[name])
+        err = abs(p - m) / abs(m) if m and math.isfinite(m) and math.isfinite(p) else math.nan
+        rows.append({"metric": name, "measured": m, "predicted": p, "rel_err": err})
+    return pd.DataFrame(rows).set_index("metric")
+
+
+# ------------------------------------------------------------------ files
+def sidecar(path: str | Path) -> Path:
+    """Where a replay table's metadata lives: the same name with ``.json``."""
+    return Path(path).with_suffix(".json")
+
+
+def write_replay(table: pd.DataFrame, meta: dict[str, Any], path: str | Path) -> Path:
+    """Write the replay table (CSV) and its metadata (JSON beside it); return the metadata's path."""
+    p = Path(path)
+    table.loc[:, list(REPLAY_COLUMNS)].to_csv(p, index=False)
+    side = sidecar(p)
+    side.write_text(json.dumps(meta, indent=1, default=_jsonable) + "\n")
+    return side
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ReplayTable:
+    """A replay table read back: batch sums, measured and (when present) predicted times, metadata."""
+
+    path: Path
+    features: tuple[BatchFeatures, ...]
+    measured: np.ndarray
+    predicted: np.ndarray | None
+    meta: dict[str, Any]
+
+
+def read_replay(path: str | Path) -> ReplayTable:
+    """Read and check a replay table (one clear error naming the column and line)."""
+    p = Path(path)
+    df = _read(p)
+    cols = {name: _numeric(df, name, p) for name in FEATURES}
+    measured = _numeric(df, "measured_s", p, positive=True)
+    # Profiled batches have no prediction (an empty column): then there is no "before".
+    has_pred = "predicted_s" in df.columns and bool(df["predicted_s"].notna().all())
+    predicted = _numeric(df, "predicted_s", p) if has_pred else None
+    feats = tuple(BatchFeatures(**{name: float(cols[name][i]) for name in FEATURES}) for i in range(len(df)))
+    meta: dict[str, Any] = {}
+    side = sidecar(p)
+    if side.is_file():
+        try:
+            meta = json.loads(side.read_text())
+        except json.JSONDecodeError as exc:
+            raise InputError(f"{side}: not JSON ({exc})") from None
+    return ReplayTable(p, feats, measured, predicted, meta)
+
+
+# ------------------------------------------------------------------ fitting
+@dataclass(frozen=True, slots=True, eq=False)
+class ReplayFit:
+    """The calibrated model fitted to a replay table, and how well it fits."""
+
+    table: ReplayTable
+    form: str
+    cost: CalibratedCost
+    r2: float
+    before: ErrorSummary | None
+    in_sample: ErrorSummary
+    held_out: ErrorSummary
+    folds: int
+    seed: int
+
+    def document(self) -> dict[str, Any]:
+        """The coefficient file (``kvsched.cost-coefficients``) of the fit."""
+        meta = self.table.meta
+        doc = {
+            "schema_version": 1,
+            "kind": KIND,
+            "name": self.cost.name,
+            "params": self.cost.params(),
+            "meta": {
+                "source": "replay",
+                "table": self.table.path.name,
+                "rows": int(self.table.measured.size),
+                "form": self.form,
+                "unit": "seconds",
+                "r2": _round(self.r2),
+                "fidelity": {
+                    "before": self.before.as_dict() if self.before else None,
+                    "in_sample": self.in_sample.as_dict(),
+                    "held_out": self.held_out.as_dict(),
+                },
+                "cv": {"folds": self.folds, "seed": self.seed},
+                "replay": {k: meta[k] for k in sorted(meta) if k not in ("summary", "end_to_end")},
+            },
+        }
+        parse_coefficients(doc, str(self.table.path))  # what --cost-model will accept
+        return doc
+
+
+def _round(x: float) -> float:
+    return float(f"{x:.{DIGITS}g}")
+
+
+def _fit(features: Sequence[BatchFeatures], t: np.ndarray, form: str) -> CalibratedCost:
+    fit = fit_batches(features, t, form=form)
+    return CalibratedCost.from_params(**{k: _round(v) for k, v in fit.params.items()})
+
+
+def fit_replay(path: str | Path, *, form: str = "stepped", folds: int = 10, seed: int = 0) -> ReplayFit:
+    """Fit the calibrated cost model to the measured batches of a replay table."""
+    if form not in FIT_FORMS:
+        raise InputError(f"--form: a fit to replayed batches takes {' or '.join(FIT_FORMS)}, not {form!r}")
+    if folds < 2:
+        raise InputError(f"--folds: must be >= 2, got {folds}")
+    table = read_replay(path)
+    feats, t = table.features, table.measured
+    fit = fit_batches(feats, t, form=form)
+    cost = CalibratedCost.from_params(**{k: _round(v) for k, v in fit.params.items()})
+    in_sample = np.array([cost.time_of(f) for f in feats])
+
+    def fp(train: np.ndarray, test: np.ndarray) -> np.ndarray:
+        model = _fit([feats[i] for i in train], t[train], form)
+        return np.array([model.time_of(feats[i]) for i in test])
+
+    out_of_fold = held_out(t.size, folds, seed, fp)
+    before = ErrorSummary.of(t, table.predicted) if table.predicted is not None else None
+    return ReplayFit(
+        table=table,
+        form=form,
+        cost=cost,
+        r2=fit.r2,
+        before=before,
+        in_sample=ErrorSummary.of(t, in_sample),
+        held_out=ErrorSummary.of(t, out_of_fold),
+        folds=folds,
+        seed=seed,
+    )

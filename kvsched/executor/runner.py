@@ -1,0 +1,228 @@
+"""Replay a schedule on the model, batch by batch, and time every batch.
+
+The semantic core says what each batch does: the runner steps an
+:class:`~kvsched.schedule.core.EngineState` alongside (which also validates the
+schedule, strictly, against the instance's cost model) and reads from it, for
+every item, how much KV its request holds (the first position processed) and,
+from the batch record, which requests generate a token and which complete.
+The executor adds only the tensor work: the tokens at those positions go
+through the model on top of the cached KV, generating requests get the greedy
+next token, evicted and completed requests free their KV blocks. A refill is
+an item like any other: it recomputes the request's prompt and generated
+tokens into fresh blocks.
+
+Prompt tokens are seeded random ids, one stream per request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import torch
+
+from kvsched.costmodel import BatchView, CostModel
+from kvsched.executor.batch import ItemWork, plan_batch, run_batch
+from kvsched.executor.device import Timer, environment, synchronize
+from kvsched.executor.kvcache import KVPool, KvPoolError
+from kvsched.executor.measure import batch_row
+from kvsched.executor.model import Decoder
+from kvsched.instances.model import Instance
+from kvsched.schedule.core import EngineState, ScheduleError
+from kvsched.schedule.ir import Schedule
+from kvsched.schedule.validate import instance_cost_model
+
+
+@dataclass(eq=False)
+class ReplayResult:
+    """What a replay measured and generated.
+
+    Attributes
+    ----------
+    table
+        One row per batch (columns :data:`kvsched.executor.measure.REPLAY_COLUMNS`).
+    prompts
+        Prompt token ids per request position.
+    generated
+        Generated token ids per request position.
+    meta
+        Model, device, versions and settings of the run.
+    """
+
+    table: pd.DataFrame
+    prompts: list[np.ndarray]
+    generated: list[list[int]]
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def prompt_ids(instance: Instance, vocab: int, seed: int = 0) -> list[np.ndarray]:
+    """Seeded random prompt token ids, one independent stream per request position."""
+    return [
+        np.random.default_rng([seed, k]).integers(0, vocab, r.prompt, dtype=np.int64)
+        for k, r in enumerate(instance.requests)
+    ]
+
+
+def new_pool(model: Decoder, capacity: int, block_size: int, layers: int | None = None) -> KVPool:
+    """An empty KV pool for ``model`` (all its layers unless ``layers`` says fewer)."""
+    s = model.cfg.shape
+    return KVPool(
+        capacity,
+        block_size,
+        model.cfg.layers if layers is None else layers,
+        s.kv_heads,
+        s.head_dim,
+        model.dtype,
+        model.device,
+    )
+
+
+def warm_up(model: Decoder, rounds: int) -> None:
+    """Run a small prefill and a decode ``rounds`` times on a scratch pool (kernel loading, autotuning)."""
+    if rounds <= 0:
+        return
+    pool = new_pool(model, 64, 16)
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, model.cfg.shape.vocab, 17)
+    for _ in range(rounds):
+        pool.reset()
+        run_batch(model, pool, plan_batch(pool, [ItemWork(0, 0, ids[:16], True)], model.device))
+        run_batch(model, pool, plan_batch(pool, [ItemWork(0, 16, ids[16:], True)], model.device))
+    synchronize(model.device)
+
+
+def replay_on_model(
+    model: Decoder,
+    instance: Instance,
+    schedule: Schedule,
+    *,
+    predict: CostModel | None = None,
+    pool_capacity: int | None = None,
+    repeat: int = 1,
+    warmup: int = 1,
+    seed: int = 0,
+    progress: bool = False,
+) -> ReplayResult:
+    """Replay ``schedule`` on ``model`` and measure every batch.
+
+    Parameters
+    ----------
+    predict
+        Cost model whose prediction goes next to each measurement (default: the
+        instance's own).
+    pool_capacity
+        KV pool size in tokens; default the instance's M. A smaller pool shows
+        the pool's own check refusing a schedule the validator accepts.
+    repeat
+        Runs of each batch; the median time is kept. Rerunning a batch writes
+        the same KV into the same slots, so it does not change the outcome.
+    warmup
+        Warm-up rounds before the first measured batch.
+    seed
+        Seed of the prompt token ids.
+
+    Raises
+    ------
+    ScheduleError
+        When the schedule is illegal for the instance (the semantic core's check).
+    KvPoolError
+        When a batch needs more KV blocks than the pool has free.
+    """
+    with torch.inference_mode():
+        return _replay(model, instance, schedule, predict, pool_capacity, repeat, warmup, seed, progress)
+
+
+def _replay(
+    model: Decoder,
+    instance: Instance,
+    schedule: Schedule,
+    predict: CostModel | None,
+    pool_capacity: int | None,
+    repeat: int,
+    warmup: int,
+    seed: int,
+    progress: bool,
+) -> ReplayResult:
+    lim = instance.limits
+    state = EngineState(instance, instance_cost_model(instance))
+    predict = predict or instance_cost_model(instance)
+    pool = new_pool(model, pool_capacity or lim.kv_capacity, lim.block_size)
+    prompts = prompt_ids(instance, model.cfg.shape.vocab, seed)
+    seqs = [p.tolist() for p in prompts]  # known tokens per request: prompt, then generated
+    timer = Timer(model.device)
+    scale = model.cfg.layer_scale
+    warm_up(model, warmup)
+
+    rows = []
+    for k, batch in _progress(schedule.batches, progress):
+        req = batch.requests
+        # KV held before the batch: the first position each item processes. Evictions never
+        # touch an item of the same batch (the core refuses that), so this is also after them.
+        start = state.kv[req].copy()
+        record = state.step(batch)
+        for pos in batch.evicted:
+            pool.free(int(pos))
+        gen = set(record.generated.tolist())
+        items = [
+            ItemWork(
+                int(r), int(s), np.asarray(seqs[r][s : s + c], dtype=np.int64), int(r) in gen, state.ids[r]
+            )
+            for r, s, c in zip(req, start, batch.tokens, strict=True)
+        ]
+        for it in items:
+            # The core generates exactly when the item reaches the last known token.
+            if it.sample != (it.start + it.ids.size == len(seqs[it.owner])):
+                raise RuntimeError(
+                    f"executor bug: batch {k}, request {it.label}: sampling disagrees with the core"
+                )
+        try:
+            (plan, prep) = timer.time(lambda items=items: plan_batch(pool, items, model.device))
+        except KvPoolError as exc:
+            raise KvPoolError(f"batch {k}: {exc}") from None
+        tokens, secs = timer.median(lambda plan=plan: run_batch(model, pool, plan).tolist(), repeat)
+        for it, tok in zip((it for it in items if it.sample), tokens, strict=True):
+            seqs[it.owner].append(int(tok))
+        for pos in record.completed:
+            pool.free(int(pos))
+        view = BatchView(batch.tokens, start, batch.phases)
+        rows.append(
+            batch_row(
+                k,
+                batch,
+                view,
+                measured=secs * scale,
+                measured_raw=secs,
+                predicted=predict.batch_time(view),
+                host_prep=prep,
+                kv_blocks=pool.used_blocks,
+            )
+        )
+    unfinished = state.finish()
+    if unfinished:
+        raise ScheduleError(unfinished)
+    generated = [seq[len(p) :] for seq, p in zip(seqs, prompts, strict=True)]
+    meta = {
+        "model": model.cfg.name,
+        "layers": model.cfg.layers,
+        "full_layers": model.cfg.shape.layers,
+        "layer_scale": scale,
+        "seed": model.cfg.seed,
+        "prompt_seed": seed,
+        "repeat": repeat,
+        "warmup": warmup,
+        "pool_tokens": pool.num_slots,
+        "predicted_with": {"name": predict.name},
+        **environment(model.device, model.dtype),
+    }
+    return ReplayResult(pd.DataFrame(rows), prompts, generated, meta)
+
+
+def _progress(batches: Iterable, show: bool) -> Iterable:  # type: ignore[type-arg]
+    if not show:
+        return enumerate(batches)
+    from rich.progress import track
+
+    return enumerate(track(list(batches), description="replaying", transient=True))
