@@ -32,8 +32,8 @@ from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
-from kvsched.schedule.metrics import run_metrics
-from kvsched.schedule.validate import Trace, instance_cost_model, replay
+from kvsched.schedule.metrics import RunMetrics, run_metrics
+from kvsched.schedule.validate import instance_cost_model, replay
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -52,6 +52,10 @@ class Comparison:
         The best lower bound valid for every legal schedule (``None`` if none is known).
     schedules
         Every schedule compared, by row name.
+    metrics
+        The whole-run metrics of every schedule compared, by row name.
+    solver_error
+        Why the solver could not run (only with ``skip_solver_errors=True``).
     """
 
     table: pd.DataFrame
@@ -59,10 +63,11 @@ class Comparison:
     objective: str
     lower_bound: float | None
     schedules: Mapping[str, Schedule] = field(default_factory=dict)
+    metrics: Mapping[str, RunMetrics] = field(default_factory=dict)
+    solver_error: str | None = None
 
 
-def _row(name: str, trace: Trace, value: float, kind: str, runtime: float) -> dict[str, Any]:
-    m = run_metrics(trace)
+def _row(m: RunMetrics, name: str, value: float, kind: str, runtime: float) -> dict[str, Any]:
     return {
         "name": name,
         "kind": kind,
@@ -88,17 +93,24 @@ def compare(
     formulation: str = "time",
     options: SolverOptions | None = None,
     policy_params: Mapping[str, Mapping[str, Any]] | None = None,
+    skip_solver_errors: bool = False,
+    solve_options: Mapping[str, Any] | None = None,
 ) -> Comparison:
     """Run ``policies`` and the exact solver on ``instance`` and tabulate their regret.
 
     A policy that cannot run the instance (e.g. a whole-prompt policy facing a
     prompt over its budget) is reported in the ``error`` column instead of
-    stopping the comparison.
+    stopping the comparison. With ``skip_solver_errors``, so is a solver that
+    cannot take the instance (e.g. the time-indexed model on a non-unit cost
+    model): the comparison has no solver row and says why in ``solver_error``.
+    ``solve_options`` are further keyword arguments of
+    :func:`kvsched.csp.solve` (e.g. ``allow_eviction``, ``strengthen``).
     """
     measure = objective_function(objective)
     policy_params = policy_params or {}
     rows: list[dict[str, Any]] = []
     schedules: dict[str, Schedule] = {}
+    metrics: dict[str, RunMetrics] = {}
     for name in policies:
         try:
             sim = simulate(instance, make_policy(name, **policy_params.get(name, {})))
@@ -106,42 +118,82 @@ def compare(
             rows.append({"name": name, "kind": "policy", "error": str(exc)})
             continue
         trace = replay(instance, sim.schedule)  # every schedule is validated
-        rows.append(_row(name, trace, measure(trace), "policy", sim.runtime))
+        metrics[name] = run_metrics(trace)
+        rows.append(_row(metrics[name], name, measure(trace), "policy", sim.runtime))
         schedules[name] = sim.schedule
 
     result = None
+    solver_error = None
     if solver is not None:
         ran = [r for r in rows if "objective" in r]
         best = min(ran, key=lambda r: r["objective"])["name"] if ran else None
-        result = solve(
-            instance,
-            objective=objective,
-            formulation=formulation,
-            solver=solver,
-            options=options,
-            warm_start=schedules.get(best) if best else None,
-        )
+        try:
+            result = solve(
+                instance,
+                objective=objective,
+                formulation=formulation,
+                solver=solver,
+                options=options,
+                warm_start=schedules.get(best) if best else None,
+                **(solve_options or {}),
+            )
+        except KvschedError as exc:
+            if not skip_solver_errors:
+                raise
+            solver_error = str(exc)
+    if result is not None:
         assert result.schedule is not None  # a solve always returns a schedule
         label = f"optimum ({result.formulation}/{solver})"
         trace = replay(instance, result.schedule)
-        rows.append(_row(label, trace, measure(trace), "solver", result.runtime))
+        metrics[label] = run_metrics(trace)
+        rows.append(_row(metrics[label], label, measure(trace), "solver", result.runtime))
         schedules[label] = result.schedule
 
-    lower = _global_lower_bound(instance, objective, result)
+    lower = global_lower_bound(instance, objective, result)
     table = pd.DataFrame(rows).set_index("name")
     if "error" not in table.columns:
         table["error"] = None
+    if "objective" not in table.columns:  # no policy could run and no solver ran
+        table["objective"] = float("nan")
     if result is not None:
-        inc, bound = result.objective, result.best_bound
-        table["regret"] = table["objective"] - inc
-        table["regret_pct"] = 100.0 * table["regret"] / inc if inc else float("nan")
+        add_regret(table, result.objective, result.best_bound, lower)
+    elif lower is not None:
+        add_regret(table, None, None, lower)
+    return Comparison(table, result, objective, lower, schedules, metrics, solver_error)
+
+
+def add_regret(
+    table: pd.DataFrame, incumbent: float | None, bound: float | None, lower: float | None
+) -> pd.DataFrame:
+    """Add the regret columns to ``table`` (which has an ``objective`` column), in place.
+
+    The one definition of regret, shared by :func:`compare` and the sweep
+    aggregation (:mod:`kvsched.analysis.regret`).
+
+    Parameters
+    ----------
+    incumbent
+        The solver's (or any reference) objective: gives ``regret`` and ``regret_pct``.
+    bound
+        The solver's proven bound on its schedule class: gives ``regret_max``.
+    lower
+        A lower bound valid for every legal schedule: gives ``certified_max_regret``.
+    """
+    if incumbent is not None:
+        table["regret"] = table["objective"] - incumbent
+        table["regret_pct"] = 100.0 * table["regret"] / incumbent if incumbent else float("nan")
         table["regret_max"] = table["objective"] - bound if bound is not None else float("nan")
     if lower is not None:
         table["certified_max_regret"] = table["objective"] - lower
-    return Comparison(table, result, objective, lower, schedules)
+    return table
 
 
-def _global_lower_bound(instance: Instance, objective: str, result: Result | None) -> float | None:
+def global_lower_bound(instance: Instance, objective: str, result: Result | None) -> float | None:
+    """The best lower bound on ``objective`` valid for every legal schedule of ``instance``.
+
+    The combinatorial bounds (unit time only), and the solver's bound and proven
+    optimum when its formulation covers every schedule; ``None`` if none is known.
+    """
     bounds = []
     if isinstance(instance_cost_model(instance), UnitCost):
         bounds.append(lower_bounds(instance).for_objective(objective))

@@ -1,0 +1,364 @@
+"""Figures: schedule Gantt charts, KV usage, latency vs load, regret vs size, TTFT/TBT CDFs, solver progress.
+
+Every figure is built from data read off a replayed
+:class:`~kvsched.schedule.validate.Trace` (so every schedule drawn has been
+validated) or off a results database, by a ``*_data``/``*_segments`` function
+that tests can check, and drawn with matplotlib's object API
+(:class:`~matplotlib.figure.Figure`, no pyplot, no global backend): rendering
+goes through Agg whatever the user's backend is.
+
+Colours follow seed 003 Figure 15: black boxes for (p)refill, gray for decode,
+red for evicted (KV dropped, waiting to refill), a blue line for KV usage
+against the capacity M.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from kvsched.csp.result import AnytimePoint, Result
+from kvsched.errors import InputError
+from kvsched.instances.model import Instance
+from kvsched.schedule.ir import Phase, Schedule
+from kvsched.schedule.metrics import _generation_events, batch_metrics, request_metrics
+from kvsched.schedule.validate import Trace, replay
+
+FORMATS = (".png", ".svg", ".pdf")
+COLORS = {"prefill": "#1a1a1a", "refill": "#1a1a1a", "decode": "#a0a0a0", "evicted": "#d62728"}
+KV_COLOR = "#1f77b4"
+#: Requests drawn at most in one Gantt chart (the rest are summarised in the title).
+MAX_GANTT_REQUESTS = 48
+#: Above this many boxes, touching boxes of one request and kind are drawn as one.
+MERGE_ABOVE = 1500
+_PHASE_NAMES = {int(p): p.label for p in Phase}
+
+
+# ----------------------------------------------------------------------------- data
+def gantt_segments(instance: Instance, schedule: Schedule, *, merge: bool = False) -> pd.DataFrame:
+    """The boxes of a Gantt chart, one row per box.
+
+    Columns: ``request`` (position), ``id``, ``kind`` (prefill, decode,
+    refill or evicted), ``start``, ``end``, ``batch`` (the batch of the item,
+    or of the eviction). Every item of every batch is a box over its batch's
+    time span; an eviction is a box from the batch that evicts the request to
+    the start of its next item (its refill). With ``merge=True``, boxes of one
+    request and kind that touch are joined (what the chart draws).
+    """
+    batches = schedule.batches
+    counts = np.fromiter((b.size for b in batches), dtype=np.int64, count=len(batches))
+    if counts.sum() == 0:
+        return pd.DataFrame(columns=["request", "id", "kind", "start", "end", "batch"])
+    req = np.concatenate([b.requests for b in batches])
+    phase = np.concatenate([b.phases for b in batches]).astype(np.int64)
+    batch = np.repeat(np.arange(len(batches)), counts)
+    start = np.repeat([b.start for b in batches], counts)
+    end = np.repeat([b.end for b in batches], counts)
+    kind = np.array([_PHASE_NAMES[p] for p in phase], dtype=object)
+
+    # Items keyed by (request, batch), sorted: an evicted request's next item is one binary search away.
+    stride = len(batches) + 1
+    item_key = req * stride + batch
+    order = np.argsort(item_key, kind="stable")
+    sorted_key = item_key[order]
+    ev_rows: list[tuple[int, str, float, float, int]] = []
+    for k, b in enumerate(batches):
+        for r in b.evicted:
+            i = int(np.searchsorted(sorted_key, r * stride + k))
+            found = i < sorted_key.size and sorted_key[i] // stride == r
+            stop = float(start[order[i]]) if found else schedule.makespan
+            ev_rows.append((int(r), "evicted", b.start, stop, k))
+    frame = pd.DataFrame({"request": req, "kind": kind, "start": start, "end": end, "batch": batch})
+    if ev_rows:
+        ev = pd.DataFrame(ev_rows, columns=["request", "kind", "start", "end", "batch"])
+        frame = pd.concat([frame, ev], ignore_index=True)
+    frame = frame.sort_values(["request", "start", "batch"], kind="stable").reset_index(drop=True)
+    if merge:
+        frame = _merge_touching(frame)
+    ids = [r.id for r in instance.requests]
+    frame.insert(1, "id", [ids[r] for r in frame["request"]])
+    return frame
+
+
+def _merge_touching(frame: pd.DataFrame) -> pd.DataFrame:
+    """Join consecutive boxes of one request and kind where one ends as the next starts."""
+    same = (
+        (frame["request"].to_numpy()[1:] == frame["request"].to_numpy()[:-1])
+        & (frame["kind"].to_numpy()[1:] == frame["kind"].to_numpy()[:-1])
+        & np.isclose(frame["start"].to_numpy()[1:], frame["end"].to_numpy()[:-1], rtol=0, atol=1e-9)
+    )
+    group = np.concatenate([[0], np.cumsum(~same)])
+    return (
+        frame.groupby(group, sort=False)
+        .agg(
+            request=("request", "first"),
+            kind=("kind", "first"),
+            start=("start", "min"),
+            end=("end", "max"),
+            batch=("batch", "first"),
+        )
+        .reset_index(drop=True)
+    )
+
+
+def kv_usage(trace: Trace) -> pd.DataFrame:
+    """KV tokens held during each batch: columns ``start``, ``end``, ``kv_tokens``."""
+    bm = batch_metrics(trace)
+    return bm[["start", "end", "kv_tokens"]].reset_index(drop=True)
+
+
+def _step_xy(kv: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    x = np.column_stack([kv["start"], kv["end"]]).ravel()
+    y = np.repeat(kv["kv_tokens"].to_numpy(), 2)
+    return x, y
+
+
+def token_gaps(trace: Trace) -> np.ndarray:
+    """Every time between two consecutive tokens of one request (the TBT samples)."""
+    pos, times = _generation_events(trace)
+    same = pos[1:] == pos[:-1]
+    return np.diff(times)[same]
+
+
+def anytime_points(source: Result | Iterable[Any]) -> pd.DataFrame:
+    """A solver's progress as columns ``time``, ``incumbent``, ``bound``.
+
+    ``source`` is a :class:`~kvsched.csp.Result` (its final objective and
+    bound close the curve at its runtime) or ``[[time, incumbent, bound], ...]``.
+    """
+    if isinstance(source, Result):
+        rows = [(p.time, p.incumbent, p.bound) for p in source.anytime]
+        if source.objective is not None:
+            rows.append((source.runtime, source.objective, source.best_bound))
+    else:
+        rows = [(p.time, p.incumbent, p.bound) if isinstance(p, AnytimePoint) else tuple(p) for p in source]
+    frame = pd.DataFrame(rows, columns=["time", "incumbent", "bound"], dtype=float)
+    return frame.sort_values("time", kind="stable").reset_index(drop=True)
+
+
+# ----------------------------------------------------------------------------- figures
+def _legend_patches(kinds: Iterable[str]) -> list[Patch]:
+    labels = {"prefill": "(p)refill", "refill": "(p)refill", "decode": "decode", "evicted": "evicted"}
+    seen: dict[str, Patch] = {}
+    for k in kinds:
+        seen.setdefault(labels[k], Patch(color=COLORS[k], label=labels[k]))
+    return list(seen.values())
+
+
+def plot_gantt(
+    instance: Instance,
+    schedule: Schedule,
+    *,
+    title: str = "",
+    max_requests: int = MAX_GANTT_REQUESTS,
+) -> Figure:
+    """Gantt chart of ``schedule``: one row per request, and KV usage against M below.
+
+    The schedule is replayed (validated) first. At most ``max_requests``
+    requests (the first by position) are drawn; the KV line covers them all.
+    """
+    trace = replay(instance, schedule)
+    shown = min(len(instance), max_requests)
+    seg = gantt_segments(instance, schedule)
+    if len(seg) > MERGE_ABOVE:  # one box per batch (as seed 003 Fig. 15) while that stays legible
+        seg = _merge_touching(seg)
+    seg = seg[seg["request"] < shown]
+    fig = Figure(figsize=(10, 2.2 + 0.28 * shown), layout="constrained")
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[max(2.0, 0.28 * shown), 1.6])
+    for (r, kind), g in seg.groupby(["request", "kind"], sort=False):
+        top.broken_barh(
+            list(zip(g["start"], g["end"] - g["start"], strict=True)),
+            (r - 0.4, 0.8),
+            facecolors=COLORS[kind],
+            edgecolor="white" if kind != "evicted" else COLORS[kind],
+            linewidth=0.5,
+        )
+    top.set_yticks(range(shown), [r.id for r in instance.requests[:shown]], fontsize=8 if shown > 16 else 9)
+    top.set_ylim(shown - 0.5, -0.5)
+    top.set_ylabel("request")
+    top.legend(
+        handles=_legend_patches(seg["kind"].unique()),
+        loc="lower right",
+        bbox_to_anchor=(1.0, 1.0),
+        fontsize=8,
+        ncols=3,
+        frameon=False,
+    )
+    more = f" (first {shown} of {len(instance)} requests)" if shown < len(instance) else ""
+    top.set_title((title or "schedule") + more, loc="left")
+    kv = kv_usage(trace)
+    x, y = _step_xy(kv)
+    bottom.plot(x, y, color=KV_COLOR, linewidth=1.5, label="KV usage")
+    bottom.axhline(instance.limits.kv_capacity, color="black", linestyle="--", linewidth=1, label="M")
+    bottom.set_ylim(0, instance.limits.kv_capacity * 1.1)
+    bottom.set_ylabel("KV tokens")
+    bottom.set_xlabel(f"time ({unit_label(instance)})")
+    bottom.legend(loc="lower right", fontsize=8)
+    return fig
+
+
+def plot_kv(instance: Instance, schedules: Mapping[str, Schedule], *, title: str = "") -> Figure:
+    """KV usage over time of several schedules (each replayed), against M."""
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    ax = fig.subplots()
+    for name, schedule in schedules.items():
+        x, y = _step_xy(kv_usage(replay(instance, schedule)))
+        ax.plot(x, y, linewidth=1.3, label=name)
+    ax.axhline(instance.limits.kv_capacity, color="black", linestyle="--", linewidth=1, label="M")
+    ax.set_ylim(0, instance.limits.kv_capacity * 1.1)
+    ax.set_xlabel(f"time ({unit_label(instance)})")
+    ax.set_ylabel("KV tokens held")
+    ax.set_title(title or "KV usage")
+    ax.legend(fontsize=8, loc="lower right")
+    return fig
+
+
+def plot_cdfs(instance: Instance, schedules: Mapping[str, Schedule], *, title: str = "") -> Figure:
+    """Empirical CDFs of TTFT (per request) and TBT (per token gap) of several schedules."""
+    fig = Figure(figsize=(10, 4), layout="constrained")
+    left, right = fig.subplots(1, 2)
+    for name, schedule in schedules.items():
+        trace = replay(instance, schedule)
+        ttft = request_metrics(trace)["ttft"].dropna().to_numpy()
+        if ttft.size:
+            left.ecdf(ttft, label=name)
+        gaps = token_gaps(trace)
+        if gaps.size:
+            right.ecdf(gaps, label=name)
+    unit = unit_label(instance)
+    left.set_xlabel(f"TTFT ({unit})")
+    right.set_xlabel(f"time between tokens ({unit})")
+    for ax in (left, right):
+        ax.set_ylabel("fraction")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    left.legend(fontsize=8, loc="lower right")
+    fig.suptitle(title or "TTFT and TBT distributions")
+    return fig
+
+
+def plot_anytime(source: Result | Iterable[Any], *, title: str = "") -> Figure:
+    """The solver's incumbent and bound over time."""
+    pts = anytime_points(source)
+    fig = Figure(figsize=(8, 4), layout="constrained")
+    ax = fig.subplots()
+    if pts.empty:
+        ax.text(0.5, 0.5, "the solver reported no progress", ha="center", va="center", transform=ax.transAxes)
+    else:
+        inc = pts.dropna(subset=["incumbent"])
+        bnd = pts.dropna(subset=["bound"])
+        ax.step(inc["time"], inc["incumbent"], where="post", color="#d62728", marker=".", label="incumbent")
+        ax.step(bnd["time"], bnd["bound"], where="post", color=KV_COLOR, marker=".", label="bound")
+        ax.legend(fontsize=8)
+    ax.set_xlabel("solver time (s)")
+    ax.set_ylabel("objective")
+    ax.set_title(title or "solver progress")
+    ax.grid(alpha=0.3)
+    return fig
+
+
+_OK = ("ok", "optimal", "feasible")
+
+
+def load_curve_data(frame: pd.DataFrame, x: str | None = None, metric: str = "mean_latency") -> pd.DataFrame:
+    """Mean of ``metric`` per runner and value of ``x`` (over seeds and every other axis).
+
+    Returns columns ``name``, ``kind``, the x column, ``mean``, ``count``.
+    ``x`` defaults to ``rate`` when it varies, else ``n``.
+    """
+    ok = frame[frame["status"].isin(_OK)]
+    if ok.empty:
+        raise InputError("no finished rows to plot")
+    x = x or next((c for c in ("rate", "n", "kv_capacity") if c in ok and ok[c].nunique() > 1), "n")
+    for col, what in ((x, "--x"), (metric, "--metric")):
+        if col not in ok.columns:
+            numeric = sorted(c for c in ok.columns if pd.api.types.is_numeric_dtype(ok[c]))
+            raise InputError(
+                f"{what}: no column {col!r} in the results (numeric columns: {', '.join(numeric)})"
+            )
+    data = ok.dropna(subset=[x, metric])
+    out = data.groupby(["name", "kind", x], sort=True)[metric].agg(["mean", "count"]).reset_index()
+    return out
+
+
+def plot_load(
+    frame: pd.DataFrame, *, x: str | None = None, metric: str = "mean_latency", title: str = ""
+) -> Figure:
+    """Latency (or any metric) against load, one line per policy (like seed 004 Figure 5)."""
+    data = load_curve_data(frame, x, metric)
+    xcol = data.columns[2]
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    ax = fig.subplots()
+    for (name, kind), g in data.groupby(["name", "kind"], sort=False):
+        style = {"color": "black", "linestyle": "--"} if kind == "solver" else {}
+        ax.plot(g[xcol], g["mean"], marker="o", markersize=4, label=name, **style)
+    ax.set_xlabel(xcol)
+    ax.set_ylabel(f"{metric} (mean over instances)")
+    ax.set_title(title or f"{metric} vs {xcol}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+def regret_size_data(frame: pd.DataFrame, against: str | None = None, size: str = "n") -> pd.DataFrame:
+    """Mean and max relative regret per policy and instance size: columns name, size, mean, max, count."""
+    from kvsched.analysis.regret import instance_regret
+
+    per = instance_regret(frame, against).dropna(subset=["regret_pct"])
+    if per.empty:
+        raise InputError("no regret to plot (no instance has a reference value)")
+    out = per.groupby(["name", size], sort=True)["regret_pct"].agg(["mean", "max", "count"]).reset_index()
+    return out
+
+
+def plot_regret_vs_size(frame: pd.DataFrame, *, against: str | None = None, title: str = "") -> Figure:
+    """Mean relative regret of each policy against the number of requests."""
+    from kvsched.analysis.regret import default_against, describe_reference
+
+    against = against or default_against(frame)
+    data = regret_size_data(frame, against)
+    fig = Figure(figsize=(8, 4.5), layout="constrained")
+    ax = fig.subplots()
+    for name, g in data.groupby("name", sort=False):
+        ax.plot(g["n"], g["mean"], marker="o", markersize=4, label=name)
+    ax.axhline(0, color="black", linewidth=0.8)
+    ax.set_xlabel("requests per instance (n)")
+    ax.set_ylabel("mean regret (%)")
+    ax.set_title(title or f"regret {describe_reference(frame, against)}")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    return fig
+
+
+# ----------------------------------------------------------------------------- output
+def save_figure(fig: Figure, path: str | Path) -> Path:
+    """Write ``fig`` as PNG, SVG or PDF (by the suffix of ``path``)."""
+    path = Path(path)
+    if path.suffix.lower() not in FORMATS:
+        raise InputError(f"--out: {path}: use a .png, .svg or .pdf file name")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=120)
+    return path
+
+
+def png_bytes(fig: Figure, dpi: int = 110) -> bytes:
+    """``fig`` as PNG bytes (for embedding)."""
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=dpi)
+    return buf.getvalue()
+
+
+def unit_label(instance: Instance) -> str:
+    return "slots" if instance.time_model.name == "unit" else "s"
+
+
+def ordered(names: Sequence[str], schedules: Mapping[str, Schedule]) -> dict[str, Schedule]:
+    """The schedules of ``names`` (in that order, duplicates dropped)."""
+    return {n: schedules[n] for n in dict.fromkeys(names) if n in schedules}

@@ -1,0 +1,356 @@
+"""Sweep specifications: a YAML grid of instances x policies (x an exact solver), expanded into cells.
+
+A spec (see ``docs/analysis.md`` and ``kvsched/analysis/examples/``) names
+instance blocks, each a generator (or instance files) with axes (``n``,
+``seeds``, ``kv_capacity`` and any generator parameter given as a list), the
+policies to run on every instance and, optionally, an exact solver with a time
+limit. :func:`load_spec` validates it with pydantic (one error line naming the
+field) and :meth:`SweepSpec.cells` expands the grid.
+
+A :class:`Cell` is one instance and one runner (a policy, or the solver). Its
+key is a hash of its canonical configuration, so a rerun of the same spec (or
+of an overlapping one) finds the cells it has already finished.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from kvsched.errors import InputError
+
+OBJECTIVES = ("total-latency", "makespan", "sum-ttft")
+SOLVERS = ("highs", "cbc", "cpsat")
+#: Length of the hexadecimal cell and instance keys.
+KEY_LENGTH = 20
+
+
+def _as_list(value: Any) -> Any:
+    """A scalar axis value becomes a one-value axis."""
+    return value if isinstance(value, list) else [value]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class LimitsSpec(_Model):
+    """Engine limits other than M (which is an axis)."""
+
+    block_size: int = Field(1, gt=0)
+    max_batch_tokens: int | None = Field(None, gt=0)
+    max_prefill_tokens: int | None = Field(None, gt=0)
+    max_running: int | None = Field(None, gt=0)
+
+
+class TimeModelSpec(_Model):
+    """A cost model by name, with parameters (``unit`` by default)."""
+
+    name: str = "unit"
+    params: dict[str, float] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+
+class InstanceBlock(_Model):
+    """A family of instances: a generator with axes, or instance files.
+
+    Every list-valued field (and every list-valued generator parameter) is an
+    axis; the block is their cartesian product. ``seeds: 3`` means seeds 0, 1, 2.
+    """
+
+    generator: str | None = None
+    file: list[str] | None = None
+    n: list[int] | None = None
+    seeds: list[int] = Field(default_factory=lambda: [0])
+    kv_capacity: list[int] | None = None
+    limits: LimitsSpec = Field(default_factory=LimitsSpec)
+    time_model: TimeModelSpec = Field(default_factory=TimeModelSpec)
+    params: dict[str, list[Any]] = Field(default_factory=dict)
+
+    @field_validator("file", "n", "kv_capacity", mode="before")
+    @classmethod
+    def _axis(cls, value: Any) -> Any:
+        return None if value is None else _as_list(value)
+
+    @field_validator("seeds", mode="before")
+    @classmethod
+    def _seeds(cls, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool):
+            if value < 1:
+                raise ValueError("a number of seeds must be >= 1 (or give a list of seeds)")
+            return list(range(value))
+        return value
+
+    @field_validator("params", mode="before")
+    @classmethod
+    def _params(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        return {k: _as_list(v) for k, v in value.items()}
+
+    @field_validator("n", "kv_capacity")
+    @classmethod
+    def _positive(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None and (not value or any(v < 1 for v in value)):
+            raise ValueError("must be one or more integers >= 1")
+        return value
+
+    @field_validator("seeds")
+    @classmethod
+    def _non_negative(cls, value: list[int]) -> list[int]:
+        if not value or any(v < 0 for v in value):
+            raise ValueError("must be one or more integers >= 0")
+        return value
+
+    @model_validator(mode="after")
+    def _one_source(self) -> InstanceBlock:
+        if (self.generator is None) == (self.file is None):
+            raise ValueError("give either generator or file")
+        if self.generator is not None:
+            if self.n is None:
+                raise ValueError("a generator block needs n (requests per instance)")
+            if self.kv_capacity is None:
+                raise ValueError("a generator block needs kv_capacity (M, tokens)")
+        elif self.n is not None or self.params or {"limits", "time_model"} & self.model_fields_set:
+            raise ValueError(
+                "a file block takes no n, params, limits or time_model (the files fix them; "
+                "kv_capacity may override M)"
+            )
+        return self
+
+
+class PolicyEntry(_Model):
+    """A registered policy, optionally with parameters and its own label."""
+
+    name: str
+    label: str | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_name(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+    @property
+    def display(self) -> str:
+        return self.label or self.name
+
+
+class SolverSpec(_Model):
+    """The exact solver run on every instance (optional)."""
+
+    name: Literal["highs", "cbc", "cpsat"] = "highs"
+    formulation: Literal["time", "batch"] = "time"
+    time_limit: float = Field(10.0, gt=0)
+    threads: int = Field(1, gt=0)
+    gap: float = Field(0.0, ge=0, lt=1)
+    seed: int = 0
+    warm_start: list[str] = Field(default_factory=list)
+
+
+class SweepSpec(_Model):
+    """A whole sweep (the YAML file's top level)."""
+
+    name: str = "sweep"
+    objective: Literal["total-latency", "makespan", "sum-ttft"] = "total-latency"
+    instances: list[InstanceBlock] = Field(min_length=1)
+    policies: list[PolicyEntry] = Field(min_length=1)
+    solver: SolverSpec | None = None
+
+    @field_validator("policies", mode="before")
+    @classmethod
+    def _all(cls, value: Any) -> Any:
+        if value == "all":
+            from kvsched.heuristics import POLICIES
+
+            return list(POLICIES)
+        return value
+
+    @field_validator("policies")
+    @classmethod
+    def _unique_labels(cls, value: list[PolicyEntry]) -> list[PolicyEntry]:
+        seen: set[str] = set()
+        for entry in value:
+            if entry.display in seen:
+                raise ValueError(
+                    f"policy {entry.display!r} is listed twice (give a label to tell them apart)"
+                )
+            seen.add(entry.display)
+        return value
+
+    def cells(self, base: Path | None = None) -> list[Cell]:
+        """Every cell of the grid, solver cells first (they take longest).
+
+        ``base`` resolves relative instance-file paths (the spec's folder).
+        """
+        runners: list[dict[str, Any]] = [
+            {"kind": "policy", "name": p.display, "policy": p.name, "params": dict(p.params)}
+            for p in self.policies
+        ]
+        if self.solver is not None:
+            s = self.solver
+            settings = s.model_dump()
+            settings["solver"] = settings.pop("name")
+            runners.insert(0, {"kind": "solver", "name": f"optimum ({s.formulation}/{s.name})", **settings})
+        out: list[Cell] = []
+        for runner in runners:
+            for block in self.instances:
+                for inst in _instance_configs(block, base):
+                    out.append(Cell.make(self.name, inst, self.objective, runner))
+        return out
+
+
+def _canonical(data: Any) -> str:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def config_hash(data: Any) -> str:
+    """A short, stable hash of JSON-able ``data``."""
+    return hashlib.sha256(_canonical(data).encode()).hexdigest()[:KEY_LENGTH]
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One instance and one runner: the unit of work and the unit of storage.
+
+    Attributes
+    ----------
+    key
+        Hash of ``{instance, objective, runner}``: the same work has the same key.
+    instance_key
+        Hash of the instance configuration (rows of one instance share it).
+    sweep
+        Name of the spec that produced the cell (not part of the key).
+    instance, objective, runner
+        The configuration: how to build the instance, what to measure, and
+        ``{"kind": "policy", "name", "policy", "params"}`` or ``{"kind": "solver", ...}``.
+    """
+
+    key: str
+    instance_key: str
+    sweep: str
+    instance: dict[str, Any]
+    objective: str
+    runner: dict[str, Any]
+
+    @classmethod
+    def make(cls, sweep: str, instance: dict[str, Any], objective: str, runner: dict[str, Any]) -> Cell:
+        key = config_hash({"instance": instance, "objective": objective, "runner": runner})
+        return cls(key, config_hash(instance), sweep, instance, objective, runner)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """What the database stores as the cell's configuration."""
+        return {"instance": self.instance, "objective": self.objective, "runner": self.runner}
+
+
+def _instance_configs(block: InstanceBlock, base: Path | None) -> Iterator[dict[str, Any]]:
+    from kvsched.instances.generators import parse_params
+
+    limits = block.limits.model_dump()
+    time_model = block.time_model.model_dump()
+    if block.file is not None:
+        for name in block.file:
+            path = Path(name) if base is None or Path(name).is_absolute() else base / name
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:KEY_LENGTH]
+            for m in block.kv_capacity or [None]:
+                yield {"file": str(path), "sha": digest, "kv_capacity": m}
+        return
+    assert block.generator is not None and block.n is not None and block.kv_capacity is not None
+    keys = list(block.params)
+    for n, m, *values in itertools.product(block.n, block.kv_capacity, *block.params.values()):
+        # Typed by the generator's own parser, so rate: 1 and rate: 1.0 are the same cell.
+        params = parse_params(block.generator, [f"{k}={v}" for k, v in zip(keys, values, strict=True)])
+        for seed in block.seeds:
+            yield {
+                "generator": block.generator,
+                "n": n,
+                "seed": seed,
+                "kv_capacity": m,
+                "limits": limits,
+                "time_model": time_model,
+                "params": params,
+            }
+
+
+def _check_semantics(spec: SweepSpec, base: Path | None) -> None:
+    """What pydantic cannot see: generator names and parameters, policy names and parameters."""
+    from kvsched.heuristics import make_policy
+    from kvsched.instances.generators import GENERATORS, parse_params
+
+    for k, block in enumerate(spec.instances):
+        where = f"instances.{k}"
+        if block.generator is not None:
+            if block.generator not in GENERATORS:
+                raise InputError(
+                    f"{where}.generator: unknown generator {block.generator!r} (known: {', '.join(GENERATORS)})"
+                )
+            keys = list(block.params)
+            for values in itertools.product(*block.params.values()):
+                pairs = [f"{key}={value}" for key, value in zip(keys, values, strict=True)]
+                try:
+                    parse_params(block.generator, pairs)
+                except InputError as exc:
+                    raise InputError(f"{where}.params: {exc}") from None
+        for j, name in enumerate(block.file or []):
+            path = Path(name) if base is None or Path(name).is_absolute() else base / name
+            if not path.is_file():
+                raise InputError(f"{where}.file.{j}: {path}: no such file")
+    for k, entry in enumerate(spec.policies):
+        try:
+            make_policy(entry.name, **entry.params)
+        except InputError as exc:
+            raise InputError(f"policies.{k}: {exc}") from None
+    if spec.solver is not None:
+        for j, name in enumerate(spec.solver.warm_start):
+            try:
+                make_policy(name)
+            except InputError as exc:
+                raise InputError(f"solver.warm_start.{j}: {exc}") from None
+
+
+def parse_spec(data: Any, source: str = "spec", base: Path | None = None) -> SweepSpec:
+    """Validate spec data (already parsed from YAML); one :class:`InputError` line on any problem."""
+    from kvsched.instances.io import format_validation_error
+
+    if not isinstance(data, dict):
+        raise InputError(f"{source}: the top level must be a mapping (name, instances, policies, solver)")
+    try:
+        spec = SweepSpec.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(source, exc)) from None
+    try:
+        _check_semantics(spec, base)
+    except InputError as exc:
+        raise InputError(f"{source}: {exc}") from None
+    return spec
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    """Read and validate a YAML sweep spec."""
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except OSError as exc:
+        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        raise InputError(f"{path}: not valid YAML{where}") from None
+    return parse_spec(data, str(path), path.parent)

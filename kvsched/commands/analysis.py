@@ -1,0 +1,362 @@
+"""``kvsched sweep``, ``results``, ``regret``, ``plot`` and ``report``: studies at scale."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kvsched.commands.common import EXIT_INVALID, load_instance_from_args, positive_int
+from kvsched.commands.solve import _add_solver_args, _model_kwargs, _options
+from kvsched.errors import InputError
+
+PLOT_KINDS = ("gantt", "kv", "load", "regret", "cdf", "anytime")
+
+
+def _fmt(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _policy_names(text: str) -> list[str]:
+    from kvsched.heuristics import POLICIES
+
+    names = list(POLICIES) if text == "all" else [p.strip() for p in text.split(",") if p.strip()]
+    if not names:
+        raise InputError("--policies: give at least one policy name, or all")
+    for name in names:
+        if name not in POLICIES:
+            raise InputError(f"--policies: unknown policy {name!r} (see kvsched policies)")
+    return names
+
+
+def _frame(args: argparse.Namespace):  # -> pd.DataFrame
+    from kvsched.analysis.store import load_results
+
+    frame = load_results(args.db)
+    if frame.empty:
+        raise InputError(f"{args.db}: the results database is empty")
+    if getattr(args, "sweep", None):
+        frame = frame[frame["sweep"] == args.sweep]
+        if frame.empty:
+            raise InputError(f"--sweep: no rows of sweep {args.sweep!r} in {args.db}")
+    return frame
+
+
+# ----------------------------------------------------------------------------- sweep / results
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from kvsched.analysis.spec import load_spec
+    from kvsched.analysis.sweep import run_sweep
+
+    spec = load_spec(args.spec)
+    err = Console(stderr=True)
+    show = err.is_terminal if args.progress is None else args.progress
+    summary = run_sweep(
+        spec,
+        args.db,
+        workers=args.workers,
+        backend=args.backend,
+        address=args.address,
+        base=Path(args.spec).parent,
+        progress=show,
+        console=err,
+    )
+    err.print(
+        f"sweep {spec.name}: {summary.total} cells, {summary.skipped} already done, {summary.written} written "
+        f"({summary.errors} with status error) in {summary.seconds:.1f} s -> {args.db}",
+        highlight=False,
+        soft_wrap=True,
+    )
+    for name, reason in summary.failed[:5]:
+        err.print(f"crashed, not written (rerun to retry): {name}: {reason}", markup=False, highlight=False)
+    if summary.failed:
+        more = len(summary.failed) - 5
+        if more > 0:
+            err.print(f"... and {more} more crashed cells", highlight=False)
+        return EXIT_INVALID
+    return 0
+
+
+def cmd_results(args: argparse.Namespace) -> int:
+    from kvsched.analysis.store import export, load_results
+
+    if args.to:
+        if not args.out:
+            raise InputError("--to needs --out FILE")
+        rows = export(args.db, args.to, args.out)
+        Console(stderr=True).print(f"wrote {rows} rows to {args.out}", highlight=False)
+        return 0
+    if args.out:
+        raise InputError("--out needs --to csv or --to parquet")
+    frame = load_results(args.db)
+    table = Table(title=f"{args.db}: {len(frame)} cells")
+    for col in ("sweep", "kind", "status", "cells", "runtime (s)"):
+        table.add_column(col, justify="right" if col in ("cells", "runtime (s)") else "left")
+    if not frame.empty:
+        grouped = frame.groupby(["sweep", "kind", "status"], dropna=False)["runtime"].agg(["count", "sum"])
+        for (sweep, kind, status), row in grouped.iterrows():
+            table.add_row(str(sweep), str(kind), str(status), str(int(row["count"])), _fmt(float(row["sum"])))
+    Console().print(table)
+    return 0
+
+
+def cmd_regret(args: argparse.Namespace) -> int:
+    from kvsched.analysis.regret import default_against, describe_reference, regret_table
+
+    frame = _frame(args)
+    objectives = frame["objective_name"].dropna().unique()
+    if args.objective:
+        frame = frame[frame["objective_name"] == args.objective]
+        if frame.empty:
+            raise InputError(f"--objective: no rows measured in {args.objective!r}")
+    elif len(objectives) > 1:
+        raise InputError(
+            f"the database holds several objectives ({', '.join(objectives)}): choose one with --objective"
+        )
+    against = args.against or default_against(frame)
+    table = regret_table(frame, against)
+    console = Console() if Console().is_terminal else Console(width=160)
+    out = Table(title=f"regret {describe_reference(frame, against)}")
+    out.add_column("policy", no_wrap=True)
+    for col in table.columns:
+        out.add_column(col.replace("_", " "), justify="right")
+    for name, row in table.iterrows():
+        out.add_row(str(name), *(_fmt(v) if not isinstance(v, int) else str(v) for v in row.tolist()))
+    console.print(out)
+    if args.csv:
+        table.to_csv(args.csv)
+        Console(stderr=True).print(f"wrote {args.csv}", highlight=False)
+    return 0
+
+
+# ----------------------------------------------------------------------------- plot
+def _solve(instance: Any, args: argparse.Namespace) -> Any:  # -> Result
+    from kvsched.csp import solve
+
+    return solve(
+        instance,
+        objective=args.objective,
+        formulation=args.formulation,
+        solver=args.solver,
+        options=_options(args),
+        **_model_kwargs(args),
+    )
+
+
+def _schedules_for(instance: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from kvsched.heuristics import make_policy, simulate
+
+    out = {name: simulate(instance, make_policy(name)).schedule for name in _policy_names(args.policies)}
+    if args.solve:
+        res = _solve(instance, args)
+        assert res.schedule is not None
+        out[f"optimum ({res.formulation}/{res.solver})"] = res.schedule
+    return out
+
+
+def cmd_plot(args: argparse.Namespace) -> int:
+    from kvsched.analysis import plots
+
+    kind = args.kind
+    if Path(args.out).suffix.lower() not in plots.FORMATS:
+        raise InputError(f"--out: {args.out}: use a .png, .svg or .pdf file name")
+    if kind in ("load", "regret"):
+        frame = _frame(args)
+        if kind == "load":
+            fig = plots.plot_load(frame, x=args.x, metric=args.metric)
+        else:
+            fig = plots.plot_regret_vs_size(frame, against=args.against)
+    elif kind == "anytime":
+        fig = plots.plot_anytime(*_anytime_source(args))
+    else:
+        instance = load_instance_from_args(args.instance, args)
+        if kind == "gantt":
+            name, schedule = _one_schedule(instance, args)
+            fig = plots.plot_gantt(instance, schedule, title=name)
+        else:
+            schedules = _schedules_for(instance, args)
+            fig = (plots.plot_kv if kind == "kv" else plots.plot_cdfs)(instance, schedules)
+    path = plots.save_figure(fig, args.out)
+    Console(stderr=True).print(f"wrote {path}", highlight=False)
+    return 0
+
+
+def _one_schedule(instance: Any, args: argparse.Namespace) -> tuple[str, Any]:
+    given = [x for x in (args.policy, args.schedule) if x] + (["solve"] if args.solve else [])
+    if len(given) != 1:
+        raise InputError("plot gantt: give exactly one of --policy NAME, --schedule FILE or --solve")
+    if args.policy:
+        from kvsched.heuristics import make_policy, simulate
+
+        return args.policy, simulate(instance, make_policy(args.policy)).schedule
+    if args.schedule:
+        from kvsched.schedule.io import load_schedule
+
+        return Path(args.schedule).name, load_schedule(args.schedule, instance)
+    res = _solve(instance, args)
+    assert res.schedule is not None
+    return f"optimum ({res.formulation}/{res.solver}, {res.status})", res.schedule
+
+
+def _anytime_source(args: argparse.Namespace) -> tuple[Any, ...]:
+    """A result document from ``kvsched solve --json``, or an instance to solve now."""
+    path = Path(args.instance)
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise InputError(f"{path}: no such file") from None
+    except (OSError, json.JSONDecodeError):
+        doc = None
+    if isinstance(doc, dict) and "anytime" in doc:
+        points = [list(p) for p in doc["anytime"]]
+        if doc.get("objective") is not None and doc.get("runtime") is not None:
+            points.append([doc["runtime"], doc["objective"], doc.get("best_bound")])
+        return (points,)
+    instance = load_instance_from_args(args.instance, args)
+    res = _solve(instance, args)
+    return (res,)
+
+
+# ----------------------------------------------------------------------------- report
+def cmd_report(args: argparse.Namespace) -> int:
+    from kvsched.analysis.report import database_report, instance_report
+    from kvsched.analysis.store import is_database
+
+    if not Path(args.target).exists():
+        raise InputError(f"{args.target}: no such file")
+    if is_database(args.target):
+        path = database_report(args.target, args.out, against=args.against)
+    else:
+        instance = load_instance_from_args(args.target, args)
+        path = instance_report(
+            instance,
+            args.out,
+            policies=_policy_names(args.policies),
+            objective=args.objective,
+            solver=None if args.no_solver else args.solver,
+            formulation=args.formulation,
+            options=_options(args),
+            solve_options=None if args.no_solver else _model_kwargs(args),
+            source=args.target,
+        )
+    Console(stderr=True).print(f"wrote {path}", highlight=False)
+    return 0
+
+
+# ----------------------------------------------------------------------------- parser
+def _add_against(p: argparse.ArgumentParser) -> None:
+    from kvsched.analysis.regret import AGAINST
+
+    p.add_argument(
+        "--against",
+        choices=AGAINST,
+        help="regret reference: optimum (solver incumbent), bound (solver's proven bound), certified (bound "
+        "valid for every schedule), best-policy (default: optimum when the sweep ran a solver)",
+    )
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this module's commands to the ``kvsched`` parser."""
+    p = sub.add_parser(
+        "sweep",
+        help="run a grid of instances x policies (x the exact solver) into a results database",
+        description="Run every cell of the sweep SPEC (YAML: instance generators and their axes, policies, an "
+        "optional solver; see docs/analysis.md) that the database does not hold yet, in parallel. Each row is "
+        "committed as it finishes, so an interrupted sweep keeps its work and a rerun skips it.",
+    )
+    p.add_argument("spec", help="sweep spec .yaml")
+    p.add_argument("--db", default="results.sqlite", help="results database (default results.sqlite)")
+    p.add_argument(
+        "--workers", type=positive_int, default=2, help="parallel workers (default 2; 1: in process)"
+    )
+    p.add_argument("--backend", choices=("process", "ray"), default="process", help="(default process)")
+    p.add_argument("--address", help="Ray cluster address (with --backend ray; default: a local Ray)")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="progress bar (default: when stderr is a terminal)",
+    )
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser(
+        "results",
+        help="summarise or export a results database",
+        description="Without --to, print the cells per sweep, kind and status. With --to, export every row "
+        "(configuration parameters and run metrics as columns) as CSV or Parquet (Parquet needs pyarrow).",
+    )
+    p.add_argument("db", help="results database (.sqlite)")
+    p.add_argument("--to", choices=("csv", "parquet"), help="export format")
+    p.add_argument("--out", "-o", help="export file")
+    p.set_defaults(func=cmd_results)
+
+    p = sub.add_parser(
+        "regret",
+        help="regret per policy over a sweep's instances",
+        description="Aggregate a results database per policy: mean, median and max regret (percent of the "
+        "reference), mean absolute regret, stability (std of the percent regret) and win rate.",
+    )
+    p.add_argument("db", help="results database (.sqlite)")
+    _add_against(p)
+    p.add_argument("--objective", help="objective to aggregate when the database holds several")
+    p.add_argument("--sweep", help="only rows of this sweep")
+    p.add_argument("--csv", help="also write the table as CSV")
+    p.set_defaults(func=cmd_regret)
+
+    p = sub.add_parser(
+        "plot",
+        help="draw a figure (gantt, kv, load, regret, cdf, anytime)",
+        description="gantt: one schedule per request with KV usage against M; kv: KV usage of several policies; "
+        "cdf: TTFT and TBT distributions; anytime: the solver's incumbent and bound over time (INSTANCE, or a "
+        "result .json from kvsched solve --json); load: a metric against load from a results database; "
+        "regret: regret against instance size from a results database. PNG, SVG or PDF by --out's suffix.",
+    )
+    p.add_argument("kind", choices=PLOT_KINDS, help="the figure")
+    p.add_argument(
+        "source", metavar="INSTANCE|DB", help="instance .json (gantt, kv, cdf, anytime) or database"
+    )
+    p.add_argument("--out", "-o", required=True, help="figure file (.png, .svg or .pdf)")
+    p.add_argument("--policy", help="gantt: the policy to draw")
+    p.add_argument("--schedule", help="gantt: a schedule .json to draw")
+    p.add_argument(
+        "--solve", action="store_true", help="gantt, kv, cdf: also (gantt: instead) the exact optimum"
+    )
+    p.add_argument(
+        "--policies", default="sarathi,vllm,vllm-ef", help="kv, cdf: comma-separated policies, or all"
+    )
+    p.add_argument("--x", help="load: the x column (default rate when it varies, else n)")
+    p.add_argument("--metric", default="mean_latency", help="load: the y column (default mean_latency)")
+    p.add_argument("--sweep", help="load, regret: only rows of this sweep")
+    _add_against(p)
+    _add_solver_args(p)
+    p.set_defaults(func=_plot_entry)
+
+    p = sub.add_parser(
+        "report",
+        help="write a self-contained HTML report for an instance or a results database",
+        description="For an INSTANCE: solve it (time-limited), compare every policy, and show the table, Gantt "
+        "charts of the optimum and the best and worst policies, KV usage, TTFT/TBT distributions and the "
+        "solver's progress. For a results DB: the regret table, latency vs load and regret vs size. Writes "
+        "OUT/index.html with every figure embedded (no external assets).",
+    )
+    p.add_argument("target", metavar="INSTANCE|DB", help="instance .json or results database")
+    p.add_argument("--out", "-o", default="report", help="output folder (default report/)")
+    p.add_argument("--policies", default="all", help="comma-separated policy names, or all (default)")
+    p.add_argument("--no-solver", action="store_true", help="compare the policies only")
+    _add_against(p)
+    _add_solver_args(p)
+    p.set_defaults(func=cmd_report)
+
+
+def _plot_entry(args: argparse.Namespace) -> int:
+    # One positional serves both instance and database plots.
+    args.instance = args.db = args.source
+    return cmd_plot(args)

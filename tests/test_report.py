@@ -1,0 +1,146 @@
+"""HTML reports: self-contained pages with the tables and embedded figures; rendered by headless Chromium."""
+
+from __future__ import annotations
+
+import base64
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kvsched.analysis.report import database_report, instance_report
+from kvsched.analysis.spec import parse_spec
+from kvsched.analysis.sweep import run_sweep
+from kvsched.cli import main
+from kvsched.csp import SolverOptions
+from kvsched.instances.io import load_instance
+from tests.test_examples import EXAMPLES
+from tests.test_sweep import TINY
+
+FIG15 = EXAMPLES / "figure15.json"
+FAST = SolverOptions(time_limit=10, threads=1)
+ARTIFACTS = Path(__file__).resolve().parents[1] / "test-artifacts"
+_IMG = re.compile(r'<img [^>]*src="data:image/png;base64,([A-Za-z0-9+/=]+)"')
+
+
+def _assert_self_contained(page: str) -> list[bytes]:
+    """No external reference of any kind; returns the embedded PNGs."""
+    images = [base64.b64decode(m) for m in _IMG.findall(page)]
+    text = _IMG.sub("<img>", page)  # base64 payloads contain '/'
+    assert "//" not in text  # no http://, https:// or protocol-relative //host
+    assert "<script" not in text and "<link" not in text and "@import" not in text and "url(" not in text
+    assert not re.findall(r'(?:src|href)="', text)
+    assert all(img.startswith(b"\x89PNG\r\n\x1a\n") for img in images)
+    return images
+
+
+@pytest.fixture(scope="module")
+def instance_page(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("report-instance")
+    inst = load_instance(FIG15)
+    return instance_report(
+        inst,
+        out,
+        policies=["vllm", "vllm-ef", "sarathi"],
+        solver="cpsat",
+        formulation="batch",
+        options=FAST,
+        source=str(FIG15),
+    )
+
+
+@pytest.fixture(scope="module")
+def database_page(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("report-db")
+    data = {**TINY, "instances": [{**TINY["instances"][0], "n": [3, 5]}]}
+    run_sweep(parse_spec(data), folder / "r.sqlite", workers=1, progress=False)
+    return database_report(folder / "r.sqlite", folder / "out")
+
+
+def test_instance_report_has_the_tables_and_embedded_figures(instance_page):
+    page = instance_page.read_text()
+    assert instance_page.name == "index.html"
+    images = _assert_self_contained(page)
+    # Gantt of the optimum, the best and the worst policy; KV; CDFs; solver progress.
+    assert len(images) == 6
+    for text in ("Exact solution", "optimal", "batch-indexed / cpsat", "vllm-ef", "sarathi", "regret"):
+        assert text in page, text
+    assert page.count("<table") >= 3
+    # The batch-indexed optimum evicts like vLLM (seed 003 Fig. 15(a)): total latency 36, the EF policy 40.
+    assert "Best policy: vllm" in page and "worst: vllm-ef" in page
+    assert re.search(r"<td>optimum \(batch-indexed/cpsat\)</td>\s*<td>solver</td>\s*<td>36</td>", page)
+
+
+def test_database_report_has_the_regret_table_and_figures(database_page):
+    page = database_page.read_text()
+    images = _assert_self_contained(page)
+    assert len(images) == 2  # latency vs load, regret vs size
+    assert "Regret vs the solver&#x27;s optimum" in page or "Regret vs the solver's optimum" in page
+    for text in ("mean_regret_pct", "win_rate", "stability", "sarathi", "vllm-ef"):
+        assert text in page, text
+
+
+def test_cli_report_for_an_instance_and_a_database(tmp_path, capsys):
+    out = tmp_path / "inst"
+    args = ["report", str(FIG15), "--out", str(out), "--policies", "vllm,vllm-ef", "--time-limit", "10"]
+    assert main([*args, "--threads", "1"]) == 0
+    assert (out / "index.html").is_file() and "wrote" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing.json"), "--out", str(out)]) == 2
+    assert "no such file" in capsys.readouterr().err
+    assert main(["report", str(FIG15), "--out", str(out), "--policies", "nope"]) == 2
+    assert "unknown policy 'nope'" in capsys.readouterr().err
+
+
+def test_instance_report_without_a_solver_that_fits_says_why(tmp_path):
+    # Prompts over C need chunked prefill, which the time-indexed model does not have.
+    inst = load_instance(EXAMPLES / "chunked-prefill.json")
+    page = instance_report(inst, tmp_path, policies=["sarathi", "vllm"], options=FAST).read_text()
+    assert "The solver did not run" in page and "chunked prefill" in page
+    # vllm (whole prompts) cannot run it either: sarathi is best and worst, one Gantt, KV, CDFs.
+    assert len(_assert_self_contained(page)) == 3
+    assert re.search(r"<td>vllm</td>\s*<td>policy</td>\s*<td>–</td>", page) and "<th>error</th>" in page
+
+
+def _chromium() -> str | None:
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+@pytest.mark.skipif(
+    _chromium() is None, reason="headless Chromium is not installed (apt-get install chromium)"
+)
+@pytest.mark.parametrize("which", ["instance", "database"])
+def test_report_renders_in_headless_chromium(tmp_path, request, which):
+    page = request.getfixturevalue(f"{which}_page")
+    shot = tmp_path / f"report-{which}.png"
+    cmd = [
+        str(_chromium()),
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp_path / 'profile'}",
+        f"--screenshot={shot}",
+        "--window-size=1280,2000",
+        page.resolve().as_uri(),
+    ]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert shot.is_file(), done.stderr[-2000:]
+    from matplotlib.image import imread
+
+    pixels = imread(shot)
+    assert pixels.shape[:2] == (2000, 1280)
+    # Rendered content, not a blank page: many distinct colours (text, tables, the embedded figures).
+    assert len(np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)) > 50
+    ARTIFACTS.mkdir(exist_ok=True)
+    shutil.copy(shot, ARTIFACTS / shot.name)

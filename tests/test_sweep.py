@@ -1,0 +1,367 @@
+"""Sweeps: spec validation, the results database, skipping finished cells, interruption, export, regret."""
+
+from __future__ import annotations
+
+import copy
+import math
+import sqlite3
+import sys
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+import yaml
+
+from kvsched.analysis import spec as spec_mod
+from kvsched.analysis import sweep as sweep_mod
+from kvsched.analysis.regret import instance_regret, regret_table
+from kvsched.analysis.spec import load_spec, parse_spec
+from kvsched.analysis.store import export, load_results, open_db
+from kvsched.analysis.sweep import run_sweep
+from kvsched.cli import main
+from kvsched.errors import InputError
+from kvsched.schedule.core import Rule, ScheduleError, Violation
+from tests.test_examples import EXAMPLES
+
+EXAMPLE_SPEC = Path(spec_mod.__file__).parent / "examples" / "small.yaml"
+
+#: Two instances (seeds 0, 1) x (the solver + two policies) = 6 cells, about a second in all.
+TINY: dict[str, Any] = {
+    "name": "tiny",
+    "instances": [
+        {
+            "generator": "synthetic",
+            "n": 4,
+            "kv_capacity": 16,
+            "seeds": 2,
+            "limits": {"max_batch_tokens": 32},
+            "params": {
+                "arrival": "poisson",
+                "rate": 1.0,
+                "tick": 1,
+                "prompt": "uniform",
+                "prompt_lo": 2,
+                "prompt_hi": 5,
+                "output": "uniform",
+                "output_lo": 2,
+                "output_hi": 4,
+            },
+        }
+    ],
+    "policies": ["sarathi", "vllm-ef"],
+    "solver": {"name": "highs", "time_limit": 10, "threads": 1},
+}
+
+
+def tiny(**changes: Any) -> dict[str, Any]:
+    data = copy.deepcopy(TINY)
+    data.update(changes)
+    return data
+
+
+def sweep(tmp_path: Path, data: dict[str, Any] | None = None, **kw: Any):
+    kw.setdefault("workers", 1)
+    kw.setdefault("progress", False)
+    return run_sweep(parse_spec(data or tiny()), tmp_path / "r.sqlite", **kw)
+
+
+# ----------------------------------------------------------------------------- spec validation
+def _bad(path: str, value: Any) -> dict[str, Any]:
+    data = tiny()
+    target: Any = data
+    keys = path.split(".")
+    for key in keys[:-1]:
+        target = target[int(key)] if key.isdigit() else target[key]
+    target[keys[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        (_bad("instances.0.n", 0), "instances.0.n"),
+        (_bad("instances.0.kv_capacity", [16, -1]), "instances.0.kv_capacity"),
+        (_bad("instances.0.seeds", 0), "instances.0.seeds"),
+        (_bad("instances.0.generator", "nope"), "instances.0.generator"),
+        (_bad("instances.0.params.rate", -1), "instances.0.params"),
+        (_bad("instances.0.params.rat", 1), "instances.0.params"),
+        (_bad("instances.0.limits.max_batch_tokens", 0), "instances.0.limits.max_batch_tokens"),
+        (_bad("policies", ["sarathi", "no-such-policy"]), "policies.1"),
+        (_bad("policies", [{"name": "sarathi", "params": {"bogus": 1}}]), "policies.0"),
+        (_bad("policies", ["sarathi", "sarathi"]), "policies"),
+        (_bad("solver.time_limit", -5), "solver.time_limit"),
+        (_bad("solver.name", "gurobi"), "solver.name"),
+        (_bad("solver.warm_start", ["nope"]), "solver.warm_start.0"),
+        (_bad("objective", "speed"), "objective"),
+        (tiny(tpyo=1), "tpyo"),
+        (_bad("instances.0.file", "x.json"), "instances.0"),
+    ],
+)
+def test_spec_errors_are_one_line_naming_the_field(data, field):
+    with pytest.raises(InputError) as err:
+        parse_spec(data, "s.yaml")
+    text = str(err.value)
+    assert "\n" not in text
+    assert text.startswith(f"s.yaml: {field}"), text
+
+
+def test_cli_reports_a_bad_spec_in_one_line(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(_bad("instances.0.n", -3)))
+    assert main(["sweep", str(bad), "--db", str(tmp_path / "r.sqlite")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "instances.0.n" in err
+    broken = tmp_path / "broken.yaml"
+    broken.write_text("name: [unclosed\n")
+    assert main(["sweep", str(broken)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "not valid YAML" in err
+
+
+def test_the_example_spec_is_valid_and_expands_to_its_grid():
+    spec = load_spec(EXAMPLE_SPEC)
+    cells = spec.cells()
+    instances = {c.instance_key for c in cells}
+    # n x M x rate x seeds = 2 x 2 x 3 x 2, each with 5 policies and the solver.
+    assert len(instances) == 24 and len(cells) == 24 * 6
+    assert cells[0].runner["kind"] == "solver"  # longest cells first
+    assert len({c.key for c in cells}) == len(cells)
+
+
+def test_cell_keys_are_stable_and_independent_of_the_rest_of_the_spec():
+    keys = {c.key for c in parse_spec(tiny()).cells()}
+    # Equal numbers in another spelling are the same cell.
+    again = tiny()
+    again["instances"][0]["params"]["rate"] = 1
+    assert {c.key for c in parse_spec(again).cells()} == keys
+    # Adding a policy (or renaming the sweep) adds cells and keeps the others.
+    more = tiny(policies=["sarathi", "vllm-ef", "vllm"], name="other")
+    assert keys < {c.key for c in parse_spec(more).cells()}
+
+
+# ----------------------------------------------------------------------------- running
+def test_sweep_writes_one_validated_row_per_cell_and_a_rerun_skips_them(tmp_path):
+    first = sweep(tmp_path)
+    assert (first.total, first.written, first.skipped, first.failed) == (6, 6, 0, ())
+    frame = load_results(tmp_path / "r.sqlite")
+    assert len(frame) == 6 and set(frame["status"]) <= {"ok", "optimal"}
+    assert set(frame["name"]) == {"sarathi", "vllm-ef", "optimum (time/highs)"}
+    solver = frame[frame["kind"] == "solver"]
+    policies = frame[frame["kind"] == "policy"]
+    assert solver["bound"].notna().all() and solver["solver_version"].str.startswith("highspy").all()
+    assert policies["solver_version"].isna().all()
+    # Nothing beats the optimum of the time-indexed class here (no policy evicts at this M).
+    best = solver.set_index("instance_key")["objective"]
+    assert (policies["objective"].to_numpy() >= best[policies["instance_key"]].to_numpy() - 1e-9).all()
+    # Metrics come from the replayed schedule: the objective is the run's total latency.
+    assert (frame["total_latency"] == frame["objective"]).all()
+    assert frame["created"].str.endswith("+00:00").all()
+
+    second = sweep(tmp_path)
+    assert (second.written, second.skipped) == (0, 6)
+    assert len(load_results(tmp_path / "r.sqlite")) == 6
+
+
+def test_a_schedule_that_fails_validation_never_becomes_an_ok_row(tmp_path, monkeypatch):
+    def reject(instance, schedule, *args, **kwargs):
+        raise ScheduleError([Violation(Rule.KV_CAPACITY, "injected failure", batch=0)])
+
+    # The package re-exports the function compare(), so reach the module through sys.modules.
+    monkeypatch.setattr(sys.modules["kvsched.analysis.compare"], "replay", reject)
+    summary = sweep(tmp_path, tiny(solver=None))
+    frame = load_results(tmp_path / "r.sqlite")
+    assert summary.errors == len(frame) == 4
+    assert (frame["status"] == "error").all() and frame["error"].str.contains("injected failure").all()
+    assert frame["objective"].isna().all()
+
+
+def test_an_interrupted_sweep_keeps_every_finished_cell(tmp_path, monkeypatch):
+    calls = []
+    real = sweep_mod.run_cell
+
+    def interrupt_after_three(cell):
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        calls.append(cell.key)
+        return real(cell)
+
+    monkeypatch.setattr(sweep_mod, "run_cell", interrupt_after_three)
+    with pytest.raises(KeyboardInterrupt):
+        sweep(tmp_path)
+    with open_db(tmp_path / "r.sqlite") as db:
+        assert db.finished() == set(calls) and db.count() == 3
+    monkeypatch.setattr(sweep_mod, "run_cell", real)
+    rest = sweep(tmp_path)
+    assert (rest.skipped, rest.written) == (3, 3)
+
+
+def test_infeasible_instances_and_unrunnable_policies_are_error_rows(tmp_path):
+    data = tiny(solver=None)
+    data["instances"][0]["kv_capacity"] = [16, 3]  # I + O - 1 > 3 for every request
+    summary = sweep(tmp_path, data)
+    frame = load_results(tmp_path / "r.sqlite")
+    bad = frame[frame["kv_capacity"] == 3]
+    assert summary.errors == len(bad) == 4
+    assert bad["error"].str.contains("KV capacity M is 3").all()
+    assert (frame.loc[frame["kv_capacity"] == 16, "status"] == "ok").all()
+    assert sweep(tmp_path, data).skipped == 8  # errors are results too: not retried
+
+
+def test_instance_files_with_an_M_axis(tmp_path):
+    data = {
+        "name": "files",
+        "instances": [{"file": str(EXAMPLES / "figure15.json"), "kv_capacity": [8, 28]}],
+        "policies": ["vllm", "vllm-ef"],
+    }
+    sweep(tmp_path, data)
+    frame = load_results(tmp_path / "r.sqlite").set_index(["kv_capacity", "name"])
+    assert frame.loc[(8, "vllm"), "objective"] == 36 and frame.loc[(8, "vllm"), "evictions"] == 2
+    assert frame.loc[(8, "vllm-ef"), "objective"] == 40
+    assert (frame["n"] == 4).all()
+    # With M = 28 = 4 (I + O - 1) every request runs at once: 4 slots each.
+    assert frame.loc[(28, "vllm"), "evictions"] == 0 and frame.loc[(28, "vllm"), "objective"] == 16
+
+
+def test_process_pool_gives_the_same_rows_as_in_process(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    sweep(a, tiny(solver=None), workers=1)
+    summary = sweep(b, tiny(solver=None), workers=2)
+    assert summary.written == 4 and not summary.failed
+    fa = load_results(a / "r.sqlite").set_index("key")
+    fb = load_results(b / "r.sqlite").set_index("key")
+    assert fa.index.sort_values().equals(fb.index.sort_values())
+    assert (fa["objective"] == fb.loc[fa.index, "objective"]).all()
+
+
+def test_ray_backend_with_a_local_instance(tmp_path):
+    pytest.importorskip("ray")
+    summary = sweep(tmp_path, tiny(solver=None), backend="ray", workers=2)
+    assert summary.written == 4 and not summary.failed
+    frame = load_results(tmp_path / "r.sqlite")
+    assert (frame["status"] == "ok").all()
+
+
+def test_cli_sweep_results_and_regret(tmp_path, capsys):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(tiny()))
+    db = tmp_path / "r.sqlite"
+    assert main(["sweep", str(spec), "--db", str(db), "--workers", "1"]) == 0
+    assert "6 written" in capsys.readouterr().err
+    assert main(["sweep", str(spec), "--db", str(db), "--workers", "1"]) == 0
+    assert "6 already done, 0 written" in capsys.readouterr().err
+    out_csv = tmp_path / "r.csv"
+    assert main(["results", str(db), "--to", "csv", "--out", str(out_csv)]) == 0
+    rows = pd.read_csv(out_csv)
+    assert len(rows) == 6 and {"rate", "mean_latency", "p99_ttft", "objective", "config"} <= set(rows.columns)
+    assert main(["results", str(db)]) == 0
+    assert "tiny" in capsys.readouterr().out
+    table_csv = tmp_path / "regret.csv"
+    assert main(["regret", str(db), "--csv", str(table_csv)]) == 0
+    assert "regret vs the solver's optimum" in capsys.readouterr().out
+    assert set(pd.read_csv(table_csv)["policy"]) == {"sarathi", "vllm-ef"}
+
+
+def test_results_errors_are_one_line(tmp_path, capsys):
+    assert main(["regret", str(tmp_path / "missing.sqlite")]) == 2
+    assert "no such results database" in capsys.readouterr().err
+    junk = tmp_path / "junk.sqlite"
+    junk.write_text("not a database")
+    assert main(["results", str(junk)]) == 2
+    assert "not an SQLite results database" in capsys.readouterr().err
+    other = tmp_path / "other.sqlite"
+    sqlite3.connect(other).execute("CREATE TABLE cells (x)").connection.commit()
+    assert main(["results", str(other)]) == 2
+    assert "not a kvsched results database" in capsys.readouterr().err
+
+
+def test_parquet_export_without_pyarrow_says_how_to_get_it(tmp_path):
+    try:
+        import pyarrow  # noqa: F401
+
+        pytest.skip("pyarrow is installed")
+    except ImportError:
+        pass
+    sweep(tmp_path, tiny(solver=None))
+    with pytest.raises(InputError, match="pip install pyarrow"):
+        export(tmp_path / "r.sqlite", "parquet", tmp_path / "r.parquet")
+
+
+# ----------------------------------------------------------------------------- regret
+def _row(key: str, inst: str, kind: str, name: str, status: str, objective: float | None, **kw: Any):
+    return {
+        "key": key,
+        "instance_key": inst,
+        "sweep": "hand",
+        "kind": kind,
+        "name": name,
+        "n": kw.pop("n", 4),
+        "kv_capacity": 8,
+        "seed": 0,
+        "objective_name": "total-latency",
+        "config": {},
+        "status": status,
+        "objective": objective,
+        "created": "2025-01-01T00:00:00+00:00",
+        **kw,
+    }
+
+
+@pytest.fixture
+def hand_db(tmp_path: Path) -> Path:
+    """Two instances with known numbers.
+
+    i1: optimum 10 (proven; bound 10), certified bound 8; A = 10, B = 12, C cannot run.
+    i2: incumbent 20 (not proven; bound 18), certified bound 15; A = 25, B = 22, C = 30.
+    """
+    path = tmp_path / "hand.sqlite"
+    rows = [
+        _row("s1", "i1", "solver", "opt", "optimal", 10, bound=10, lower_bound=8),
+        _row("a1", "i1", "policy", "A", "ok", 10, lower_bound=8),
+        _row("b1", "i1", "policy", "B", "ok", 12, lower_bound=8),
+        _row("c1", "i1", "policy", "C", "error", None, error="cannot run"),
+        _row("s2", "i2", "solver", "opt", "feasible", 20, bound=18, lower_bound=15, n=8),
+        _row("a2", "i2", "policy", "A", "ok", 25, lower_bound=15, n=8),
+        _row("b2", "i2", "policy", "B", "ok", 22, lower_bound=15, n=8),
+        _row("c2", "i2", "policy", "C", "ok", 30, lower_bound=15, n=8),
+    ]
+    with open_db(path, create=True) as db:
+        for row in rows:
+            db.write(row)
+    return path
+
+
+def test_regret_table_against_the_optimum_has_the_known_numbers(hand_db):
+    t = regret_table(load_results(hand_db))
+    a, b, c = t.loc["A"], t.loc["B"], t.loc["C"]
+    # A: 0 % and 25 %; B: 20 % and 10 %.
+    assert (a["mean_regret_pct"], a["median_regret_pct"], a["max_regret_pct"]) == (12.5, 12.5, 25.0)
+    assert a["mean_regret"] == 2.5 and a["stability"] == 12.5 and a["win_rate"] == 0.5
+    assert (b["mean_regret_pct"], b["max_regret_pct"], b["mean_regret"]) == (15.0, 20.0, 2.0)
+    assert b["stability"] == 5.0 and b["win_rate"] == 0.5
+    assert (c["instances"], c["failed"], c["mean_regret_pct"], c["win_rate"]) == (1, 1, 50.0, 0.0)
+    assert list(t.index) == ["A", "B", "C"]
+
+
+@pytest.mark.parametrize(
+    ("against", "a_pct", "b_pct"),
+    [
+        ("bound", (0.0, 700 / 18), (20.0, 400 / 18)),
+        ("certified", (25.0, 1000 / 15), (50.0, 700 / 15)),
+        ("best-policy", (0.0, 300 / 22), (20.0, 0.0)),
+    ],
+)
+def test_regret_against_other_references(hand_db, against, a_pct, b_pct):
+    per = instance_regret(load_results(hand_db), against).set_index(["instance_key", "name"])
+    for name, pcts in (("A", a_pct), ("B", b_pct)):
+        for inst, want in zip(("i1", "i2"), pcts, strict=True):
+            assert math.isclose(per.loc[(inst, name), "regret_pct"], want, rel_tol=1e-12)
+    t = regret_table(load_results(hand_db), against)
+    assert math.isclose(t.loc["A", "mean_regret_pct"], sum(a_pct) / 2, rel_tol=1e-12)
+
+
+def test_regret_uses_the_same_definition_as_compare(hand_db):
+    per = instance_regret(load_results(hand_db), "optimum").set_index(["instance_key", "name"])
+    assert per.loc[("i2", "A"), "regret"] == 5 and not per.loc[("i2", "A"), "proven"]
+    assert per.loc[("i1", "A"), "proven"]
