@@ -61,3 +61,35 @@ def test_bad_input_lines():
         assert proc.returncode == 2, (args, proc.stderr)
         assert text in proc.stderr and "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_solve_no_eviction_restricts_the_batch_model(tmp_path):
+    evict, plain = tmp_path / "e.json", tmp_path / "p.json"
+    base = ["solve", FIG15, "--formulation", "batch", "--solver", "cpsat", "--time-limit", "30"]
+    assert main([*base, "--json", str(evict)]) == 0
+    assert main([*base, "--no-eviction", "--json", str(plain)]) == 0
+    with_evictions, without = json.loads(evict.read_text()), json.loads(plain.read_text())
+    assert with_evictions["status"] == without["status"] == "optimal"
+    assert without["stats"]["evictions"] == 0
+    assert with_evictions["objective"] == 36 and without["objective"] == 40
+
+
+def test_solver_options_for_the_other_formulation_are_refused(capsys):
+    assert main(["solve", FIG15, "--no-eviction"]) == 2
+    assert "--no-eviction: applies to --formulation batch only" in capsys.readouterr().err
+    assert main(["solve", FIG15, "--formulation", "batch", "--no-strengthen"]) == 2
+    assert "--no-strengthen: applies to --formulation time only" in capsys.readouterr().err
+
+
+def test_solve_reports_the_reduced_cost_windows(capsys):
+    assert main(["solve", FIG15, "--time-limit", "20"]) == 0
+    out = capsys.readouterr().out
+    assert "lagrangian bound" in out and "mean window" in out
+
+
+def test_compare_passes_the_model_options_to_the_solver(tmp_path):
+    out = tmp_path / "c.json"
+    args = ["compare", FIG15, "--policies", "vllm", "--formulation", "batch", "--solver", "cpsat"]
+    assert main([*args, "--no-eviction", "--time-limit", "30", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["result"]["objective"] == 40 and doc["result"]["stats"]["evictions"] == 0

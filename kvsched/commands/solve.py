@@ -54,6 +54,27 @@ def _add_solver_args(p: argparse.ArgumentParser) -> None:
     )
     g.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
     g.add_argument("--log", action="store_true", help="show the solver's own log")
+    g.add_argument(
+        "--no-eviction",
+        action="store_true",
+        help="batch formulation: only eviction-free schedules (the time formulation never evicts)",
+    )
+    g.add_argument(
+        "--no-strengthen",
+        action="store_true",
+        help="time formulation: skip the local search and the reduced-cost windows (a baseline)",
+    )
+
+
+def _model_kwargs(args: argparse.Namespace) -> dict[str, bool]:
+    """The formulation options of ``args`` that apply to its formulation."""
+    if args.formulation == "batch":
+        if args.no_strengthen:
+            raise InputError("--no-strengthen: applies to --formulation time only")
+        return {"allow_eviction": not args.no_eviction}
+    if args.no_eviction:
+        raise InputError("--no-eviction: applies to --formulation batch only (time never evicts)")
+    return {"strengthen": not args.no_strengthen}
 
 
 def _fmt(value: Any) -> str:
@@ -102,6 +123,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         options=_options(args),
         warm_start=warm,
         export=args.export,
+        **_model_kwargs(args),
     )
     console = Console()
     table = Table(title=f"{result.formulation} / {result.solver}: {result.objective_name}", show_header=False)
@@ -111,7 +133,17 @@ def cmd_solve(args: argparse.Namespace) -> int:
     table.add_row("gap", "-" if result.gap is None else f"{100 * result.gap:.3f}%")
     table.add_row("bound for every schedule", _fmt(result.stats.get("combinatorial_bound")))
     table.add_row("runtime", f"{result.runtime:.2f} s")
-    for key in ("variables", "rows", "nonzeros", "horizon", "upper_bound", "warm_start"):
+    for key in (
+        "variables",
+        "rows",
+        "nonzeros",
+        "horizon",
+        "mean_window",
+        "upper_bound",
+        "lagrangian_bound",
+        "warm_start",
+        "evictions",
+    ):
         if key in result.stats:
             table.add_row(key.replace("_", " "), _fmt(result.stats[key]))
     console.print(table)
@@ -150,6 +182,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         solver=None if args.no_solver else args.solver,
         formulation=args.formulation,
         options=_options(args),
+        solve_options=None if args.no_solver else _model_kwargs(args),
     )
     table = cmp.table.sort_values("objective", na_position="last")
     # A wide table: use at least 160 columns when the output is not a terminal (files, CI logs).

@@ -90,6 +90,16 @@ def _highs_model(model: LinearModel):  # -> highspy.Highs
     return h
 
 
+def _use_highs_threads(threads: int) -> None:
+    import highspy
+
+    global _highs_threads
+    if _highs_threads not in (None, threads):
+        # HiGHS keeps one thread pool per process; a run with another thread count fails unless it is reset.
+        highspy.Highs.resetGlobalScheduler(True)
+    _highs_threads = threads
+
+
 def solve_highs(model: LinearModel, options: SolverOptions) -> RawSolution:
     """Solve with HiGHS (highspy), warm-started from ``model.hint``."""
     import highspy
@@ -117,11 +127,7 @@ def solve_highs(model: LinearModel, options: SolverOptions) -> RawSolution:
         sol.col_value = [float(v) for v in model.hint]
         sol.value_valid = True
         h.setSolution(sol)
-    global _highs_threads
-    if _highs_threads not in (None, options.threads):
-        # HiGHS keeps one thread pool per process; a run with another thread count fails unless it is reset.
-        highspy.Highs.resetGlobalScheduler(True)
-    _highs_threads = options.threads
+    _use_highs_threads(options.threads)
     start = time.perf_counter()
     run_status = h.run()
     runtime = time.perf_counter() - start
@@ -143,6 +149,29 @@ def solve_highs(model: LinearModel, options: SolverOptions) -> RawSolution:
     else:
         status = SolveStatus.FEASIBLE if has_sol else SolveStatus.UNKNOWN
     return RawSolution(status, x, obj, bound, runtime, tuple(points))
+
+
+def lp_relaxation(model: LinearModel, options: SolverOptions) -> tuple[float, np.ndarray] | None:
+    """The LP relaxation of ``model`` by HiGHS: its value and row duals (None if not solved).
+
+    Duals follow HiGHS's sign convention: a binding ``<=`` row of a
+    minimisation has a non-positive dual.
+    """
+    import highspy
+
+    h = _highs_model(model)
+    ints = np.flatnonzero(model.integer).astype(np.int32)
+    if ints.size:
+        h.changeColsIntegrality(ints.size, ints, np.array([highspy.HighsVarType.kContinuous] * ints.size))
+    h.setOptionValue("threads", options.threads)
+    h.setOptionValue("time_limit", float(options.time_limit))
+    _use_highs_threads(options.threads)
+    if model.num_vars == 0:  # every variable fixed by its window: HiGHS reports an empty model
+        return model.obj_offset, np.zeros(len(model.rows))
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    return h.getInfo().objective_function_value, np.asarray(h.getSolution().row_dual)
 
 
 # ---------------------------------------------------------------------- CBC

@@ -1049,7 +1049,7 @@ def solve_batch(
     from kvsched.csp.backends import SolverOptions, export_model, solve_model
     from kvsched.csp.bounds import lower_bounds
     from kvsched.csp.result import Result, SolveStatus, relative_gap
-    from kvsched.csp.solve import OBJECTIVE_RTOL, ModelError
+    from kvsched.csp.solve import OBJECTIVE_RTOL, ModelError, settle, time_left
 
     options = options or SolverOptions()
     t0 = time.perf_counter()
@@ -1066,7 +1066,7 @@ def solve_batch(
     if export is not None:
         export_model(model, export)
     build_time = time.perf_counter() - t0
-    raw = solve_model(model, solver, options)
+    raw = solve_model(model, solver, time_left(options, t0))
     scale = bi.scale
 
     schedule = bi.schedule_from(raw.x if raw.x is not None else model.hint)
@@ -1099,14 +1099,7 @@ def solve_batch(
             raise ModelError(f"solver objective {claimed!r} is below the replayed {value!r}")
         if status == SolveStatus.OPTIMAL and options.gap == 0 and claimed > value + tol:
             raise ModelError(f"proven-optimal objective {claimed!r} differs from the replayed {value!r}")
-    bound = raw.bound
-    if bound is not None and model.integral_objective:
-        bound = math.ceil(bound - 1e-6)
-    bound = None if bound is None else min(bound * scale, value)
-    if status == SolveStatus.UNKNOWN:
-        status = SolveStatus.FEASIBLE
-    if status == SolveStatus.INFEASIBLE:
-        raise ModelError("the model is infeasible although its warm start is feasible")
+    status, bound = settle(raw, model, value, scale)
     stats = {
         "variables": model.num_vars,
         "rows": len(model.rows),

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from kvsched.csp.backends import SolverOptions, export_model, solve_model
+from kvsched.csp.backends import RawSolution, SolverOptions, export_model, solve_model
 from kvsched.csp.bounds import lower_bounds
+from kvsched.csp.lagrangian import lagrangian
+from kvsched.csp.model import LinearModel
 from kvsched.csp.objectives import objective_function
 from kvsched.csp.result import Result, SolveStatus, relative_gap
 from kvsched.csp.timeindexed import TimeIndexed
@@ -26,12 +29,48 @@ from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import replay
 
 FORMULATIONS = ("time", "batch")
+#: Share of the time limit the local search may spend improving the incumbent.
+LOCAL_SEARCH_SHARE = 0.1
+#: The solver always gets at least this long, even if preparation used up the limit.
+MIN_SOLVER_SECONDS = 1.0
 #: Relative tolerance between the solver's objective and the replayed one.
 OBJECTIVE_RTOL = 1e-6
 
 
 class ModelError(AssertionError):
     """The model disagrees with the semantic core (a bug in a formulation or decoder)."""
+
+
+def time_left(options: SolverOptions, t0: float) -> SolverOptions:
+    """``options`` with what is left of its time limit since ``t0``: the limit covers preparation too."""
+    spent = time.perf_counter() - t0
+    return replace(options, time_limit=max(MIN_SOLVER_SECONDS, options.time_limit - spent))
+
+
+def settle(
+    raw: RawSolution, model: LinearModel, value: float, scale: float, extra_bound: float | None = None
+) -> tuple[SolveStatus, float | None]:
+    """Status and best bound (instance units) of a solve whose decoded schedule replays to ``value``.
+
+    ``scale`` converts model units to the instance's; ``extra_bound`` is another
+    valid bound in model units (e.g. a Lagrangian one). The bound never exceeds
+    the value; meeting it proves optimality; a timeout without a solution still
+    has the warm start, so it is feasible.
+    """
+    if raw.status == SolveStatus.INFEASIBLE:
+        raise ModelError("the model is infeasible although its warm start is feasible")
+    bound = raw.bound
+    if bound is not None and model.integral_objective:
+        bound = math.ceil(bound - 1e-6)  # the optimum is an integer: round the solver's float bound up
+    if extra_bound is not None:
+        bound = extra_bound if bound is None else max(bound, extra_bound)
+    bound = None if bound is None else min(bound * scale, value)
+    status = raw.status
+    if bound is not None and value - bound <= OBJECTIVE_RTOL * max(1.0, abs(value)):
+        status = SolveStatus.OPTIMAL
+    if status == SolveStatus.UNKNOWN:
+        status = SolveStatus.FEASIBLE
+    return status, bound
 
 
 def _time_indexed_starts(ti: TimeIndexed, schedule: Schedule) -> np.ndarray | None:
@@ -60,6 +99,7 @@ def solve(
     warm_start: Schedule | None = None,
     export: str | Path | None = None,
     allow_eviction: bool = True,
+    strengthen: bool = True,
 ) -> Result:
     """Find a hindsight-optimal schedule, or the best one found and a proven bound.
 
@@ -80,6 +120,10 @@ def solve(
         Also write the model as ``.mps`` or ``.lp``.
     allow_eviction
         ``batch`` only: ``False`` restricts it to eviction-free schedules.
+    strengthen
+        ``time`` only: improve the incumbent by local search and narrow the
+        start windows by LP reduced costs (:mod:`kvsched.csp.lagrangian`).
+        ``False`` gives the baseline: windows from the objective alone.
     """
     options = options or SolverOptions()
     measure = objective_function(objective)
@@ -108,14 +152,23 @@ def solve(
         if ws is not None and ti.value(ws) < ti.value(hint):
             hint, hint_source = ws, "warm start"
     upper = ti.value(hint)
-    model = ti.build(upper, hint)
+    lag = windows = None
+    if strengthen:
+        lag = lagrangian(ti, hint, options)
+        if lag is None or lag.bound < upper:  # a bound that meets the incumbent needs no search
+            better = ti.improve(hint, seconds=LOCAL_SEARCH_SHARE * options.time_limit, seed=options.seed)
+            if ti.value(better) < upper:
+                hint, hint_source, upper = better, f"{hint_source} + local search", ti.value(better)
+        if lag is not None:
+            windows = lag.windows(ti, upper, hint)
+    model = ti.build(upper, hint, windows=windows)
     bad = model.violations(model.hint)
     if bad:
         raise ModelError(f"the warm start violates the model: {bad[0]}")
     if export is not None:
         export_model(model, export)
     build_time = time.perf_counter() - t0
-    raw = solve_model(model, solver, options)
+    raw = solve_model(model, solver, time_left(options, t0))
 
     starts = ti.starts_from(raw.x) if raw.x is not None else hint
     schedule = ti.schedule_of(starts)
@@ -130,15 +183,7 @@ def solve(
         1.0, abs(value)
     ):
         raise ModelError(f"solver objective {raw.objective * slot!r} differs from the replayed {value!r}")
-    bound = raw.bound
-    if bound is not None and model.integral_objective:
-        bound = math.ceil(bound - 1e-6)  # the optimum is an integer: round the solver's float bound up
-    bound = None if bound is None else min(bound * slot, value)
-    status = raw.status
-    if status == SolveStatus.UNKNOWN:
-        status = SolveStatus.FEASIBLE  # the warm start is a schedule: a timeout still returns it
-    if status == SolveStatus.INFEASIBLE:
-        raise ModelError("the model is infeasible although its warm start is feasible")
+    status, bound = settle(raw, model, value, slot, None if lag is None else lag.bound)
     stats = {
         "variables": model.num_vars,
         "rows": len(model.rows),
@@ -147,6 +192,8 @@ def solve(
         "warm_start": hint_source,
         "build_seconds": build_time,
         "horizon": max(w.last for w in ti._windows) + int(ti.output.max()),
+        "mean_window": float(np.mean([w.last - w.first for w in ti._windows])),
+        "lagrangian_bound": None if lag is None else lag.bound * slot,
         # The class excludes chunking, pauses and evictions: its bound is not a bound on every schedule.
         "covers_all_schedules": False,
         # Valid for every legal schedule, not only the formulation's class.
