@@ -12,16 +12,24 @@ from kvsched.heuristics.base import Decision, HindsightError, Policy, SchedulerV
 from kvsched.heuristics.engines import FasterTransformer, Orca, VllmV1
 from kvsched.heuristics.infermax import InferMax
 from kvsched.heuristics.kfcfs import KFCFS
+from kvsched.heuristics.multiengine import MultiEngineResult, simulate_engines
+from kvsched.heuristics.priority import ClassPriority
+from kvsched.heuristics.rad import RAD
 from kvsched.heuristics.registry import POLICIES, PolicySpec, list_policies, make_policy
 from kvsched.heuristics.simulator import SimResult, simulate
+from kvsched.heuristics.slai import SLAI
 
 __all__ = [
     "KFCFS",
     "POLICIES",
+    "RAD",
+    "SLAI",
+    "ClassPriority",
     "Decision",
     "FasterTransformer",
     "HindsightError",
     "InferMax",
+    "MultiEngineResult",
     "Orca",
     "Policy",
     "PolicySpec",
@@ -31,4 +39,5 @@ __all__ = [
     "list_policies",
     "make_policy",
     "simulate",
+    "simulate_engines",
 ]

@@ -5,7 +5,9 @@
   the Sec. 6 scheduler (:class:`InferMax` configurations);
 * deployed engines and seed 001: vLLM v1, Orca, FasterTransformer, K-FCFS;
 * seed 004: MC-SF (Algorithms 1 and 2) and the alpha-protection baselines;
-* seed 002: WAIT and Nested WAIT.
+* seed 002: WAIT and Nested WAIT;
+* seed 000: RAD and SLAI (its Sec. 7 variants);
+* seed 001 Sec. 4.3: the class-priority wrapper around any of these.
 
 :func:`make_policy` builds one, with any parameter overridden by keyword.
 
@@ -28,6 +30,9 @@ from kvsched.heuristics.engines import FasterTransformer, Orca, VllmV1
 from kvsched.heuristics.infermax import InferMax
 from kvsched.heuristics.kfcfs import KFCFS
 from kvsched.heuristics.mcsf import SEED004_POLICIES
+from kvsched.heuristics.priority import ClassPriority
+from kvsched.heuristics.rad import RAD
+from kvsched.heuristics.slai import SLAI
 from kvsched.heuristics.spec import PolicySpec
 from kvsched.heuristics.wait import SEED002_POLICIES
 
@@ -202,9 +207,98 @@ def _engine_entries() -> dict[str, PolicySpec]:
     }
 
 
+def _seed000_entries() -> dict[str, PolicySpec]:
+    """RAD (Sec. 4.2) and the SLAI variants of Sec. 7 (and App. F.2)."""
+    slai = (
+        "SLAI{label}: per batch, critical decodes (now >= e + TBT - delta * mean batch time) by deadline, "
+        "started prefills, new prefills {order} below alpha = 128 active requests, then non-critical "
+        "decodes within beta = 128; token budget 512; delta {offset}. TBT SLOs from the requests "
+        "(tbt_slo; default_tbt for those without, None = always critical). vLLM-style memory: preempt "
+        "the newest running request by recompute."
+    )
+    dynamic = "5 while KV-block occupancy < 96%, else 10"
+    return {
+        "rad": PolicySpec(
+            "rad",
+            RAD,
+            "RAD: pure decode batches over all of D when |D| = t_col* (or nothing waits, or n requests "
+            "started this cycle), else the oldest waiting request's whole prompt back to back in chunks of "
+            "t_lcm* = LCM(t_row*, t_col*, t_red*); at most t_col* active requests; cycles end when D "
+            "empties. Tiles from the instance's rad time model (else 128 x 256, t_red = 32). Fixes the "
+            "printed chunk off-by-one; evicts the newest decoding request (LIFO) when memory runs out "
+            "(the paper assumes it never does).",
+            "seed 000 Sec. 4.2, Algorithm 1",
+        ),
+        "slai": PolicySpec(
+            "slai",
+            SLAI,
+            slai.format(label=" (SPF, dynamic offset)", order="shortest prompt first", offset=dynamic),
+            "seed 000 Sec. 6, Eq. 8; Sec. 7",
+            MappingProxyType({"prefill_order": "spf", "dynamic_offset": True}),
+        ),
+        "slai-fixed": PolicySpec(
+            "slai-fixed",
+            SLAI,
+            slai.format(label=" (SPF, fixed offset)", order="shortest prompt first", offset="= 10"),
+            "seed 000 Sec. 6, Eq. 8; Sec. 7",
+            MappingProxyType({"prefill_order": "spf", "dynamic_offset": False}),
+        ),
+        "slai-fcfs": PolicySpec(
+            "slai-fcfs",
+            SLAI,
+            slai.format(label=" (FCFS, fixed offset)", order="in arrival order", offset="= 10"),
+            "seed 000 Sec. 6, Eq. 8; Sec. 7",
+            MappingProxyType({"prefill_order": "fcfs", "dynamic_offset": False}),
+        ),
+        "slai-priority": PolicySpec(
+            "slai-priority",
+            SLAI,
+            slai.format(
+                label=" (SPF with priority, dynamic offset)",
+                order="by request priority, then shortest prompt first",
+                offset=dynamic,
+            ),
+            "seed 000 App. F.2",
+            MappingProxyType({"prefill_order": "spf", "dynamic_offset": True, "priority_first": True}),
+        ),
+    }
+
+
+def _class_priority(
+    name: str = "class-priority", *, inner: str = "sarathi", classes: str | None = None
+) -> Policy:
+    """:class:`ClassPriority` around the registered policy ``inner``."""
+    spec = POLICIES.get(inner)
+    if inner == name or (spec is not None and spec.factory is _class_priority):
+        raise ValueError(f"inner must be another policy, not {inner!r}")
+    return ClassPriority(make_policy(inner), classes=classes, name=name)
+
+
+def _seed001_entries() -> dict[str, PolicySpec]:
+    return {
+        "class-priority": PolicySpec(
+            "class-priority",
+            _class_priority,
+            "Non-preemptive class priority around another policy (inner, default sarathi): a request is "
+            "shown to the inner policy only once no request of a higher class waits to start; classes by "
+            "Request.priority (larger first) or classes='paying,free' (Request.cls, first highest). "
+            "Started requests are never held back; the inner policy composes every batch.",
+            "seed 001 Sec. 4.3 (non-preemptive type priority of the agents)",
+            MappingProxyType({"inner": "sarathi", "classes": None}),
+        ),
+    }
+
+
 #: Every registered policy, by name.
 POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
-    {**_entries(), **_engine_entries(), **SEED004_POLICIES, **SEED002_POLICIES}
+    {
+        **_entries(),
+        **_engine_entries(),
+        **SEED004_POLICIES,
+        **SEED002_POLICIES,
+        **_seed000_entries(),
+        **_seed001_entries(),
+    }
 )
 
 

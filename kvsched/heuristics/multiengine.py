@@ -1,0 +1,316 @@
+"""Several identical engines behind a load balancer (seed 001 Sec. 4.1, Proposition 1).
+
+Each request is sent to one of K engines when it arrives; every engine runs its
+own copy of a policy on the requests it was sent (its *sub-instance*) in the
+ordinary simulator, so every engine's schedule is stepped and validated through
+the semantic core. The balancers of seed 001 Sec. 4.1:
+
+* ``random``: uniformly at random (seeded);
+* ``jlr``, join the least requests: the engine with the fewest requests sent to
+  it and not yet completed;
+* ``jlot``, join the least outstanding tokens: the engine with the fewest tokens
+  still to process, counted as ``lengths`` says:
+
+  - ``"known"`` (default): what the engine knows, the unprocessed prompt (or
+    refill) tokens plus one token per decoding request;
+  - ``"predicted"``: each unfinished request's I + Ô - 1 minus its KV, Ô its
+    ``predicted_output`` (at least G + 1);
+  - ``"true"``: the same with the true O (hindsight, for comparison).
+
+Ties go to the lowest engine index.
+
+How the engine states at an arrival are known
+---------------------------------------------
+A balancer needs every engine's state at the arrival time, which depends on what
+was sent to it before. :func:`~kvsched.heuristics.simulator.simulate` runs a
+whole instance at once and cannot take a request mid-run, so dispatch is decided
+by stepping the K engines in lock-step, event by event, through the semantic
+core (:meth:`~kvsched.schedule.core.EngineState.make_batch` when a batch starts,
+:meth:`~kvsched.schedule.core.EngineState.step` when it ends), each policy seeing
+only the requests sent to its engine. The policy is asked for a batch exactly
+when :func:`simulate` would ask it: when the engine's previous batch ends, or at
+the arrival of a request sent to an idle engine; a decision at an arrival time
+is made once every request of that time has been sent. At an arrival the
+balancer sees the state after every batch that has ended by then (a batch still
+running has not completed anything).
+
+The results are then the ordinary :func:`simulate` of every engine's
+sub-instance, validated by :func:`~kvsched.schedule.validate.replay`. For a
+causal policy the two runs are the same trajectory, so the balancer saw exactly
+the states the reported runs went through; :attr:`MultiEngineResult.consistent`
+checks that, engine by engine. Policies that read the whole instance up front
+(WAIT's designed thresholds, MC-SF's semi-online checks) are reset on the whole
+instance in the lock-step run and on their sub-instance in the reported one, so
+for them the check can fail: dispatch then followed an approximate trajectory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
+
+import numpy as np
+import pandas as pd
+
+from kvsched.costmodel import CostModel
+from kvsched.errors import InputError
+from kvsched.heuristics.base import Policy, SchedulerView
+from kvsched.heuristics.priority import GatedView
+from kvsched.heuristics.registry import make_policy
+from kvsched.heuristics.simulator import SimResult, simulate
+from kvsched.instances.model import Instance
+from kvsched.schedule.core import TIME_TOL, EngineState
+from kvsched.schedule.ir import Batch, Schedule
+from kvsched.schedule.metrics import request_metrics
+from kvsched.schedule.validate import Trace, instance_cost_model, replay
+
+Balancer = Literal["random", "jlr", "jlot"]
+Lengths = Literal["known", "predicted", "true"]
+BALANCERS: tuple[str, ...] = get_args(Balancer)
+
+
+class _LiveEngine:
+    """One engine stepped in lock-step over the whole instance, seeing only what was sent to it."""
+
+    def __init__(self, instance: Instance, policy: Policy, cost_model: CostModel) -> None:
+        self.state = EngineState(instance, cost_model)
+        self.view = SchedulerView(self.state, expose_output=policy.uses_true_output)
+        self.gated = GatedView(self.view)
+        self.policy = policy
+        policy.reset(instance)
+        self.sent: list[int] = []
+        self.pending: Batch | None = None
+        self.decide_at: float | None = 0.0  # None: idle until a request is sent
+        self.batches: list[Batch] = []
+
+    def send(self, j: int, t: float) -> None:
+        self.sent.append(j)
+        self.gated.reveal([j])
+        if self.decide_at is None and self.pending is None:
+            self.decide_at = t
+
+    def advance(self, t: float) -> None:
+        """Apply the batches that end by ``t``; make the decisions due strictly before ``t``."""
+        while True:
+            if self.pending is not None:
+                end = self.pending.start + self.pending.duration
+                if end > t + TIME_TOL:
+                    return
+                self.state.step(self.pending)
+                self.pending = None
+                self.decide_at = self.state.clock
+            if self.decide_at is None or self.decide_at >= t - TIME_TOL:
+                return
+            now = max(self.decide_at, self.state.clock)
+            self.view._advance(now)
+            decision = self.policy.next_batch(self.gated)  # type: ignore[arg-type]
+            if decision is None or decision.empty:
+                self.decide_at = None  # every request sent so far has arrived: idle until the next
+                continue
+            self.pending = self.state.make_batch(now, decision.requests, decision.tokens, decision.evict)
+            self.batches.append(self.pending)
+
+    def load(self, what: str, outputs: np.ndarray | None) -> int:
+        """Unfinished requests (``"jlr"``) or outstanding tokens (``"jlot"``) sent to this engine."""
+        sent = np.asarray(self.sent, dtype=np.int64)
+        open_ = sent[~self.state.done[sent]]
+        if what == "jlr":
+            return int(open_.size)
+        st = self.state
+        out = (
+            st.generated[open_] + 1
+            if outputs is None
+            else np.maximum(outputs[open_], st.generated[open_] + 1)
+        )
+        return int((st.prompt[open_] + out - 1 - st.kv[open_]).sum())
+
+
+def _same_start(online: list[Batch], final: Schedule, sent: list[int]) -> bool:
+    """Whether the lock-step batches are the first batches of the reported run (positions mapped)."""
+    if len(online) > len(final.batches):
+        return False
+    local = {p: k for k, p in enumerate(sorted(sent))}
+    for a, b in zip(online, final.batches, strict=False):
+        mapped = np.array([local.get(int(r), -1) for r in a.requests], dtype=np.int64)
+        if (
+            abs(a.start - b.start) > TIME_TOL * max(1.0, abs(a.start))
+            or not np.array_equal(mapped, b.requests)
+            or not np.array_equal(a.tokens, b.tokens)
+        ):
+            return False
+    return True
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class MultiEngineResult:
+    """The outcome of :func:`simulate_engines`.
+
+    Parameters
+    ----------
+    instance
+        The whole workload.
+    balancer, lengths
+        How requests were dispatched.
+    dispatch
+        The engine each request (by position in ``instance``) was sent to.
+    engines
+        Each engine's sub-instance (its requests keep their ids).
+    results
+        Each engine's simulation (``None`` for an engine that got nothing).
+    traces
+        Each engine's schedule replayed through the validator (strict).
+    consistent
+        Per engine, whether the lock-step run the balancer watched is the
+        start of the reported run (always, for causal policies).
+    runtime
+        Wall-clock seconds in all.
+    """
+
+    instance: Instance
+    balancer: str
+    lengths: str
+    dispatch: np.ndarray
+    engines: tuple[Instance, ...]
+    results: tuple[SimResult | None, ...]
+    traces: tuple[Trace | None, ...]
+    consistent: tuple[bool, ...]
+    runtime: float
+
+    def request_metrics(self) -> pd.DataFrame:
+        """:func:`~kvsched.schedule.metrics.request_metrics` of every engine, with an ``engine`` column."""
+        frames = []
+        for k, trace in enumerate(self.traces):
+            if trace is not None:
+                frame = request_metrics(trace)
+                frame.insert(0, "engine", k)
+                frames.append(frame)
+        merged = pd.concat(frames)
+        return merged.loc[[r.id for r in self.instance.requests]]
+
+    def summary(self) -> dict[str, Any]:
+        """Whole-system figures over every engine (times in the instance's unit)."""
+        req = self.request_metrics()
+        done = [t for t in self.traces if t is not None]
+        makespan = max((t.state.clock for t in done), default=0.0)
+        generated = int(req["generated"].sum())
+        slo = req["slo_met"].dropna()
+        return {
+            "engines": len(self.engines),
+            "balancer": self.balancer,
+            "requests_per_engine": [len(e) for e in self.engines],
+            "num_requests": len(req),
+            "num_completed": int(req["complete"].sum()),
+            "makespan": makespan,
+            "mean_latency": float(req["latency"].mean()),
+            "p50_latency": float(req["latency"].quantile(0.5)),
+            "p99_latency": float(req["latency"].quantile(0.99)),
+            "mean_ttft": float(req["ttft"].mean()),
+            "p50_ttft": float(req["ttft"].quantile(0.5)),
+            "p99_ttft": float(req["ttft"].quantile(0.99)),
+            "max_tbt": float(req["tbt_max"].max()),
+            "tokens_per_s": generated / makespan if makespan > 0 else float("nan"),
+            "evictions": int(req["evictions"].sum()),
+            "batches": sum(len(t.records) for t in done),
+            "slo_attainment": float(slo.astype(bool).mean()) if len(slo) else None,
+            "consistent": all(self.consistent),
+        }
+
+
+def sub_instance(instance: Instance, positions: list[int], engine: int) -> Instance:
+    """The requests at ``positions`` (in instance order) as engine ``engine``'s own instance."""
+    reqs = tuple(instance.requests[p] for p in sorted(positions))
+    meta = {**instance.meta, "engine": engine}
+    return dataclasses.replace(
+        instance, requests=reqs, name=f"{instance.name or 'instance'}@engine{engine}", meta=meta
+    )
+
+
+def simulate_engines(
+    instance: Instance,
+    policy: str,
+    *,
+    engines: int,
+    balancer: Balancer = "jlr",
+    params: Mapping[str, Any] | None = None,
+    lengths: Lengths = "known",
+    seed: int = 0,
+    cost_model: CostModel | None = None,
+) -> MultiEngineResult:
+    """Dispatch ``instance`` over ``engines`` copies of ``policy`` and simulate each (see the module docstring).
+
+    Parameters
+    ----------
+    instance
+        The whole workload.
+    policy, params
+        Registry name and parameters of the policy every engine runs.
+    engines
+        K, the number of identical engines (each with the instance's limits and time model).
+    balancer
+        ``"random"``, ``"jlr"`` or ``"jlot"``.
+    lengths
+        How ``jlot`` counts outstanding tokens.
+    seed
+        Seed of the ``random`` balancer.
+    cost_model
+        Batch durations; defaults to the instance's own time model.
+
+    Raises
+    ------
+    InputError
+        For a bad number of engines, balancer or lengths (or predictions missing for ``lengths="predicted"``).
+    """
+    if not isinstance(engines, int) or isinstance(engines, bool) or engines < 1:
+        raise InputError(f"engines must be a positive integer, got {engines!r}")
+    if balancer not in BALANCERS:
+        raise InputError(f"balancer must be one of {', '.join(BALANCERS)}; got {balancer!r}")
+    if lengths not in get_args(Lengths):
+        raise InputError(f"lengths must be one of {', '.join(get_args(Lengths))}; got {lengths!r}")
+    if lengths == "predicted" and any(r.predicted_output is None for r in instance.requests):
+        raise InputError("lengths=predicted: some requests carry no predicted_output")
+    wall = time.perf_counter()
+    params = dict(params or {})
+    cost = cost_model if cost_model is not None else instance_cost_model(instance)
+    instance.check_feasible()
+    outputs = None
+    if lengths == "predicted":
+        outputs = np.array([r.predicted_output for r in instance.requests], dtype=np.int64)
+    elif lengths == "true":
+        outputs = np.array([r.output for r in instance.requests], dtype=np.int64)
+    live = [_LiveEngine(instance, make_policy(policy, **params), cost) for _ in range(engines)]
+    rng = np.random.default_rng(seed)
+    arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
+    dispatch = np.full(len(instance), -1, dtype=np.int64)
+    for j in np.argsort(arrival, kind="stable").tolist():
+        t = float(arrival[j])
+        if balancer == "random":
+            k = int(rng.integers(engines))
+        else:
+            for eng in live:
+                eng.advance(t)
+            k = int(np.argmin([eng.load(balancer, outputs) for eng in live]))
+        live[k].send(j, t)
+        dispatch[j] = k
+
+    subs = tuple(sub_instance(instance, eng.sent, k) for k, eng in enumerate(live))
+    results = tuple(
+        simulate(sub, make_policy(policy, **params), cost) if eng.sent else None
+        for sub, eng in zip(subs, live, strict=True)
+    )
+    traces = tuple(
+        replay(sub, res.schedule, cost) if res is not None else None
+        for sub, res in zip(subs, results, strict=True)
+    )
+    consistent = tuple(
+        res is None or balancer == "random" or _same_start(eng.batches, res.schedule, eng.sent)
+        for eng, res in zip(live, results, strict=True)
+    )
+    return MultiEngineResult(
+        instance, balancer, lengths, dispatch, subs, results, traces, consistent, time.perf_counter() - wall
+    )
+
+
+__all__ = ["BALANCERS", "Balancer", "Lengths", "MultiEngineResult", "simulate_engines", "sub_instance"]
