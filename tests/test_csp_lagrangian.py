@@ -84,3 +84,17 @@ def test_local_search_never_worsens_and_stays_legal():
     assert ti.value(better) <= ti.value(start)
     assert replay(inst, ti.schedule_of(better)).ok
     assert np.array_equal(better, ti.improve(start, moves=300))  # seeded: reproducible
+
+
+def test_windows_keep_the_hint_of_identical_requests_in_symmetry_order():
+    # Requests 0 and 2 are identical; the hint starts the later one first. The model sorts
+    # identical starts (its symmetry rows), so the windows must hold the sorted hint.
+    reqs = (Request("a", 0.0, 4, 3), Request("b", 0.0, 1, 5), Request("c", 0.0, 4, 3))
+    inst = Instance(reqs, Limits(kv_capacity=9), TimeModel("unit"))
+    ti = TimeIndexed(inst)
+    hint = ti.list_schedule(np.array([1, 2, 0]))
+    assert hint.tolist() == [4, 0, 0] and replay(inst, ti.schedule_of(hint)).ok
+    lag = lagrangian(ti, hint, FAST)
+    windows = lag.windows(ti, ti.value(hint), hint)
+    model = ti.build(ti.value(hint), hint, windows=windows)
+    assert model.violations(model.hint) == []

@@ -52,6 +52,8 @@ class Lagrangian:
     def windows(self, ti: TimeIndexed, upper_bound: float, hint: np.ndarray) -> list[Window]:
         """Start windows that keep every schedule of value <= ``upper_bound`` (slots), and ``hint``."""
         base = ti.windows(upper_bound)
+        # The model sees the hint with identical requests' starts sorted (its symmetry rows).
+        hint = ti.canonical(hint)
         slack = upper_bound - self.bound + RC_TOL * max(1.0, abs(upper_bound))
         out = []
         for i, (ks, cost) in enumerate(zip(self.starts, self.cost, strict=True)):
