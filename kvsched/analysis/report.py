@@ -27,6 +27,7 @@ from matplotlib.figure import Figure
 
 from kvsched import __version__
 from kvsched.analysis import plots
+from kvsched.analysis.compare import Comparison
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 
@@ -143,13 +144,18 @@ def instance_report(
     options: Any = None,
     solve_options: dict[str, Any] | None = None,
     source: str = "",
+    comparison: Comparison | None = None,
 ) -> Path:
-    """Solve ``instance``, compare ``policies`` (all by default) and write the report; returns its path."""
+    """Solve ``instance``, compare ``policies`` (all by default) and write the report; returns its path.
+
+    A ``comparison`` already computed (by :func:`~kvsched.analysis.compare.compare`
+    with ``objective``) is used as it is instead.
+    """
     from kvsched.analysis.compare import compare
     from kvsched.heuristics import POLICIES
 
     names = list(policies) if policies is not None else list(POLICIES)
-    cmp = compare(
+    cmp = comparison or compare(
         instance,
         names,
         objective=objective,

@@ -235,17 +235,25 @@ def cmd_report(args: argparse.Namespace) -> int:
     if is_database(args.target):
         path = database_report(args.target, args.out, against=args.against)
     else:
+        from kvsched.analysis import compare
+        from kvsched.commands.solve import print_comparison
+        from kvsched.heuristics import POLICIES
+
         instance = load_instance_from_args(args.target, args)
-        path = instance_report(
+        names = _policy_names(args.policies)
+        cmp = compare(
             instance,
-            args.out,
-            policies=_policy_names(args.policies),
+            list(POLICIES) if names is None else names,
             objective=args.objective,
             solver=None if args.no_solver else args.solver,
             formulation=args.formulation,
             options=_options(args),
+            skip_solver_errors=True,
             solve_options=None if args.no_solver else _model_kwargs(args),
-            source=args.target,
+        )
+        print_comparison(cmp, args.objective, instance.name or args.target)
+        path = instance_report(
+            instance, args.out, objective=args.objective, source=args.target, comparison=cmp
         )
     Console(stderr=True).print(f"wrote {path}", highlight=False)
     return 0

@@ -162,32 +162,12 @@ def cmd_solve(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_compare(args: argparse.Namespace) -> int:
-    from kvsched.analysis import compare
-    from kvsched.heuristics import POLICIES
-
-    instance = load_instance_from_args(args.instance, args)
-    names = (
-        list(POLICIES)
-        if args.policies == "all"
-        else [p.strip() for p in args.policies.split(",") if p.strip()]
-    )
-    for name in names:
-        if name not in POLICIES:
-            raise InputError(f"--policies: unknown policy {name!r} (see kvsched policies)")
-    cmp = compare(
-        instance,
-        names,
-        objective=args.objective,
-        solver=None if args.no_solver else args.solver,
-        formulation=args.formulation,
-        options=_options(args),
-        solve_options=None if args.no_solver else _model_kwargs(args),
-    )
+def print_comparison(cmp: Any, objective: str, name: str) -> Any:
+    """Print a :class:`~kvsched.analysis.Comparison` as a table; returns its rows, best first."""
     table = cmp.table.sort_values("objective", na_position="last")
     # A wide table: use at least 160 columns when the output is not a terminal (files, CI logs).
     console = Console() if Console().is_terminal else Console(width=160)
-    title = f"{args.objective} on {instance.name or args.instance}"
+    title = f"{objective} on {name}"
     if cmp.result is not None:
         title += f": optimum {cmp.result.status} {_fmt(cmp.result.objective)} (bound {_fmt(cmp.result.best_bound)})"
     out = Table(title=title)
@@ -216,8 +196,34 @@ def cmd_compare(args: argparse.Namespace) -> int:
         console.print(f"{name}: could not run: {err}", markup=False, highlight=False)
     if cmp.lower_bound is not None:
         console.print(
-            f"certified: no schedule has {args.objective} below {_fmt(cmp.lower_bound)}", highlight=False
+            f"certified: no schedule has {objective} below {_fmt(cmp.lower_bound)}", highlight=False
         )
+    return table
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    from kvsched.analysis import compare
+    from kvsched.heuristics import POLICIES
+
+    instance = load_instance_from_args(args.instance, args)
+    names = (
+        list(POLICIES)
+        if args.policies == "all"
+        else [p.strip() for p in args.policies.split(",") if p.strip()]
+    )
+    for name in names:
+        if name not in POLICIES:
+            raise InputError(f"--policies: unknown policy {name!r} (see kvsched policies)")
+    cmp = compare(
+        instance,
+        names,
+        objective=args.objective,
+        solver=None if args.no_solver else args.solver,
+        formulation=args.formulation,
+        options=_options(args),
+        solve_options=None if args.no_solver else _model_kwargs(args),
+    )
+    table = print_comparison(cmp, args.objective, instance.name or args.instance)
     if args.csv:
         table.to_csv(args.csv)
     if args.json:
