@@ -12,12 +12,12 @@ import sys
 from collections.abc import Sequence
 
 from kvsched import __version__
-from kvsched.commands import analysis, costmodel, executor, instances, schedules, simulate, solve
+from kvsched.commands import analysis, bound, costmodel, executor, instances, schedules, simulate, solve
 from kvsched.commands.common import EXIT_ERROR
 from kvsched.errors import KvschedError
 
 #: Command modules, in the order ``kvsched --help`` lists them.
-COMMAND_MODULES = (instances, schedules, simulate, solve, costmodel, executor, analysis)
+COMMAND_MODULES = (instances, schedules, simulate, solve, bound, costmodel, executor, analysis)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,106 @@
+"""``kvsched bound``: bounds that hold for every schedule of an instance, without solving."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from kvsched.commands.common import add_cost_args, add_limit_args, load_instance_from_args, time_unit
+from kvsched.errors import InputError
+
+
+def _combinatorial(instance: Any) -> dict[str, float]:
+    from kvsched.csp.bounds import lower_bounds
+
+    lb = lower_bounds(instance)
+    return {
+        "total-latency (lower)": lb.total_latency,
+        "makespan (lower)": lb.makespan,
+        "sum-ttft (lower)": lb.sum_ttft,
+        "isolated service (total latency)": lb.isolated,
+        "KV area (total latency)": lb.area,
+        "KV area (makespan)": lb.makespan_area,
+        "token work (makespan)": lb.makespan_tokens,
+    }
+
+
+def _fluid(instance: Any, args: argparse.Namespace) -> dict[str, Any]:
+    from kvsched.heuristics.fluid import eq1_coefficients, fluid_bound, instance_types
+
+    if args.d0 is not None or args.d1 is not None:
+        if args.d0 is None or args.d1 is None:
+            raise InputError("--d0/--d1: give both, or neither to read them from the instance's time model")
+        d0, d1 = args.d0, args.d1
+    else:
+        try:
+            d0, d1 = eq1_coefficients(instance.time_model)
+        except InputError as exc:
+            raise InputError(f"{exc} (--d0, --d1)") from None
+    types = instance_types(instance)
+    # A burst (every arrival at once) or --saturated: the finite-run bound, total weight over makespan.
+    saturated = args.saturated or not all(r < float("inf") for r in types.rates)
+    fb = fluid_bound(
+        None if saturated else types.rates,
+        types.prompt,
+        types.output,
+        d0,
+        d1,
+        instance.limits,
+        objective=args.per,
+        mix=types.count if saturated else None,
+    )
+    return {
+        f"throughput ({args.per} per time unit, upper)": fb.throughput,
+        "iteration time at the optimum": fb.iteration_time,
+        "KV held at the optimum": fb.memory,
+        "binding": ", ".join(fb.binding),
+        "regime": "saturated (finite run)" if saturated else "arrival rates from the instance",
+        "types": len(types.count),
+    }
+
+
+def cmd_bound(args: argparse.Namespace) -> int:
+    instance = load_instance_from_args(args.instance, args)
+    doc: dict[str, dict[str, Any]] = {}
+    if args.kind in ("combinatorial", "all"):
+        doc["combinatorial"] = _combinatorial(instance)
+    if args.kind in ("fluid", "all"):
+        doc["fluid"] = _fluid(instance, args)
+    console = Console()
+    for kind, values in doc.items():
+        table = Table(title=f"{kind} bounds on {instance.name or args.instance} ({time_unit(instance)})")
+        table.add_column("bound")
+        table.add_column("value", justify="right")
+        for key, value in values.items():
+            table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+        console.print(table)
+    if args.json:
+        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add this module's commands to the ``kvsched`` parser."""
+    p = sub.add_parser(
+        "bound",
+        help="bounds valid for every schedule: combinatorial (unit time) and seed 002's fluid throughput",
+        description="Print bounds that hold for every legal schedule of INSTANCE, without solving. "
+        "combinatorial: lower bounds on total latency, makespan and sum of TTFT (unit time model). "
+        "fluid: seed 002's upper bound on throughput, a linear-fractional program over request types, "
+        "for the time model d0 + d1 * batch KV (read from the instance, or --d0/--d1).",
+    )
+    p.add_argument("kind", choices=("combinatorial", "fluid", "all"), help="which bounds")
+    p.add_argument("instance", help="instance .json")
+    p.add_argument("--per", choices=("tokens", "decode-tokens", "requests"), default="tokens")
+    p.add_argument("--saturated", action="store_true", help="fluid: ignore arrival rates (a saturated queue)")
+    p.add_argument("--d0", type=float, help="fluid: per-batch time (with --d1)")
+    p.add_argument("--d1", type=float, help="fluid: time per KV token of the batch (with --d0)")
+    p.add_argument("--json", help="write the bounds here")
+    add_limit_args(p)
+    add_cost_args(p)
+    p.set_defaults(func=cmd_bound)
