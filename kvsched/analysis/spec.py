@@ -26,6 +26,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kvsched.errors import InputError
+from kvsched.instances.io import read_text
 
 OBJECTIVES = ("total-latency", "makespan", "sum-ttft")
 SOLVERS = ("highs", "cbc", "cpsat")
@@ -341,12 +342,7 @@ def parse_spec(data: Any, source: str = "spec", base: Path | None = None) -> Swe
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a YAML sweep spec."""
     path = Path(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+    text = read_text(path)
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:

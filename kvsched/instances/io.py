@@ -105,13 +105,18 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
     return f"{source}: {loc}: {msg}{more}"
 
 
-def _read_json(path: Path) -> Any:
+def read_text(path: Path) -> str:
+    """The text of ``path``, or one clear :class:`InputError` line when it cannot be read."""
     try:
-        text = path.read_text()
+        return path.read_text()
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+
+
+def _read_json(path: Path) -> Any:
+    text = read_text(path)
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
