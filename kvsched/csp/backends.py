@@ -94,10 +94,22 @@ def _use_highs_threads(threads: int) -> None:
     import highspy
 
     global _highs_threads
-    if _highs_threads not in (None, threads):
-        # HiGHS keeps one thread pool per process; a run with another thread count fails unless it is reset.
+    if _highs_threads != threads:
+        # HiGHS keeps one thread pool per process; a run with another thread count fails ("Not Set")
+        # unless it is reset. Reset on first use too: a HiGHS run elsewhere may have started the pool.
         highspy.Highs.resetGlobalScheduler(True)
     _highs_threads = threads
+
+
+def new_highs(threads: int):  # -> highspy.Highs
+    """A silent HiGHS instance on ``threads`` threads, safe beside every other HiGHS run in the process."""
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)  # before anything else, or HiGHS prints its banner
+    h.setOptionValue("threads", threads)
+    _use_highs_threads(threads)
+    return h
 
 
 def solve_highs(model: LinearModel, options: SolverOptions) -> RawSolution:

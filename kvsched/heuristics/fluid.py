@@ -274,8 +274,9 @@ def fluid_bound(
         for j in range(m):
             if j != ref:
                 row({j: w[ref], ref: -w[j]}, 0.0, 0.0, "mix")
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)
+    from kvsched.csp.backends import new_highs
+
+    h = new_highs(threads=1)  # a handful of columns; the thread pool must agree with the solvers'
     h.addVars(nv, np.zeros(nv), upper)
     h.changeColsCost(nv, np.arange(nv, dtype=np.int32), cost)
     for vec, lo, hi, _ in rows:
