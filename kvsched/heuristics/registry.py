@@ -34,7 +34,7 @@ from kvsched.heuristics.priority import ClassPriority
 from kvsched.heuristics.rad import RAD
 from kvsched.heuristics.slai import SLAI
 from kvsched.heuristics.spec import PolicySpec
-from kvsched.heuristics.wait import SEED002_POLICIES
+from kvsched.heuristics.wait import SEED002_EXTENSIONS, SEED002_POLICIES
 
 _TABLE1 = "seed 003 Sec. 3.1, Table 1"
 
@@ -296,6 +296,7 @@ POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
         **_engine_entries(),
         **SEED004_POLICIES,
         **SEED002_POLICIES,
+        **SEED002_EXTENSIONS,
         **_seed000_entries(),
         **_seed001_entries(),
     }
