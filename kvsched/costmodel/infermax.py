@@ -22,6 +22,7 @@ import numpy as np
 from kvsched.costmodel.base import BatchView
 
 _DECODE = 1  # Phase.DECODE; kept literal so cost models do not import the schedule package
+_sum = np.add.reduce  # the ufunc itself: the ndarray method's Python layer costs more on small batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,17 +69,19 @@ class InfermaxLinear:
         c = view.tokens
         m = view.context
         dec = view.phases == _DECODE
-        pre = ~dec
-        t = self.a0 + self.a1 * float(c.sum())
-        if dec.any():
-            t += self.b0 + self.b1 * float(m[dec].sum())
-        if pre.any():
+        num_decodes = int(np.count_nonzero(dec))
+        t = self.a0 + self.a1 * float(_sum(c))
+        if num_decodes:
+            t += self.b0 + self.b1 * float(_sum(m[dec] if num_decodes < dec.size else m))
+        num_prefills = dec.size - num_decodes
+        if num_prefills:
+            pre = ~dec
             cp = c[pre].astype(np.float64)
             mp = m[pre].astype(np.float64)
             t += (
                 self.p0
-                + self.p1 * float((cp * cp + 2.0 * mp * cp).sum())
-                + self.p2 * float(mp.sum())
-                + self.p3 * float(pre.sum())
+                + self.p1 * float(_sum(cp * cp + 2.0 * mp * cp))
+                + self.p2 * float(_sum(mp))
+                + self.p3 * float(num_prefills)
             )
         return t

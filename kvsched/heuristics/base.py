@@ -15,6 +15,7 @@ everyone else sees prompts, arrivals and what has been generated so far, plus
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -77,6 +78,7 @@ class SchedulerView:
         order = np.argsort(state.arrival, kind="stable")
         self.arrival_order = _read_only(order)
         self._sorted_arrival = state.arrival[order]
+        self._sorted_arrival_list: list[float] = self._sorted_arrival.tolist()  # bisect is cheaper
 
     # ------------------------------------------------------------------ time
     @property
@@ -91,7 +93,7 @@ class SchedulerView:
     @property
     def num_arrived(self) -> int:
         """How many requests have arrived by :attr:`now`: a prefix of :attr:`arrival_order`."""
-        return int(np.searchsorted(self._sorted_arrival, self._now + TIME_TOL, side="right"))
+        return bisect.bisect_right(self._sorted_arrival_list, self._now + TIME_TOL)
 
     def next_arrival(self) -> float | None:
         """The first arrival strictly after :attr:`now`, or ``None`` if every request has arrived."""

@@ -48,7 +48,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
@@ -57,6 +57,7 @@ import numpy as np
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.instances.model import Instance
+from kvsched.schedule.ir import Phase
 
 Priority = Literal["prefill", "decode", "none"]
 Rank = Literal["arrival", "prompt", "output"]
@@ -65,6 +66,9 @@ DecodeOrder = Literal["priority", "kv-desc"]
 Victim = Literal["lowest-priority", "smallest-kv"]
 Reinsert = Literal["arrival", "tail", "front"]
 WaitingFail = Literal["stop", "probe"]
+
+_DECODE = int(Phase.DECODE)
+_sum = np.add.reduce  # the ufunc itself: the ndarray method's Python layer costs more on small arrays
 
 #: Token budget C when neither the instance nor the policy sets one (Llama-2-7B, seed 003 Sec. 4.1).
 DEFAULT_TOKEN_BUDGET = 4096
@@ -95,25 +99,56 @@ class _Build:
 
     Running requests are addressed by their *rank*: their index in ``order``,
     the global priority order of running requests (victims come from its tail).
+    Items join one by one (``requests``, ``tokens``) or, for runs of decodes, as
+    whole arrays (``parts``); :meth:`items` puts them back in the order they joined.
     """
 
-    order: list[int]  # running requests in priority order
-    order_array: np.ndarray  # the same, as an array
-    kv_array: np.ndarray  # KV held, by rank
-    kv: list[int]  # the same, as a list
-    unprocessed: list[int]  # S - m, by rank
-    decode: list[bool]  # whether the next item is a decode, by rank
+    view: SchedulerView
+    order: np.ndarray  # running requests in priority order
+    kv: np.ndarray  # KV held, by rank
+    decode: np.ndarray  # whether the next item is a decode, by rank
+    num_decodes: int
     free: int  # KV blocks not reserved
     running: int  # requests holding a reservation
-    requests: list[int] = field(default_factory=list)
+    tail: int  # next victim candidate: order[tail] and before (lowest-priority rule)
+    requests: list[int] = field(default_factory=list)  # items added one by one, since the last part
     tokens: list[int] = field(default_factory=list)
+    parts: list[Sequence[int]] = field(default_factory=list)  # requests, in the order they joined
+    token_parts: list[Sequence[int]] = field(default_factory=list)  # their tokens
     tok: int = 0  # tokens in the batch so far
     decode_batch: bool | None = None  # phase of the batch (for the hybrid check)
     evicted: list[int] = field(default_factory=list)
     admitted: list[int] = field(default_factory=list)  # indices in the waiting list
     waiting_closed: bool = False
-    tail: int = -1  # next victim candidate: order[tail] and before (lowest-priority rule)
     heap: list[tuple[int, int]] | None = None  # victims by (kv, -rank) (smallest-kv rule)
+
+    def add_decodes(self, pos: np.ndarray, ones: np.ndarray) -> None:
+        """Append decodes of the requests ``pos``; ``ones`` is their tokens (one each)."""
+        if self.requests:
+            self.parts.append(self.requests)
+            self.token_parts.append(self.tokens)
+            self.requests, self.tokens = [], []
+        self.parts.append(pos)
+        self.token_parts.append(ones)
+        self.tok += int(pos.size)
+        if self.decode_batch is None:
+            self.decode_batch = True
+
+    @property
+    def empty(self) -> bool:
+        return not self.requests and not self.parts
+
+    def items(self) -> tuple[Sequence[int], Sequence[int]]:
+        """Requests and tokens of the batch, in the order they joined."""
+        if not self.parts:
+            return self.requests, self.tokens
+        if not self.requests and len(self.parts) == 1:
+            # Copies: the parts are views of the policy's own arrays.
+            return np.array(self.parts[0]), np.array(self.token_parts[0])
+        parts, token_parts = self.parts, self.token_parts
+        if self.requests:
+            parts, token_parts = [*parts, self.requests], [*token_parts, self.tokens]
+        return np.concatenate(parts, dtype=np.int64), np.concatenate(token_parts, dtype=np.int64)
 
 
 class InferMax:
@@ -267,7 +302,9 @@ class InferMax:
         self._front = -1  # next seq at the front
         self._cursor = 0  # arrivals taken so far (prefix of view.arrival_order)
         self._waiting: list[int] = []  # sorted by key
-        self._running: list[int] = []  # sorted by key; every one holds a reservation
+        self._running = np.zeros(0, dtype=np.int64)  # sorted by key; every one holds a reservation
+        self._ones = np.ones(min(self._C, n), dtype=np.int64)  # the tokens of a batch of decodes
+        self._ones.flags.writeable = False
         self._hist = np.zeros(0, dtype=np.int64)  # completed requests per output length
         self._seen = 0
         self._estimate: int | None = None
@@ -288,15 +325,15 @@ class InferMax:
         build = self._group_running(view, running)
 
         # Step (1): the groups, in priority order.
-        n = len(build.order)
+        n = build.order.size
         if self.priority == "decode":  # [running decodes, running mid-prefill, waiting]
-            first_prefill = build.decode.index(False) if False in build.decode else n
+            first_prefill = build.num_decodes  # decodes come first
             self._consider_decodes(build, 0, first_prefill)
             for rank in range(first_prefill, n):
                 self._consider_running(build, rank)
             self._consider_waiting(build, view)
         elif self.priority == "prefill":  # [running mid-prefill, waiting, running decodes]
-            first_decode = build.decode.index(True) if True in build.decode else n
+            first_decode = n - build.num_decodes  # decodes come last
             for rank in range(first_decode):
                 self._consider_running(build, rank)
             self._consider_waiting(build, view)
@@ -305,35 +342,37 @@ class InferMax:
             self._consider_merged(build, view)
 
         self._commit(build)
-        if not build.requests and not build.evicted:
+        if build.empty and not build.evicted:
             self._explain_stall(view)
             return None
-        return Decision(build.requests, build.tokens, build.evicted)
+        requests, tokens = build.items()
+        return Decision(requests, tokens, build.evicted)
 
     def _group_running(self, view: SchedulerView, run: np.ndarray) -> _Build:
         """Running requests in global priority order, split by phase (one vectorized read)."""
-        decode = (view.generated[run] > 0) & ~view.refilling[run]  # the next item is a decode
+        decode = view.phase_of(run) == _DECODE  # the next item is a decode
         kv = view.kv[run]
+        num_decodes = int(np.count_nonzero(decode))
         if self.priority != "none":
             # Phase groups: decodes first (decode priority) or last (prefill priority).
             dec_first = self.priority == "decode"
             if self.decode_order == "kv-desc":
                 # Decodes by KV held, largest first; lexsort is stable, so ties keep priority order.
                 ranking = np.lexsort((np.where(decode, -kv, 0), decode != dec_first))
-            else:
-                ranking = np.argsort(decode != dec_first, kind="stable")
-            run, decode, kv = run[ranking], decode[ranking], kv[ranking]
-        free = self._capacity - self._reserved
+                run, decode, kv = run[ranking], decode[ranking], kv[ranking]
+            elif 0 < num_decodes < run.size:  # else the stable sort would keep the order
+                first, last = decode.nonzero()[0], (~decode).nonzero()[0]
+                ranking = np.concatenate((first, last) if dec_first else (last, first))
+                run, decode, kv = run[ranking], decode[ranking], kv[ranking]
         return _Build(
-            run.tolist(),
+            view,
             run,
             kv,
-            kv.tolist(),
-            view.unprocessed(run).tolist(),
-            decode.tolist(),
-            free=free,
-            running=len(run),
-            tail=len(run) - 1,
+            decode,
+            num_decodes,
+            self._capacity - self._reserved,
+            run.size,
+            run.size - 1,
         )
 
     def _consider_decodes(self, build: _Build, lo: int, hi: int) -> None:
@@ -344,40 +383,60 @@ class InferMax:
         prefix); the first one that does not is handed to :meth:`_consider_running`,
         which may evict, and bulk admission resumes after it.
         """
-        if not self.hybrid and build.decode_batch is False:
+        if lo >= hi or (not self.hybrid and build.decode_batch is False):
             return  # (2) a prefill batch takes no decodes
-        order = build.order_array[lo:hi]
+        order = build.order[lo:hi]
         # A decode wants m + 1 reserved (I + O - 1 from admission on, eviction-free).
-        want = self._peak(order) if self.reserve == "peak" else build.kv_array[lo:hi] + 1
+        want = self._peak(order) if self.reserve == "peak" else build.kv[lo:hi] + 1
         want_blocks = self._blocks_of(want)
         i = lo
         while i < hi and build.tok < self._C:
-            seg = slice(i - lo, hi - lo)
-            alloc = self._alloc[order[seg]]
-            alive = alloc > 0  # not evicted earlier in this call
-            need = np.where(alive, np.maximum(want_blocks[seg] - self._blocks_of(alloc), 0), 0)
-            fits = (np.cumsum(need) <= build.free) & (np.cumsum(alive) <= self._C - build.tok)
-            k = int(np.count_nonzero(fits))  # a prefix: both sums only grow
-            take = np.flatnonzero(alive[:k])
-            if take.size:
-                pos = order[seg][take]
-                self._alloc[pos] = np.maximum(alloc[take], want[seg][take])
-                taken = int(need[:k].sum())
-                self._reserved += taken
-                build.free -= taken
-                build.requests.extend(pos.tolist())
-                build.tokens.extend([1] * take.size)
-                build.tok += int(take.size)
-                if build.decode_batch is None:
-                    build.decode_batch = True
+            seg = i - lo
+            cands = order[seg:]
+            alloc = self._alloc[cands]
+            room = self._C - build.tok  # tokens left: one per decode
+            if np.count_nonzero(alloc) == alloc.size:
+                # Every candidate still holds its reservation (none was evicted in this call).
+                need = want_blocks[seg:] - self._blocks_of(alloc)
+                np.maximum(need, 0, out=need)
+                taken = int(_sum(need))
+                if taken <= build.free:  # all fit in memory: only the token budget can stop them
+                    k = min(need.size, room)
+                    if k < need.size:
+                        taken = int(_sum(need[:k]))
+                else:
+                    reserved = np.add.accumulate(need)
+                    k = min(int(reserved.searchsorted(build.free, "right")), room)
+                    taken = int(reserved[k - 1]) if k else 0
+                if k:
+                    pos = cands[:k]
+                    self._alloc[pos] = np.maximum(alloc[:k], want[seg : seg + k])
+                    self._add_decodes(build, pos, taken)
+            else:
+                alive = alloc > 0  # not evicted earlier in this call
+                need = np.where(alive, np.maximum(want_blocks[seg:] - self._blocks_of(alloc), 0), 0)
+                fits = (np.cumsum(need) <= build.free) & (np.cumsum(alive) <= room)
+                k = int(np.count_nonzero(fits))  # a prefix: both sums only grow
+                take = np.flatnonzero(alive[:k])
+                if take.size:
+                    pos = cands[take]
+                    self._alloc[pos] = np.maximum(alloc[take], want[seg:][take])
+                    self._add_decodes(build, pos, int(need[:k].sum()))
             i += k
             if i < hi:
                 self._consider_running(build, i)
                 i += 1
 
+    def _add_decodes(self, build: _Build, pos: np.ndarray, taken: int) -> None:
+        """Admit the decodes ``pos``, which reserved ``taken`` more blocks."""
+        self._reserved += taken
+        build.free -= taken
+        build.add_decodes(pos, self._ones[: pos.size])
+
     def _consider_running(self, build: _Build, rank: int) -> None:
-        r = build.order[rank]
-        self._consider(build, r, build.unprocessed[rank], build.kv[rank], build.decode[rank], rank)
+        r = int(build.order[rank])
+        unprocessed = int(build.view.unprocessed(r))
+        self._consider(build, r, unprocessed, int(build.kv[rank]), bool(build.decode[rank]), rank)
 
     def _consider_waiting(self, build: _Build, view: SchedulerView) -> None:
         """The waiting group, in priority order, until admission stops."""
@@ -389,7 +448,8 @@ class InferMax:
 
     def _consider_merged(self, build: _Build, view: SchedulerView) -> None:
         """One group of every request (Rank_*): running and waiting merged by priority key."""
-        order, waiting, key = build.order, self._waiting, self._key
+        order, decode = build.order.tolist(), build.decode.tolist()
+        waiting, key = self._waiting, self._key
         i = j = 0
         while i < len(order) or j < len(waiting):
             if j < len(waiting) and (i == len(order) or key[waiting[j]] < key[order[i]]):
@@ -400,11 +460,11 @@ class InferMax:
                 if self._consider(build, r, int(view.unprocessed(r)), 0, False, -1):
                     build.admitted.append(j)
                 j += 1
-            elif build.decode[i]:
+            elif decode[i]:
                 # A run of decodes ahead of the next waiting request goes in bulk.
                 end = i + 1
                 bound = key[waiting[j]] if j < len(waiting) else None
-                while end < len(order) and build.decode[end] and (bound is None or key[order[end]] < bound):
+                while end < len(order) and decode[end] and (bound is None or key[order[end]] < bound):
                     end += 1
                 self._consider_decodes(build, i, end)
                 i = end
@@ -472,7 +532,7 @@ class InferMax:
 
     def _explain_stall(self, view: SchedulerView) -> None:
         """Fail clearly when nothing runs because a waiting request can never fit the budgets."""
-        if self._running or not self._waiting or self.chunked:
+        if self._running.size or not self._waiting or self.chunked:
             return
         r = self._waiting[0]
         need = int(view.unprocessed(r))
@@ -504,17 +564,17 @@ class InferMax:
         order, alloc = build.order, self._alloc
         if self.victim == "lowest-priority":
             while build.tail > rank:
-                r = order[build.tail]
+                r = int(order[build.tail])
                 build.tail -= 1
                 if alloc[r] > 0:
                     return r
             return None
         if build.heap is None:
-            build.heap = [(kv, -i) for i, kv in enumerate(build.kv)]
+            build.heap = [(kv, -i) for i, kv in enumerate(build.kv.tolist())]
             heapq.heapify(build.heap)
         while build.heap:
             _, neg = build.heap[0]
-            r = order[-neg]
+            r = int(order[-neg])
             heapq.heappop(build.heap)
             if -neg > rank and alloc[r] > 0:
                 return r
@@ -551,17 +611,16 @@ class InferMax:
 
     def _release_finished(self, view: SchedulerView) -> np.ndarray:
         """Free the reservations of requests that completed in the last batch; the running array."""
-        run = np.array(self._running, dtype=np.int64)
+        run = self._running
         done = view.done[run]
-        if not done.any():
+        if not np.count_nonzero(done):
             return run
         for r in run[done].tolist():
             self._reserved -= self._blocks(int(self._alloc[r]))
             self._alloc[r] = 0
             if self.reserve == "histogram":
                 self._observe(int(view.generated[r]))
-        run = run[~done]
-        self._running = run.tolist()
+        run = self._running = run[~done]
         return run
 
     def _commit(self, build: _Build) -> None:
@@ -571,10 +630,10 @@ class InferMax:
         for j in reversed(build.admitted):
             del waiting[j]
         if build.evicted:
-            gone = set(build.evicted)
-            self._running = [r for r in self._running if r not in gone]
-        for r in admitted:
-            bisect.insort(self._running, r, key=key.__getitem__)
+            # Every running request holds a reservation but the ones evicted in this call.
+            self._running = self._running[self._alloc[self._running] > 0]
+        if admitted:
+            self._running = self._merged(self._running, admitted)
         for r in build.evicted:
             if self.reinsert == "tail":
                 self._seq[r] = self._counter
@@ -584,6 +643,19 @@ class InferMax:
                 self._front -= 1
             key[r] = (key[r][0], self._seq[r])
             bisect.insort(waiting, r, key=key.__getitem__)
+
+    def _merged(self, run: np.ndarray, new: list[int]) -> np.ndarray:
+        """``run`` (sorted by key) with ``new`` inserted where their keys belong."""
+        key = self._key
+        new = sorted(new, key=key.__getitem__)
+        pieces: list[Sequence[int]] = []
+        prev = 0
+        for r in new:
+            at = bisect.bisect_right(run, key[r], key=key.__getitem__)
+            pieces += (run[prev:at], [r])
+            prev = at
+        pieces.append(run[prev:])
+        return np.concatenate(pieces, dtype=np.int64)
 
     # -------------------------------------------------- Sec. 6 output estimate
     def _observe(self, length: int) -> None:

@@ -171,17 +171,30 @@ class KFCFS:
         free, running = view.kv_blocks_free, view.num_running
         admission_open = True
         tail = len(ranked) - 1  # victims come from the bottom of the ranking, never above a candidate
+        # Where the loop can stop early: past the last eligible decode once the prefill budget is
+        # spent, and past the last eligible decode or KV holder once admission has closed.
+        eligible_decodes = np.flatnonzero((eligible & decode)[ranking])
+        last_decode = int(eligible_decodes[-1]) if eligible_decodes.size else -1
+        eligible_holders = np.flatnonzero((eligible & (decode | (kv[active] > 0)))[ranking])
+        last_holder = int(eligible_holders[-1]) if eligible_holders.size else -1
         for i, r in enumerate(ranked):
-            if tokens_left < 1:
+            if tokens_left < 1 or (prefill_left < 1 and i > last_decode):
+                break
+            if not admission_open and i > last_holder:
                 break
             if not is_eligible[i] or r in gone:
                 continue
-            c = 1 if is_decode[i] else min(int(view.unprocessed(r)), tokens_left, prefill_left)
-            if c < 1:
-                continue  # the prefill budget P is spent; decodes may still join
             m = int(kv[r])
             holds = m > 0
             if not holds and (not admission_open or (self._R is not None and running >= self._R)):
+                continue
+            if is_decode[i]:
+                c = 1
+            elif prefill_left < 1:
+                continue  # the prefill budget P is spent; decodes may still join
+            else:
+                c = min(int(view.unprocessed(r)), tokens_left, prefill_left)
+            if c < 1:
                 continue
             need = self._blocks(m + c) - self._blocks(m)
             while need > free and tail > i:

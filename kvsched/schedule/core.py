@@ -27,6 +27,7 @@ processed and cached).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -44,6 +45,36 @@ TIME_TOL = 1e-9
 DURATION_RTOL = 1e-6
 
 _PREFILL, _DECODE, _REFILL = int(Phase.PREFILL), int(Phase.DECODE), int(Phase.REFILL)
+
+# Ufunc reductions called directly: the ndarray methods add a Python layer that costs more than
+# the reduction itself on the small per-batch arrays of the hot path.
+_sum = np.add.reduce
+_min = np.minimum.reduce
+_max = np.maximum.reduce
+_count = np.count_nonzero
+_NO_EVICTIONS = np.zeros(0, dtype=np.int64)
+_NO_EVICTIONS.flags.writeable = False
+
+
+@dataclass(slots=True, eq=False)
+class _Made:
+    """What :meth:`EngineState.make_batch` read of the state for its batch, valid until the next apply."""
+
+    batch: Batch
+    stamp: int  # num_batches when it was made
+    kv: np.ndarray  # KV held by each item's request before the batch (and its evictions)
+
+
+@dataclass(slots=True, eq=False)
+class _Legal:
+    """Per-item reads of a batch the quick path accepted, reused to apply it."""
+
+    kv: np.ndarray  # KV held before the batch
+    known: np.ndarray  # S = I + G: tokens known before the batch
+    num_decodes: int
+    num_tokens: int
+    grown_blocks: int
+    new_holders: int  # items whose request held no KV before the batch
 
 
 class Rule(StrEnum):
@@ -150,6 +181,9 @@ class EngineState:
         self.generated = np.zeros(n, dtype=np.int64)  # G
         self.kv = np.zeros(n, dtype=np.int64)  # m: KV tokens held
         self.refilling = np.zeros(n, dtype=bool)  # evicted after generating, refill not done
+        # The phase of each request's next item (see phase_of), kept in step with generated and
+        # refilling by their only writers (_evict, _advance, _advance_legal): reading it is one gather.
+        self._phase = np.full(n, _PREFILL, dtype=np.int8)
         self.done = np.zeros(n, dtype=bool)
         self.evictions = np.zeros(n, dtype=np.int64)
         self.processed = np.zeros(n, dtype=np.int64)  # all tokens ever processed
@@ -162,7 +196,24 @@ class EngineState:
         self.num_holding = 0  # requests with kv > 0
         self.num_done = 0
         self.num_batches = 0
-        self._made: tuple[Batch, int] | None = None  # last make_batch result, and when
+        self._made: _Made | None = None  # last make_batch result
+        self._mark = np.zeros(n, dtype=bool)  # scratch for membership tests; all False between calls
+        self._slot = np.zeros(n, dtype=np.int64)  # scratch for the duplicate test
+        self._arange = np.arange(n, dtype=np.int64)
+        self._last_arrival = float(self.arrival.max()) if n else 0.0
+
+    def __copy__(self) -> EngineState:
+        """An independent copy of the state (the instance and the cost model are shared).
+
+        Every array is copied, the private bookkeeping too, so that stepping the copy
+        never changes the original (search code clones states to branch on batches).
+        """
+        new = object.__new__(type(self))
+        new.__dict__.update(
+            {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()}
+        )
+        new._made = None
+        return new
 
     # ------------------------------------------------------------------ reads
     def unprocessed(self, idx: np.ndarray | int) -> np.ndarray:
@@ -170,11 +221,14 @@ class EngineState:
         return self.prompt[idx] + self.generated[idx] - self.kv[idx]
 
     def phase_of(self, idx: np.ndarray) -> np.ndarray:
-        """The phase each request's next item would have (before evictions)."""
-        # Plain ints, not Phase members: enum lookups dominate this hot path.
-        return np.where(
-            self.generated[idx] == 0, _PREFILL, np.where(self.refilling[idx], _REFILL, _DECODE)
-        ).astype(np.int8)
+        """The phase each request's next item would have (before evictions).
+
+        Prefill while nothing is generated, refill while ``refilling``, decode otherwise
+        (plain int8 codes, not :class:`Phase` members: enum lookups dominate the hot path).
+        """
+        if isinstance(idx, np.ndarray):
+            return self._phase[idx]  # a gather: always a fresh array
+        return np.array(self._phase[idx], dtype=np.int8)  # never a view of the state (slices)
 
     @property
     def all_done(self) -> bool:
@@ -200,31 +254,55 @@ class EngineState:
         """
         if self.cost_model is None:
             raise ValueError("make_batch needs a cost model")
-        req = np.asarray(requests, dtype=np.int64)
-        tok = np.asarray(tokens, dtype=np.int64)
-        ev = np.asarray(evicted, dtype=np.int64)
+        # Fresh arrays (never the caller's), frozen and handed to the batch without another copy.
+        req = np.array(requests, dtype=np.int64).reshape(-1)
+        tok = np.array(tokens, dtype=np.int64).reshape(-1)
+        if isinstance(evicted, tuple | list) and not evicted:
+            ev = _NO_EVICTIONS
+        else:
+            ev = np.array(evicted, dtype=np.int64).reshape(-1)
+            if not ev.size:
+                ev = _NO_EVICTIONS
+        if req.size != tok.size:
+            raise ValueError("requests, tokens and phases must have the same length")
         phases, context = self._phases_after(req, ev)
         duration = self.cost_model.batch_time(BatchView(tok, context, phases))
-        batch = Batch.of(start, duration, req, tok, phases, ev)
+        for arr in (req, tok, phases):
+            arr.flags.writeable = False
+        ev.flags.writeable = False
+        batch = Batch(float(start), float(duration), req, tok, phases, ev)
         # Its duration is right by construction while the state is unchanged: check() skips recomputing it.
-        self._made = (batch, self.num_batches)
+        self._made = _Made(batch, self.num_batches, context)
         return batch
 
     def _phases_after(self, req: np.ndarray, ev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Phases and KV context of ``req`` once the evictions ``ev`` have applied."""
-        phases = self.phase_of(req)
-        context = self.kv[req].copy()
+        """Phases and KV context of ``req`` once the evictions ``ev`` have applied (fresh arrays)."""
+        phases = self._phase[req]
+        context = self.kv[req]
         if ev.size:
-            hit = np.isin(req, ev)
+            hit = self._member(req, ev)
             if hit.any():
                 context[hit] = 0
                 phases[hit] = np.where(self.generated[req[hit]] == 0, Phase.PREFILL, Phase.REFILL)
         return phases, context
 
+    def _member(self, values: np.ndarray, pool: np.ndarray) -> np.ndarray:
+        """``np.isin(values, pool)`` for request positions, in three calls when both are in range."""
+        n = self.n
+        if not (values.size and pool.size) or min(_min(values), _min(pool)) < 0:
+            return np.isin(values, pool)
+        if max(_max(values), _max(pool)) >= n:
+            return np.isin(values, pool)
+        mark = self._mark
+        mark[pool] = True
+        hit = mark[values]
+        mark[pool] = False
+        return hit
+
     # ------------------------------------------------------------------ checks
     def check(self, batch: Batch, index: int | None = None) -> list[Violation]:
         """Every rule ``batch`` breaks if applied now (the state is not changed)."""
-        if self._quick_ok(batch):
+        if self._quick(batch) is not None:
             return []
         return self._full_check(batch, index)
 
@@ -341,61 +419,90 @@ class EngineState:
         False means "run the full check" (which finds and words the violations),
         not necessarily illegal.
         """
+        return self._quick(batch) is not None
+
+    def _quick(self, batch: Batch) -> _Legal | None:
+        """The quick path of :meth:`check`: the reads :meth:`step` reuses if ``batch`` is certainly legal.
+
+        ``None`` means "run the full check". Every rule of the full check is tested here,
+        in as few vectorised calls as possible (this runs once per simulated batch).
+        """
         req, tok, ev = batch.requests, batch.tokens, batch.evicted
-        if req.size == 0 or not np.isfinite(batch.start):
-            return False
-        if batch.start < self.clock - TIME_TOL or not (np.isfinite(batch.duration) and batch.duration >= 0):
-            return False
-        if req.min() < 0 or req.max() >= self.n or tok.min() < 1:
-            return False
-        if req.size > 1:
-            ordered = np.sort(req)
-            if (ordered[1:] == ordered[:-1]).any():
-                return False
+        size = req.size
+        start, duration = batch.start, batch.duration
+        if size == 0:
+            return None
+        if not (math.isfinite(start) and start >= self.clock - TIME_TOL):
+            return None
+        if not (math.isfinite(duration) and duration >= 0):
+            return None
+        made = self._made
+        if made is None or made.batch is not batch or made.stamp != self.num_batches:
+            made = None
+            if tok.shape != req.shape or batch.phases.shape != req.shape or _max(req) >= self.n:
+                return None
+        # (Positions past the end would have failed make_batch's reads; negative ones wrap.)
+        if _min(req) < 0 or _min(tok) < 1:
+            return None
+        if size > self.n:
+            return None  # a position repeats
+        if size > 1:
+            # Distinct positions: each finds its own index where all wrote theirs (O(size), no sort).
+            slot, index = self._slot, self._arange[:size]
+            slot[req] = index
+            if _count(slot[req] != index):
+                return None
         ev_count = 0
         ev_blocks = 0
         if ev.size:
             # Distinct, known requests that hold KV and are not processed in this batch.
-            if ev.min() < 0 or ev.max() >= self.n:
-                return False
+            if _min(ev) < 0 or _max(ev) >= self.n:
+                return None
             if ev.size > 1:
                 ordered = np.sort(ev)
-                if (ordered[1:] == ordered[:-1]).any():
-                    return False
+                if _count(ordered[1:] == ordered[:-1]):
+                    return None
             held = self.kv[ev]
-            if (held == 0).any() or np.isin(ev, req).any():
-                return False
+            if not _min(held) > 0 or self._member(ev, req).any():
+                return None
             ev_count = int(ev.size)
-            ev_blocks = int(self._blocks(held).sum())
-        if self.done[req].any() or (self.arrival[req] > batch.start + TIME_TOL).any():
-            return False
-        made = self._made is not None and self._made[0] is batch and self._made[1] == self.num_batches
-        # make_batch derived the phases (and the duration) from this very state. No item is
-        # evicted (checked above), so evictions change neither their phases nor their KV.
-        phases = batch.phases if made else self.phase_of(req)
-        if not made and not np.array_equal(phases, batch.phases):
-            return False
-        kv = self.kv[req]
-        if (tok > self.prompt[req] + self.generated[req] - kv).any():
-            return False
+            ev_blocks = int(_sum(self._blocks(held)))
+        if _count(self.done[req]):
+            return None
+        if start + TIME_TOL < self._last_arrival and _max(self.arrival[req]) > start + TIME_TOL:
+            return None
+        if made is not None:
+            # make_batch derived the phases (and the duration) from this very state. No item is
+            # evicted (checked above), so evictions change neither their phases nor their KV.
+            phases, kv = batch.phases, made.kv
+        else:
+            phases, kv = self._phase[req], self.kv[req]
+            if _count(phases != batch.phases):
+                return None
+        known = self.prompt[req] + self.generated[req]
+        if _count(tok > known - kv):
+            return None
         lim = self.instance.limits
-        if lim.max_batch_tokens is not None and int(tok.sum()) > lim.max_batch_tokens:
-            return False
-        if lim.max_prefill_tokens is not None and int(tok[phases != _DECODE].sum()) > lim.max_prefill_tokens:
-            return False
-        if (
-            lim.max_running is not None
-            and self.num_holding - ev_count + int((kv == 0).sum()) > lim.max_running
-        ):
-            return False
-        grown = int((self._blocks(kv + tok) - self._blocks(kv)).sum())
+        num_tokens = int(_sum(tok))
+        if lim.max_batch_tokens is not None and num_tokens > lim.max_batch_tokens:
+            return None
+        is_decode = phases == _DECODE
+        num_decodes = int(_count(is_decode))
+        if lim.max_prefill_tokens is not None and num_decodes < size:
+            prefill_tokens = num_tokens - int(_sum(tok[is_decode])) if num_decodes else num_tokens
+            if prefill_tokens > lim.max_prefill_tokens:
+                return None
+        new_holders = int(_count(kv == 0))
+        if lim.max_running is not None and self.num_holding - ev_count + new_holders > lim.max_running:
+            return None
+        grown = num_tokens if self.block_size == 1 else int(_sum(self._blocks(kv + tok) - self._blocks(kv)))
         if self.kv_blocks - ev_blocks + grown > self.kv_block_capacity:
-            return False
-        if self.cost_model is not None and not made:
+            return None
+        if self.cost_model is not None and made is None:
             expected = self.cost_model.batch_time(BatchView(tok, kv, phases))
-            if abs(batch.duration - expected) > DURATION_RTOL * max(1.0, abs(expected)):
-                return False
-        return True
+            if abs(duration - expected) > DURATION_RTOL * max(1.0, abs(expected)):
+                return None
+        return _Legal(kv, known, num_decodes, num_tokens, grown, new_holders)
 
     def _during(
         self, req: np.ndarray, tok: np.ndarray, ev: np.ndarray, context: np.ndarray
@@ -434,7 +541,11 @@ class EngineState:
 
     def step(self, batch: Batch) -> BatchRecord:
         """Check ``batch`` and apply it; raise :class:`ScheduleError` if it is illegal."""
-        violations = self.check(batch)
+        legal = self._quick(batch)
+        if legal is not None:
+            self._evict(batch.evicted)
+            return self._advance_legal(batch, legal)
+        violations = self._full_check(batch)
         if violations:
             raise ScheduleError(violations)
         # A legal batch needs none of apply()'s clean-up: its phases are the derived ones.
@@ -452,7 +563,9 @@ class EngineState:
         self.kv_blocks -= int(self._blocks(kv_ev).sum())
         self.num_holding -= int(ev.size)
         self.kv[ev] = 0
-        self.refilling[ev] = self.generated[ev] > 0
+        refill = self.generated[ev] > 0
+        self.refilling[ev] = refill
+        self._phase[ev] = np.where(refill, _REFILL, _PREFILL)
         self.evictions[ev] += 1
 
     def _advance(
@@ -475,6 +588,7 @@ class EngineState:
         gen = req[kv_new == self.prompt[req] + self.generated[req]]
         self.generated[gen] += 1
         self.refilling[gen] = False
+        self._phase[gen] = _DECODE
         first_tok = gen[self.generated[gen] == 1]
         self.first_token[first_tok] = end
         completed = gen[self.generated[gen] >= self.output[gen]]
@@ -502,6 +616,66 @@ class EngineState:
             kv_blocks=blocks_during,
             num_running=running,
             num_evicted=num_evicted,
+            generated=gen,
+            completed=completed,
+        )
+        self.clock = max(self.clock, end)
+        self.num_batches += 1
+        return record
+
+    def _advance_legal(self, batch: Batch, legal: _Legal) -> BatchRecord:
+        """:meth:`_advance` for a batch the quick path accepted, reusing its reads.
+
+        Same effect on the state and the same record, with fewer array calls: a legal
+        batch has distinct, unfinished items of at least one token within what is left.
+        """
+        req, tok = batch.requests, batch.tokens
+        start = batch.start
+        end = start + batch.duration
+        kv_old = legal.kv
+        if legal.new_holders:
+            # Only a request that never held KV can be scheduled for the first time.
+            cand = req[kv_old == 0]
+            self.first_scheduled[cand[np.isnan(self.first_scheduled[cand])]] = start
+        kv_new = kv_old + tok
+        self.num_holding += legal.new_holders  # every item processes >= 1 token
+        self.kv_tokens += legal.num_tokens
+        self.kv_blocks += legal.grown_blocks
+        self.kv[req] = kv_new
+        self.processed[req] += tok
+        kv_during, blocks_during, running = self.kv_tokens, self.kv_blocks, self.num_holding
+
+        gen = req[kv_new == legal.known]
+        generated = self.generated[gen] + 1
+        self.generated[gen] = generated
+        if legal.num_decodes < req.size:
+            # A decode is already in the decode phase, and only a prefill makes a first token.
+            self.refilling[gen] = False
+            self._phase[gen] = _DECODE
+            self.first_token[gen[generated == 1]] = end
+        completed = gen[generated >= self.output[gen]]
+        if completed.size:
+            kv_c = self.kv[completed]
+            self.kv_tokens -= int(_sum(kv_c))
+            self.kv_blocks -= int(_sum(self._blocks(kv_c)))
+            self.num_holding -= int(completed.size)
+            self.kv[completed] = 0
+            self.done[completed] = True
+            self.completion[completed] = end
+            self.num_done += int(completed.size)
+
+        record = BatchRecord(
+            index=self.num_batches,
+            start=start,
+            end=end,
+            num_items=int(req.size),
+            num_tokens=legal.num_tokens,
+            prefill_tokens=legal.num_tokens - legal.num_decodes,
+            num_decodes=legal.num_decodes,
+            kv_tokens=kv_during,
+            kv_blocks=blocks_during,
+            num_running=running,
+            num_evicted=int(batch.evicted.size),
             generated=gen,
             completed=completed,
         )

@@ -41,12 +41,16 @@ class Phase(IntEnum):
 
 
 def _frozen(values: Sequence[int] | np.ndarray, dtype: type = np.int64) -> np.ndarray:
+    """A read-only 1-D copy of ``values`` as ``dtype``; fractional values are refused."""
     raw = np.asarray(values)
     if raw.dtype.kind == "f" and not np.array_equal(raw, np.round(raw)):
         raise ValueError("request positions, token counts and phase codes must be integers")
     arr = np.array(raw, dtype=dtype).reshape(-1)
     arr.flags.writeable = False
     return arr
+
+
+_EMPTY = _frozen([])  # shared: a read-only empty array cannot be changed through any batch
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +88,7 @@ class Batch:
     requests: np.ndarray
     tokens: np.ndarray
     phases: np.ndarray
-    evicted: np.ndarray = field(default_factory=lambda: _frozen([]))
+    evicted: np.ndarray = field(default_factory=lambda: _EMPTY)
 
     @classmethod
     def of(
@@ -102,7 +106,8 @@ class Batch:
         ph = _frozen(phases, np.int8)
         if not (len(req) == len(tok) == len(ph)):
             raise ValueError("requests, tokens and phases must have the same length")
-        return cls(float(start), float(duration), req, tok, ph, _frozen(evicted))
+        ev = _EMPTY if isinstance(evicted, tuple | list) and not evicted else _frozen(evicted)
+        return cls(float(start), float(duration), req, tok, ph, ev)
 
     @property
     def end(self) -> float:
