@@ -30,27 +30,6 @@ LINEAR = dict(a0=1.0, a1=0.5, b0=0.5, b1=0.05, p0=0.3, p1=0.2, p2=0.02, p3=0.2)
 
 
 # ------------------------------------------------------------------ brute force
-_ARRAYS = (
-    "generated",
-    "kv",
-    "refilling",
-    "done",
-    "evictions",
-    "processed",
-    "first_scheduled",
-    "first_token",
-    "completion",
-)
-
-
-def _clone(state: EngineState) -> EngineState:
-    new = copy.copy(state)
-    for name in _ARRAYS:
-        setattr(new, name, getattr(state, name).copy())
-    new._made = None
-    return new
-
-
 def brute_force(instance: Instance, objective: str, allow_eviction: bool = True) -> float:
     """Optimum by Dijkstra over engine states; every transition is judged by the semantic core.
 
@@ -100,7 +79,7 @@ def brute_force(instance: Instance, objective: str, allow_eviction: bool = True)
                 b = s.make_batch(t, req, [toks[i] for i in req], list(ev))
                 if s.check(b):
                     continue
-                child = _clone(s)
+                child = copy.copy(s)  # EngineState.__copy__: every array copied
                 child.apply(b)
                 heapq.heappush(heap, (dist + cost(t, b.end), next(tick), b.end, child))
     return np.inf
