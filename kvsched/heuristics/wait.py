@@ -941,7 +941,54 @@ class _RateTracker:
         return np.bincount(self._kind[lo:arrived], minlength=self._m) / span
 
 
-class AdaptiveWAIT(WAIT):
+class _Adaptive:
+    """What the adaptive WAIT policies share: the rate estimate and when it calls for new thresholds.
+
+    A subclass's ``reset`` sets ``_tracker``, ``rates_`` and ``thresholds_``; its
+    ``_resolve(rates)`` returns new thresholds for ``rates`` (and keeps any design).
+    """
+
+    def _init_adaptive(
+        self,
+        window: int,
+        min_arrivals: int,
+        tolerance: float,
+        schedule: Sequence[tuple[float, Sequence[float]]] | None,
+    ) -> None:
+        if window < 1 or min_arrivals < 1 or tolerance < 0:
+            raise ValueError("need window >= 1, min_arrivals >= 1 and tolerance >= 0")
+        self.window, self.min_arrivals, self.tolerance = int(window), int(min_arrivals), float(tolerance)
+        self.schedule = tuple((float(t), tuple(map(float, r))) for t, r in schedule) if schedule else None
+
+    def _adaptive_params(self) -> dict[str, Any]:
+        own = {"window": self.window, "min_arrivals": self.min_arrivals, "tolerance": self.tolerance}
+        return {**own, "schedule": self.schedule}
+
+    def _estimate(self, view: SchedulerView) -> np.ndarray | None:
+        """The tracker's rates, as the subclass reads them (per type or per segment), or None."""
+        return self._tracker.rates(view.now, view.num_arrived)
+
+    def _adapt(self, view: SchedulerView) -> None:
+        if view.next_arrival() is None:
+            return  # drain: a window with no more arrivals would shrink the per-stage caps to 1
+        rates = self._estimate(view)
+        if rates is None or rates.sum() <= 0:
+            return
+        cur = self.rates_
+        if np.isfinite(cur).all() and np.abs(rates - cur).sum() <= self.tolerance * cur.sum():
+            return
+        self.rates_ = rates
+        n = self._resolve(rates)
+        if not np.array_equal(n, self.thresholds_):
+            self.thresholds_ = n
+            self.threshold_history_.append((float(view.now), tuple(int(v) for v in n)))
+
+    def next_batch(self, view: SchedulerView) -> Decision | None:
+        self._adapt(view)
+        return super().next_batch(view)  # type: ignore[misc]
+
+
+class AdaptiveWAIT(_Adaptive, WAIT):
     """WAIT under time-varying arrival rates: seed 002 §7.1 and §8.1.
 
     §7.1 keeps Algorithm 1 and asks the threshold conditions (15) to hold at every
@@ -989,19 +1036,15 @@ class AdaptiveWAIT(WAIT):
         d0: float | None = None,
         d1: float | None = None,
     ) -> None:
-        if window < 1 or min_arrivals < 1 or tolerance < 0:
-            raise ValueError("need window >= 1, min_arrivals >= 1 and tolerance >= 0")
+        self._init_adaptive(window, min_arrivals, tolerance, schedule)
         super().__init__(
             name, types=types, thresholds=thresholds, rates=rates, margin=margin, batch_size=batch_size,
             d0=d0, d1=d1,
         )  # fmt: skip
-        self.window, self.min_arrivals, self.tolerance = int(window), int(min_arrivals), float(tolerance)
-        self.schedule = tuple((float(t), tuple(map(float, r))) for t, r in schedule) if schedule else None
 
     @property
     def params(self) -> Mapping[str, Any]:
-        own = {"window": self.window, "min_arrivals": self.min_arrivals, "tolerance": self.tolerance}
-        return {**super().params, **own, "schedule": self.schedule}
+        return {**super().params, **self._adaptive_params()}
 
     def __repr__(self) -> str:
         return f"AdaptiveWAIT({self.name!r}, window={self.window})"
@@ -1014,7 +1057,7 @@ class AdaptiveWAIT(WAIT):
         self._limits_all = instance.limits
         self.threshold_history_: list[tuple[float, tuple[int, ...]]] = [(0.0, tuple(self.thresholds_))]
 
-    def _resize(self, rates: np.ndarray) -> np.ndarray:
+    def _resolve(self, rates: np.ndarray) -> np.ndarray:
         t = self.types_
         d0, d1 = self.eq1_
         return wait_thresholds(
@@ -1022,27 +1065,8 @@ class AdaptiveWAIT(WAIT):
             batch_size=self.batch_size, strict=False,
         )  # fmt: skip
 
-    def _adapt(self, view: SchedulerView) -> None:
-        if view.next_arrival() is None:
-            return  # drain: a window with no more arrivals would shrink the per-stage caps to 1
-        rates = self._tracker.rates(view.now, view.num_arrived)
-        if rates is None or rates.sum() <= 0:
-            return
-        cur = self.rates_
-        if np.isfinite(cur).all() and np.abs(rates - cur).sum() <= self.tolerance * cur.sum():
-            return
-        self.rates_ = rates
-        n = self._resize(rates)
-        if not np.array_equal(n, self.thresholds_):
-            self.thresholds_ = n
-            self.threshold_history_.append((float(view.now), tuple(int(v) for v in n)))
 
-    def next_batch(self, view: SchedulerView) -> Decision | None:
-        self._adapt(view)
-        return super().next_batch(view)
-
-
-class AdaptiveNestedWAIT(NestedWAIT):
+class AdaptiveNestedWAIT(_Adaptive, NestedWAIT):
     """Nested WAIT under time-varying arrival rates: seed 002 §7.1 and §8.1.
 
     As :class:`AdaptiveWAIT`, with one difference: Nested WAIT does not know a
@@ -1077,20 +1101,16 @@ class AdaptiveNestedWAIT(NestedWAIT):
         d0: float | None = None,
         d1: float | None = None,
     ) -> None:
-        if window < 1 or min_arrivals < 1 or tolerance < 0:
-            raise ValueError("need window >= 1, min_arrivals >= 1 and tolerance >= 0")
+        self._init_adaptive(window, min_arrivals, tolerance, schedule)
         super().__init__(
             name, design=design, segments=segments, ends=ends, rates=rates, thresholds=thresholds,
             margin=margin, eps=eps, buffer=buffer, delta=delta, horizon=horizon, batch_size=batch_size,
             d0=d0, d1=d1,
         )  # fmt: skip
-        self.window, self.min_arrivals, self.tolerance = int(window), int(min_arrivals), float(tolerance)
-        self.schedule = tuple((float(t), tuple(map(float, r))) for t, r in schedule) if schedule else None
 
     @property
     def params(self) -> Mapping[str, Any]:
-        own = {"window": self.window, "min_arrivals": self.min_arrivals, "tolerance": self.tolerance}
-        return {**super().params, **own, "schedule": self.schedule}
+        return {**super().params, **self._adaptive_params()}
 
     def __repr__(self) -> str:
         return f"AdaptiveNestedWAIT({self.name!r}, window={self.window})"
@@ -1110,34 +1130,23 @@ class AdaptiveNestedWAIT(NestedWAIT):
         self.rates_ = rates
         self.threshold_history_: list[tuple[float, tuple[int, ...]]] = [(0.0, tuple(self.thresholds_))]
 
-    def _adapt(self, view: SchedulerView) -> None:
-        if view.next_arrival() is None:
-            return  # drain, as AdaptiveWAIT
+    def _estimate(self, view: SchedulerView) -> np.ndarray | None:
         est = self._tracker.rates(view.now, view.num_arrived)
-        if est is None or est.sum() <= 0:
-            return
-        if self.schedule is None:
-            if self._mix is None:
-                return
-            est = self._mix * float(est[0])
-        cur = self.rates_
-        if np.isfinite(cur).all() and np.abs(est - cur).sum() <= self.tolerance * cur.sum():
-            return
-        self.rates_ = est
+        if est is None or self.schedule is not None:
+            return est
+        # One stream (the total rate), split by the design's mix.
+        return None if self._mix is None else self._mix * float(est[0])
+
+    def _resolve(self, rates: np.ndarray) -> np.ndarray:
         d0, d1 = self.eq1_
         design = nested_design(
-            self.design_.ends, est, self._prompt_mean, d0, d1, self._limits, mode=self.thresholds,
+            self.design_.ends, rates, self._prompt_mean, d0, d1, self._limits, mode=self.thresholds,
             margin=self.margin, eps=self.eps, batch_size=self.batch_size, buffer=self.buffer,
             delta=self.delta, horizon=self.horizon, strict=False,
         )  # fmt: skip
         if not np.array_equal(design.thresholds, self.thresholds_):
             self.design_ = design
-            self.thresholds_ = design.thresholds
-            self.threshold_history_.append((float(view.now), tuple(int(v) for v in design.thresholds)))
-
-    def next_batch(self, view: SchedulerView) -> Decision | None:
-        self._adapt(view)
-        return super().next_batch(view)
+        return design.thresholds
 
 
 # ============================================================================ registry entries
