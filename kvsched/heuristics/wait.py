@@ -960,9 +960,13 @@ class _Adaptive:
         self.window, self.min_arrivals, self.tolerance = int(window), int(min_arrivals), float(tolerance)
         self.schedule = tuple((float(t), tuple(map(float, r))) for t, r in schedule) if schedule else None
 
-    def _adaptive_params(self) -> dict[str, Any]:
+    @property
+    def params(self) -> Mapping[str, Any]:
         own = {"window": self.window, "min_arrivals": self.min_arrivals, "tolerance": self.tolerance}
-        return {**own, "schedule": self.schedule}
+        return {**super().params, **own, "schedule": self.schedule}  # type: ignore[misc]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r}, window={self.window})"  # type: ignore[attr-defined]
 
     def _estimate(self, view: SchedulerView) -> np.ndarray | None:
         """The tracker's rates, as the subclass reads them (per type or per segment), or None."""
@@ -1042,13 +1046,6 @@ class AdaptiveWAIT(_Adaptive, WAIT):
             d0=d0, d1=d1,
         )  # fmt: skip
 
-    @property
-    def params(self) -> Mapping[str, Any]:
-        return {**super().params, **self._adaptive_params()}
-
-    def __repr__(self) -> str:
-        return f"AdaptiveWAIT({self.name!r}, window={self.window})"
-
     def reset(self, instance: Instance) -> None:
         super().reset(instance)
         arrival = np.array([r.arrival for r in instance.requests])
@@ -1107,13 +1104,6 @@ class AdaptiveNestedWAIT(_Adaptive, NestedWAIT):
             margin=margin, eps=eps, buffer=buffer, delta=delta, horizon=horizon, batch_size=batch_size,
             d0=d0, d1=d1,
         )  # fmt: skip
-
-    @property
-    def params(self) -> Mapping[str, Any]:
-        return {**super().params, **self._adaptive_params()}
-
-    def __repr__(self) -> str:
-        return f"AdaptiveNestedWAIT({self.name!r}, window={self.window})"
 
     def reset(self, instance: Instance) -> None:
         super().reset(instance)
