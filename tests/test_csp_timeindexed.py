@@ -1,6 +1,7 @@
 """The time-indexed formulation: optimal on small instances, in agreement across back ends
 and with brute force through the semantic core."""
 
+import importlib
 import itertools
 
 import highspy
@@ -105,6 +106,49 @@ def test_warm_start_satisfies_the_model_and_its_objective(inst, objective):
     assert ti.value(starts) == pytest.approx(OBJECTIVES[objective](replay(inst, ti.schedule_of(starts))))
 
 
+list_instances = st.builds(
+    lambda reqs, m_extra, block, cap_c, cap_p, cap_run: Instance(
+        tuple(Request(f"q{k}", float(a), i, o) for k, (i, o, a) in enumerate(reqs)),
+        Limits(
+            kv_capacity=max(-(-(i + o - 1) // block) * block for i, o, _ in reqs) + m_extra,
+            block_size=block,
+            max_batch_tokens=cap_c,
+            max_prefill_tokens=cap_p,
+            max_running=cap_run,
+        ),
+        TimeModel("unit"),
+    ),
+    st.lists(st.tuples(st.integers(1, 5), st.integers(1, 6), st.integers(0, 3)), min_size=1, max_size=6),
+    st.integers(0, 6),
+    st.sampled_from([1, 1, 2]),
+    st.sampled_from([None, 7]),
+    st.sampled_from([None, 6]),
+    st.sampled_from([None, 2]),
+)
+
+
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(list_instances, st.randoms(use_true_random=False))
+def test_list_schedule_is_first_fit_as_judged_by_the_semantic_core(inst, rnd):
+    # Reference: place each request at the earliest slot where the requests placed so far
+    # (and it) still replay legally through the core.
+    ti = TimeIndexed(inst)
+    order = list(range(len(inst)))
+    rnd.shuffle(order)
+    got = ti.list_schedule(np.array(order))
+    placed: list[int] = []
+    for i in order:
+        placed.append(i)
+        sub = Instance(tuple(inst.requests[j] for j in placed), inst.limits, inst.time_model)
+        starts = np.array([got[j] for j in placed])
+        TimeIndexed(sub).schedule_of(starts)  # raises if illegal
+        for earlier in range(int(ti.earliest[i]), int(got[i])):
+            starts[-1] = earlier
+            with pytest.raises(ScheduleError):
+                TimeIndexed(sub).schedule_of(starts)
+    assert replay(inst, ti.schedule_of(got)).ok
+
+
 def _medium_instance(n=14):
     rng = np.random.default_rng(3)
     reqs = tuple(Request(f"r{k}", 0.0, int(rng.integers(2, 30)), int(rng.integers(2, 30))) for k in range(n))
@@ -119,6 +163,34 @@ def test_a_timeout_returns_the_incumbent_and_a_bound():
     assert result.objective <= result.stats["upper_bound"]
     if result.best_bound is not None:
         assert result.best_bound <= result.objective + 1e-9
+
+
+def test_nonzeros_estimate_matches_the_built_model():
+    inst = _medium_instance()
+    ti = TimeIndexed(inst, "total-latency")
+    hint = ti.heuristic_starts()
+    wins = ti.windows(ti.value(hint))
+    model = ti.build(ti.value(hint), hint, windows=wins, symmetry=False)
+    rows = sum(len(model.rows[r].idx) for r, _, _ in ti.resource_rows)
+    # Rows clipped at the horizon's ends lose a few entries; the estimate is never below them.
+    assert rows <= ti.nonzeros(wins) <= 1.1 * rows
+
+
+def test_a_model_too_large_for_the_limit_returns_the_incumbent_and_a_valid_bound(monkeypatch):
+    solve_module = importlib.import_module(
+        "kvsched.csp.solve"
+    )  # the package re-exports solve() under that name
+
+    inst = _medium_instance()
+    full = solve(inst, solver="highs", options=FAST)
+    monkeypatch.setattr(solve_module, "MIN_NONZEROS", 0)
+    monkeypatch.setattr(solve_module, "NONZEROS_PER_SECOND", 1)
+    result = solve(inst, solver="highs", options=SolverOptions(time_limit=5, threads=1))
+    assert "not_built" in result.stats and result.stats["nonzeros_estimate"] > 5
+    assert replay(inst, result.schedule).ok
+    assert result.status == SolveStatus.FEASIBLE
+    assert result.best_bound == result.stats["combinatorial_bound"] <= full.best_bound
+    assert result.objective >= full.objective and result.gap > 0
 
 
 def test_cpsat_reports_anytime_progress():

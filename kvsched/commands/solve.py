@@ -102,7 +102,7 @@ def result_document(result: Any) -> dict[str, Any]:
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
-    from kvsched.csp import solve
+    from kvsched.csp import SolveStatus, solve
     from kvsched.heuristics import make_policy, simulate
     from kvsched.schedule.io import load_schedule, save_schedule
     from kvsched.schedule.metrics import print_summary
@@ -143,6 +143,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         "lagrangian_bound",
         "warm_start",
         "evictions",
+        "not_built",
     ):
         if key in result.stats:
             table.add_row(key.replace("_", " "), _fmt(result.stats[key]))
@@ -152,7 +153,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         replay(instance, result.schedule),
         console=console,
         unit=time_unit(instance),
-        title="optimal schedule metrics",
+        title=f"{'optimal' if result.status == SolveStatus.OPTIMAL else 'best found'} schedule metrics",
     )
     if args.out:
         save_schedule(result.schedule, instance, args.out)

@@ -68,6 +68,15 @@ class Lagrangian:
         return out
 
 
+def horizon_windows(ti: TimeIndexed, hint: np.ndarray) -> list[Window]:
+    """The objective's start windows cut to ``hint``'s makespan: the LP the duals come from."""
+    horizon = int(np.max(hint + ti.output))
+    return [
+        Window(w.first, max(w.first, min(w.last, horizon - int(o))))
+        for w, o in zip(ti.windows(ti.value(hint)), ti.output, strict=True)
+    ]
+
+
 def lagrangian(ti: TimeIndexed, hint: np.ndarray, options: SolverOptions) -> Lagrangian | None:
     """The Lagrangian bound of ``ti`` with the LP duals of its model up to ``hint``'s makespan.
 
@@ -77,13 +86,7 @@ def lagrangian(ti: TimeIndexed, hint: np.ndarray, options: SolverOptions) -> Lag
     if ti.objective == "makespan":
         return None
     upper_bound = ti.value(hint)
-    base = ti.windows(upper_bound)
-    horizon = int(np.max(hint + ti.output))
-    short = [
-        Window(w.first, max(w.first, min(w.last, horizon - int(o))))
-        for w, o in zip(base, ti.output, strict=True)
-    ]
-    model = ti.build(upper_bound, None, windows=short, symmetry=False)
+    model = ti.build(upper_bound, None, windows=horizon_windows(ti, hint), symmetry=False)
     lp = lp_relaxation(model, options)
     if lp is None:
         return None
