@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvsched.csp import SolverOptions, SolveStatus, solve
+from kvsched.csp import tokenindexed as token_indexed
 from kvsched.csp.backends import solve_model
 from kvsched.csp.batchindexed import HOLES, BatchIndexed
 from kvsched.csp.objectives import OBJECTIVES
@@ -257,11 +258,18 @@ def test_every_policy_schedule_is_a_feasible_vector_with_its_replayed_objective(
             sched = bi.retimed(simulate(inst, make_policy(name)).schedule)
         except KvschedError:
             continue
-        model = bi.build(max(bi.value(hint), bi.value(sched)), hint)
+        # Without the dominance rows (they keep an optimum, not every schedule); the token rows
+        # and cliques stay: they hold for every legal schedule.
+        model = bi.build(max(bi.value(hint), bi.value(sched)), hint, dominance=False)
         x = bi.vector_of(sched)
         assert model.violations(x) == [], name
         assert model.objective_value(x) == pytest.approx(bi.value(sched), rel=1e-9), name
         assert model.violations(model.hint) == []
+        if bi.normal_form:  # ... and its normal form satisfies the dominance rows too, never worse
+            normal = bi.normalised(sched)
+            model = bi.build(max(bi.value(hint), bi.value(sched)), hint)
+            assert model.violations(bi.vector_of(normal)) == [], name
+            assert bi.value(normal) <= bi.value(sched) + 1e-9
 
 
 # ----------------------------------------------------------- holes of A4.2
@@ -458,3 +466,149 @@ def test_unknown_formulation_and_hole():
         solve(inst, formulation="nope")
     with pytest.raises(InputError, match="unknown hole"):
         BatchIndexed(inst, holes=["nope"])
+
+
+# ----------------------------------------------------------- strengthening
+def test_token_rows_are_built_and_every_clique_exceeds_memory_pairwise():
+    inst = _inst(((2, 3, 0), (4, 2, 0), (1, 4, 0)), 6)
+    bi = BatchIndexed(inst)
+    model = bi.build(bi.value(bi.heuristic_schedule()), None)
+    names = {r.name.split("[")[0] for r in model.rows}
+    assert {"zG", "zd", "zmono", "zprec", "zkv", "clique", "nf-chunk", "nf-kv"} <= names
+    sets = bi.clique_sets()
+    assert sets
+    for members in sets:
+        items = [(i, k) for i, k0 in members.items() for k in range(k0, int(bi.output[i]) + 1)]
+        for (i, k), (i2, k2) in itertools.combinations(items, 2):
+            w, w2 = bi.prompt[i] + k - 1, bi.prompt[i2] + k2 - 1
+            assert i == i2 or w + w2 > inst.limits.kv_capacity
+
+
+def test_no_dominance_with_budgets_or_linear_time():
+    assert BatchIndexed(_inst(((2, 2, 0),), 4)).normal_form
+    assert not BatchIndexed(_inst(((2, 2, 0),), 4, c=2)).normal_form
+    assert not BatchIndexed(_inst(((2, 2, 0),), 4, p=1)).normal_form
+    linear = _inst(((2, 2, 0),), 4, time_model=TimeModel("infermax-linear", LINEAR))
+    assert not BatchIndexed(linear).normal_form
+    assert not token_indexed.applies(BatchIndexed(_inst(((2, 2, 0), (1, 1, 2)), 4)))  # arrivals: timed
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.integers(1, 6), st.integers(1, 6), st.just(0)), min_size=1, max_size=5),
+    st.integers(0, 4),
+    st.sampled_from([None, 2]),
+    st.booleans(),
+)
+def test_normal_form_completes_nobody_later(reqs, extra, r, evict):
+    inst = _tiny(reqs, extra, None, None, r)
+    bi = BatchIndexed(inst, allow_eviction=evict)
+    for name in ("vllm", "sarathi", "rank-i", "vllm-hy"):
+        try:
+            sched = simulate(inst, make_policy(name)).schedule
+        except KvschedError:
+            continue
+        if not bi.in_class(sched):
+            continue
+        normal = bi.normalised(sched)  # stepped through the core: raises if illegal
+        before = replay(inst, sched).state.completion
+        after = replay(inst, normal).state.completion
+        for group in [[i] for i in range(bi.n)] + bi.identical_groups():  # identical ones may trade
+            assert np.all(np.sort(after[group]) <= np.sort(before[group]) + 1e-9)
+        # Normal form: only generating requests process, and (with evictions) nobody pauses holding KV.
+        state = EngineState(inst, instance_cost_model(inst))
+        for b in normal.batches:
+            gen0 = state.generated.copy()
+            if evict:
+                paused = np.setdiff1d(np.flatnonzero(state.kv > 0), b.requests)
+                assert set(paused) <= set(b.evicted.tolist())
+            state.step(b)
+            assert np.array_equal(np.flatnonzero(state.generated > gen0), np.sort(b.requests))
+        assert bi.normal_times(normal) == bi.normal_times(sched)  # a fixed point
+
+
+@settings(max_examples=20, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.tuples(st.integers(1, 3), st.integers(1, 3), st.just(0)), min_size=2, max_size=3),
+    st.integers(0, 2),
+    st.sampled_from([None, None, 1, 2]),
+    st.sampled_from(sorted(OBJECTIVES)),
+    st.booleans(),
+)
+def test_token_indexed_model_agrees_with_brute_force(reqs, extra, r, objective, evict):
+    # Unit time, all at once, no C or P: solve() takes the token-indexed model.
+    inst = _tiny(reqs, extra, None, None, r)
+    assert token_indexed.applies(BatchIndexed(inst, objective, allow_eviction=evict))
+    expected = brute_force(inst, objective, evict)
+    for solver in SOLVERS:
+        result = solve(
+            inst, objective=objective, formulation="batch", solver=solver, options=FAST, allow_eviction=evict
+        )
+        assert result.stats["model"] == "token-indexed"
+        assert result.status == SolveStatus.OPTIMAL, solver
+        assert result.objective == pytest.approx(expected), solver
+        assert replay(inst, result.schedule).ok
+        if not evict:
+            assert result.stats["evictions"] == 0
+
+
+@pytest.mark.parametrize("evict", [True, False])
+def test_full_model_dominance_keeps_the_optimum(evict):
+    # Three requests that must share memory: the full model with and without the token rows and
+    # the normal-form rows has the brute-force optimum; the unrestricted optimum, normalised,
+    # satisfies the restricted model.
+    inst = _inst(((2, 2, 0), (1, 3, 0), (3, 1, 0)), 4)
+    expected = brute_force(inst, "total-latency", evict)
+    bi = BatchIndexed(inst, allow_eviction=evict)
+    hint = bi.heuristic_schedule()
+    found = {}
+    for strengthen, dominance in ((False, False), (True, False), (True, True)):
+        model = bi.build(bi.value(hint), hint, strengthen=strengthen, dominance=dominance)
+        raw = solve_model(model, "highs", FAST)
+        assert raw.status == SolveStatus.OPTIMAL
+        found[(strengthen, dominance)] = bi.schedule_from(raw.x)
+        assert raw.objective == pytest.approx(expected)
+    free = found[(False, False)]
+    model = bi.build(bi.value(hint), hint)
+    assert model.violations(bi.vector_of(bi.normalised(free))) == []
+
+
+def test_token_deadlines_hold_for_the_optimum_and_the_warm_start():
+    inst = _inst(((1, 3, 0), (3, 2, 0), (1, 2, 0)), 4)
+    bi = BatchIndexed(inst)
+    hint = bi.heuristic_schedule()
+    upper = bi.value(hint)
+    ti = token_indexed.TokenIndexed(bi)
+    deadlines = ti.deadlines(upper, FAST)
+    assert deadlines is not None and np.all(deadlines < np.iinfo(np.int64).max)
+    best = solve(inst, formulation="batch", solver="highs", options=FAST)
+    assert best.objective == brute_force(inst, "total-latency")
+    for sched in (hint, best.schedule):
+        done = replay(inst, sched).state.completion
+        assert np.all(done <= deadlines)
+    # The model with the deadlines keeps the optimum, and tightens the horizon.
+    free = ti.build(upper, hint)
+    j_free = ti.horizon_batches
+    model = ti.build(upper, hint, deadlines=deadlines)
+    assert ti.horizon_batches <= j_free and model.num_vars <= free.num_vars
+    raw = solve_model(model, "cpsat", FAST)
+    assert raw.objective == best.objective
+    sched = ti.schedule_from(raw.x)
+    assert bi.value(sched) == best.objective
+    assert model.violations(ti.vector_of(sched)) == []
+
+
+def test_token_model_with_cliques_and_without_agree():
+    inst = _inst(((3, 2, 0), (2, 3, 0), (4, 1, 0)), 5)  # 4 + 3 > 5 and 3 + 3 > 5: cliques
+    bi = BatchIndexed(inst)
+    assert bi.clique_sets()
+    hint = bi.heuristic_schedule()
+    ti = token_indexed.TokenIndexed(bi)
+    values = set()
+    for cliques in (True, False):
+        model = ti.build(bi.value(hint), hint, cliques=cliques)
+        assert model.violations(model.hint) == []
+        raw = solve_model(model, "highs", FAST)
+        values.add(raw.objective)
+        assert bi.value(ti.schedule_from(raw.x)) == raw.objective
+    assert values == {brute_force(inst, "total-latency")}

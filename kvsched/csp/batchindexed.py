@@ -84,6 +84,31 @@ and KV area, the combinatorial objective bound, cumulative work and area against
 generated tokens). They tighten the bound on hard instances but slowed every
 instance we proved optimal, so they are off by default.
 
+Strengthening (on by default)
+-----------------------------
+*Token rows*, valid for every legal schedule: ``z[i,k,j]`` = request i has
+generated k tokens by batch j (``G = sum_k z``, ``d = z[i,O,j]``, ``z`` grows
+with j, one token per batch). A request generating its k-th token holds
+``I + k - 1`` KV during that batch, so those weights fit in M, and the clique
+rows of :meth:`BatchIndexed.clique_sets` allow at most one of a set of tokens
+that pairwise exceed M. On ShareGPT draws they lift the LP bound by about 4%
+where one long prompt blocks the others.
+
+*Dominance* (:attr:`BatchIndexed.normal_form`: unit time, no C and no P; keeps
+an optimum, and :meth:`BatchIndexed.normalised` maps any schedule to one that
+satisfies it, completing nobody later): a request processes tokens only in the
+batches where it generates (all of them at once), and with evictions allowed a
+request that sits a batch out holds no KV (evicting it is free: its refill rides
+in the batch where it next generates, one slot whatever it processes). Then
+``mb + c`` is exactly the weight of the token generated.
+
+Where every request also arrives at once, :func:`solve_batch` solves the
+*token-indexed* model instead (:mod:`kvsched.csp.tokenindexed`): the same class
+(the normal form loses no optimum) with the ``z`` alone, per-request deadlines
+from LP bounds of the instance without each request, and the LP bound reported
+beside the solver's. It proves the ShareGPT ÷ 40 draws of 6-15 requests that
+this model left open at 14-20% (``benchmarks/solve.py --part batch``).
+
 Symmetry: identical requests (same I, O and arrival) complete in index order
 (``d[i,j] >= d[i',j]``, A4.2 #7); the warm start is relabelled to match.
 
@@ -118,6 +143,8 @@ GRID_TOL = 1e-9
 
 #: Share of the time limit for the time-indexed model's incumbent (a warm start).
 TIME_INDEXED_SHARE = 0.2
+#: Share of the time limit for the token-indexed model's deadline LPs (one per request).
+DEADLINE_SHARE = 0.2
 #: Heuristic policies tried for the warm start (the best legal one is used).
 WARM_POLICIES = (
     "vllm",
@@ -290,6 +317,10 @@ class BatchIndexed:
         self.track_refill = self.need_phase and allow_eviction and "phase-label" not in self.holes
         self.timed = not (self.unit and self.offline) or bool(self.holes & {"no-idle", "arrival-at-end"})
         self.t_min = self._min_batch_time()
+        # Dominance (see "Strengthening" in the module docstring): under unit time without token or
+        # prefill budgets, chunks that produce no token and KV held by paused requests never help.
+        self.normal_form = self.unit and self.tok_cap is None and self.pre_cap is None and not self.holes
+        self.left_shift = self.normal_form and allow_eviction and not self.timed and self.run_cap is None
         self.horizon_batches: int | None = None
         self.time_bound: float | None = None
 
@@ -463,6 +494,89 @@ class BatchIndexed:
         )
         return Schedule(batches, dict(schedule.meta))
 
+    def token_batches(self, schedule: Schedule) -> list[list[int]]:
+        """For each request, the (1-based) batches in which it generates its tokens, replayed."""
+        state = EngineState(self.instance, self.cost)
+        out: list[list[int]] = [[] for _ in range(self.n)]
+        for j, b in enumerate(schedule.batches, start=1):
+            before = state.generated.copy()
+            state.step(b)
+            for i in np.flatnonzero(state.generated > before):
+                out[int(i)].append(j)
+        return out
+
+    def normal_times(self, schedule: Schedule) -> list[list[int]]:
+        """Token batches of ``schedule`` in normal form (:attr:`normal_form` instances only).
+
+        Batches in which no request generates are dropped; with
+        :attr:`left_shift`, a request's next token moves into an earlier batch
+        while it fits there (KV during the batch: the generated tokens' weights
+        ``I + k - 1``), repeated to a fixed point; identical requests (same I, O
+        and arrival) then take, for each k, their k-th token batches in sorted
+        order, so the first of them is never behind. No request completes later
+        (identical ones trade completions), so the objective does not grow; each
+        batch keeps its multiset of (token index, weight) items, and loads only
+        fall.
+        """
+        times = self.token_batches(schedule)
+        weight = [self.prompt[i] + np.arange(self.output[i]) for i in range(self.n)]
+        while True:
+            used = sorted({j for t in times for j in t})
+            renum = {j: pos for pos, j in enumerate(used, start=1)}
+            times = [[renum[j] for j in t] for t in times]
+            if not self.left_shift:
+                break
+            load = np.zeros(len(used) + 1, dtype=np.int64)
+            for i, t in enumerate(times):
+                np.add.at(load, t, weight[i])
+            moved = False
+            for j in range(1, len(used) + 1):
+                for i, t in enumerate(times):
+                    k = int(np.searchsorted(t, j))  # tokens generated before batch j
+                    if k == len(t) or t[k] == j or load[j] + weight[i][k] > self.kv_cap:
+                        continue
+                    load[t[k]] -= weight[i][k]
+                    load[j] += weight[i][k]
+                    t[k] = j
+                    moved = True
+            if not moved:
+                break
+        for group in self.identical_groups():
+            for k in range(int(self.output[group[0]])):
+                for i, j in zip(group, sorted(times[i][k] for i in group), strict=True):
+                    times[i][k] = j
+        return times
+
+    def schedule_of_tokens(self, times: list[list[int]], meta: dict | None = None) -> Schedule:
+        """The normal-form schedule in which request i generates its k-th token in batch ``times[i][k-1]``.
+
+        Each request processes all its unprocessed tokens in the batches where
+        it generates and nothing else; with evictions allowed, every request
+        that sits a batch out while holding KV is evicted in it. Batches start
+        as early as the previous end and their arrivals allow. Stepped through
+        the core (raises ScheduleError if illegal, e.g. over M).
+        """
+        state = EngineState(self.instance, self.cost)
+        arr = np.array([r.arrival for r in self.instance.requests])
+        running: dict[int, list[int]] = defaultdict(list)
+        for i, t in enumerate(times):
+            for j in t:
+                running[j].append(i)
+        batches = []
+        for j in sorted(running):
+            run = np.array(running[j], dtype=np.int64)
+            held = np.flatnonzero(state.kv > 0)
+            ev = [int(i) for i in held if i not in running[j]] if self.allow_eviction else []
+            start = max(state.clock, float(arr[run].max()))
+            b = state.make_batch(start, run, state.unprocessed(run), ev)
+            state.step(b)
+            batches.append(b)
+        return Schedule(tuple(batches), dict(meta or {}))
+
+    def normalised(self, schedule: Schedule) -> Schedule:
+        """``schedule`` in the normal form that the dominance rows keep (see :meth:`normal_times`)."""
+        return self.schedule_of_tokens(self.normal_times(schedule), schedule.meta)
+
     # ------------------------------------------------------------------ build
     def build(
         self,
@@ -472,16 +586,26 @@ class BatchIndexed:
         horizon: int | None = None,
         symmetry: bool = True,
         cuts: bool | str = False,
+        strengthen: bool = True,
+        dominance: bool = True,
     ) -> LinearModel:
         """The model for schedules with objective <= ``upper_bound`` (model units).
 
         ``hint`` (a legal schedule of the class) becomes the full warm-start
         vector. ``horizon`` overrides the number of batches J (tests only: a J
-        below the derived one may cut off every optimum).
+        below the derived one may cut off every optimum). ``strengthen`` adds the
+        token-indexed rows (valid for every legal schedule); ``dominance`` the
+        normal-form rows where they apply (they keep an optimum, not every
+        schedule: the hint is normalised to satisfy them).
         """
         J, t_ub = self.horizon(upper_bound)
+        self.strengthen = strengthen and not self.holes  # a re-opened hole must stay open
+        self.dominance = dominance and self.normal_form
         if hint is not None:
-            hint = self.canonical(self.retimed(hint))
+            hint = self.retimed(hint)
+            if self.dominance:
+                hint = self.normalised(hint)
+            hint = self.canonical(hint)
             J = max(J, len(hint.batches))
             t_ub = max(t_ub, hint.makespan / self.scale)
         if horizon is not None:
@@ -806,6 +930,10 @@ class BatchIndexed:
                     for j in range(1, J):
                         self._row(lin(d[i][j]) - lin(d[k][j]), 0, INF, f"sym[{i},{k},{j}]")
 
+        self._zvars: list[tuple[int, int, int, int]] = []
+        if self.strengthen:
+            self._token_rows(m, J, G, d, c, g, e, mb, kv, u)
+
         self._vars = dict(
             G=G,
             d=d,
@@ -825,6 +953,111 @@ class BatchIndexed:
             E=end,
         )
         self._J = J
+
+    def clique_sets(self) -> list[dict[int, int]]:
+        """Maximal sets of (request, first token index) whose tokens pairwise exceed M together.
+
+        A request generating its k-th token holds ``w = I + k - 1`` KV during that
+        batch, in every legal schedule. For a threshold ``t <= M / 2`` and a
+        request ``a``, the tokens of ``a`` with ``w >= t`` and the tokens of the
+        others with ``w > M - t`` pairwise exceed M, and ``a`` generates at most
+        one token per batch: at most one of them per batch. Each set maps a
+        request to the first token index in it (its later tokens weigh more).
+        """
+        n, cap = self.n, int(self.kv_cap)
+        weights = sorted({int(self.prompt[i]) + k for i in range(n) for k in range(int(self.output[i]))})
+        sets: set[tuple[int | None, ...]] = set()
+        for t in [w for w in weights if 2 * w <= cap] + [cap // 2 + cap % 2]:
+            for a in range(n):
+                first = []
+                for i in range(n):
+                    k = max(1, (t if i == a else cap - t + 1) - int(self.prompt[i]) + 1)
+                    first.append(k if k <= self.output[i] else None)
+                if sum(k is not None for k in first) >= 2:
+                    sets.add(tuple(first))
+
+        def covers(a: tuple, b: tuple) -> bool:
+            return all(y is None or (x is not None and x <= y) for x, y in zip(a, b, strict=True))
+
+        maximal = [b for b in sets if not any(a != b and covers(a, b) for a in sets)]
+        return [{i: k for i, k in enumerate(b) if k is not None} for b in sorted(maximal, key=str)]
+
+    def _token_rows(self, m: LinearModel, J: int, G, d, c, g, e, mb, kv, u) -> None:
+        """Token-indexed strengthening: ``z[i,k,j]`` = request i has generated k tokens by batch j.
+
+        Valid for every legal schedule: ``G = sum_k z``, ``z`` grows with j, at
+        most one token per batch (``z[i,k,j] <= z[i,k-1,j-1]``), ``d = z[i,O,j]``;
+        the tokens generated in batch j weigh ``I + k - 1`` each and fit in M
+        (their KV is held during the batch), with the clique rows of
+        :meth:`clique_sets`. With :attr:`dominance`, the normal form: a request's
+        KV during batch j is exactly the weight of the token it generates there
+        (0 when it generates none).
+        """
+        R = range(self.n)
+        prompt, out = self.prompt, self.output
+
+        def lin(v: int) -> _Lin:
+            return _v(v)
+
+        # zl[i][k][j]: z as an expression (a constant where G's bounds decide it).
+        zl: list[list[list[_Lin]]] = []
+        for i in R:
+            o = int(out[i])
+            rows = [[_Lin()] * (J + 1) for _ in range(o + 1)]
+            for j in range(1, J + 1):
+                glo, ghi = m.lb[G[i][j]], m.ub[G[i][j]]
+                for k in range(1, o + 1):
+                    if k <= glo:
+                        rows[k][j] = _Lin(k=1.0)
+                    elif k > ghi:
+                        rows[k][j] = _Lin()
+                    else:
+                        var = m.add_var(f"z[{i},{k},{j}]", 0, 1)
+                        self._zvars.append((var, i, k, j))
+                        rows[k][j] = lin(var)
+            zl.append(rows)
+        gen: list[list[_Lin]] = [[_Lin()] * (J + 1) for _ in R]  # weighted token generated in batch j
+        for i in R:
+            o, z = int(out[i]), zl[i]
+            for j in range(1, J + 1):
+                self._row(lin(G[i][j]) - _sum(z[k][j] for k in range(1, o + 1)), 0, 0, f"zG[{i},{j}]")
+                self._row(lin(d[i][j]) - z[o][j], 0, 0, f"zd[{i},{j}]")
+                for k in range(1, o + 1):
+                    if j >= 2:
+                        self._row(z[k][j - 1] - z[k][j], -INF, 0, f"zmono[{i},{k},{j}]")
+                    if k >= 2:
+                        self._row(z[k][j] - z[k - 1][j - 1], -INF, 0, f"zprec[{i},{k},{j}]")
+                gen[i][j] = _sum((z[k][j] - z[k][j - 1]) * float(prompt[i] + k - 1) for k in range(1, o + 1))
+        cliques = self.clique_sets()
+        for j in range(1, J + 1):
+            self._row(_sum(gen[i][j] for i in R) - self.kv_cap * lin(u[j]), -INF, 0, f"zkv[{j}]")
+            for q, members in enumerate(cliques):
+                row = _sum(
+                    zl[i][k][j] - zl[i][k][j - 1]
+                    for i, k0 in members.items()
+                    for k in range(k0, int(out[i]) + 1)
+                )
+                self._row(row, -INF, 1, f"clique[{q},{j}]")
+        if not self.dominance:
+            return
+        evict = self.allow_eviction
+        for i in R:
+            cc = int(self.cap[i])
+            for j in range(1, J + 1):
+                tag = f"{i},{j}"
+                # A chunk that produces no token can wait for the batch that does (no budgets, unit time).
+                self._row(lin(c[i][j]) - cc * lin(g[i][j]), -INF, 0, f"nf-chunk[{tag}]")
+                if evict:
+                    # A paused request is evicted (refilling costs nothing under unit time without budgets),
+                    # so it holds exactly the KV of the token it generates, if any.
+                    self._row(lin(mb[i][j]) + lin(c[i][j]) - gen[i][j], 0, 0, f"nf-kv[{tag}]")
+                    if e[i][j] >= 0:  # and a request that generates is not evicted first (no gain)
+                        self._row(lin(e[i][j]) + lin(g[i][j]), -INF, 1, f"nf-keep[{tag}]")
+                    o = int(out[i])
+                    done_now = zl[i][o][j] - zl[i][o][j - 1]
+                    self._row(
+                        lin(kv[i][j]) - gen[i][j] + float(self.peak[i]) * done_now, 0, 0, f"nf-m[{tag}]"
+                    )
 
     def _duration(self, m: LinearModel, j: int, c, mb, delta, x, u) -> _Lin:
         """The infermax-linear duration of batch j as a linear expression (lower-bounded products)."""
@@ -963,6 +1196,8 @@ class BatchIndexed:
             durs.append(dur)
             prev_end = start + dur
             Gp = G
+        for var, i, k, j in self._zvars:
+            x[var] = float(x[V["G"][i][j]] >= k)
         if self.timed and self.objective != "makespan":
             st = state
             when = st.completion if self.objective == "total-latency" else st.first_token
@@ -1068,7 +1303,8 @@ def solve_batch(
     """
     import time
 
-    from kvsched.csp.backends import SolverOptions, export_model, solve_model
+    from kvsched.csp import tokenindexed as token_indexed
+    from kvsched.csp.backends import SolverOptions, export_model, lp_relaxation, solve_model
     from kvsched.csp.bounds import lower_bounds
     from kvsched.csp.result import Result, SolveStatus, relative_gap
     from kvsched.csp.solve import OBJECTIVE_RTOL, ModelError, settle, time_left
@@ -1085,8 +1321,27 @@ def solve_batch(
     for cand, name in candidates:
         if cand is not None and bi.in_class(cand) and bi.value(cand) < bi.value(hint):
             hint, source = bi.retimed(cand), name
+    if bi.normal_form:
+        normal = bi.normalised(hint)
+        if bi.value(normal) < bi.value(hint):
+            hint, source = normal, f"{source}, normalised"
     upper = bi.value(hint)
-    model = bi.build(upper, hint)
+    deadlines = lp_bound = None
+    if token_indexed.applies(bi):
+        formulation = token_indexed.TokenIndexed(bi)
+        share = replace(options, time_limit=max(1.0, DEADLINE_SHARE * options.time_limit))
+        deadlines = formulation.deadlines(upper, share)
+        # The clique rows lift the LP bound (and the deadlines above) but slowed CP-SAT's search
+        # about twice on the benchmark draws: the LP bound is taken with them, CP-SAT gets none.
+        model = formulation.build(upper, hint, deadlines=deadlines)
+        lp = lp_relaxation(model, share)
+        if lp is not None:  # a bound of its own: CP-SAT's may not reach the LP's in time
+            lp_bound = math.ceil(lp[0] - token_indexed.LP_TOL) if model.integral_objective else lp[0]
+        if solver == "cpsat":
+            model = formulation.build(upper, hint, deadlines=deadlines, cliques=False)
+    else:
+        formulation = bi
+        model = bi.build(upper, hint)
     bad = model.violations(model.hint)
     if bad:
         raise ModelError(f"the warm start violates the model: {bad[0]}")
@@ -1096,7 +1351,7 @@ def solve_batch(
     raw = solve_model(model, solver, time_left(options, t0))
     scale = bi.scale
 
-    schedule = bi.schedule_from(raw.x if raw.x is not None else model.hint)
+    schedule = formulation.schedule_from(raw.x if raw.x is not None else model.hint)
     schedule = Schedule(
         schedule.batches,
         {
@@ -1110,7 +1365,7 @@ def solve_batch(
     trace = replay(instance, schedule)  # strict: raises if the decoded schedule is illegal
     value = bi.measure(trace)
     tol = OBJECTIVE_RTOL * max(1.0, abs(value))
-    own = bi.vector_of(schedule)
+    own = formulation.vector_of(schedule)
     bad = model.violations(own)
     if bad:
         raise ModelError(f"the model rejects the schedule decoded from its own solution: {bad[0]}")
@@ -1126,7 +1381,9 @@ def solve_batch(
             raise ModelError(f"solver objective {claimed!r} is below the replayed {value!r}")
         if status == SolveStatus.OPTIMAL and options.gap == 0 and claimed > value + tol:
             raise ModelError(f"proven-optimal objective {claimed!r} differs from the replayed {value!r}")
-    status, bound = settle(raw, model, value, scale)
+    combinatorial = lower_bounds(instance).for_objective(objective) if bi.unit else None
+    extra = [b for b in (lp_bound, None if combinatorial is None else combinatorial / scale) if b is not None]
+    status, bound = settle(raw, model, value, scale, max(extra) if extra else None)
     stats = {
         "variables": model.num_vars,
         "rows": len(model.rows),
@@ -1135,15 +1392,18 @@ def solve_batch(
         "upper_bound": upper * scale,
         "warm_start": source,
         "build_seconds": build_time,
-        "horizon": bi.horizon_batches,
+        "model": "token-indexed" if formulation is not bi else "batch-indexed",
+        "horizon": formulation.horizon_batches,
+        "lp_deadlines": 0 if deadlines is None else int((deadlines < np.iinfo(np.int64).max).sum()),
+        "lp_bound": None if lp_bound is None else lp_bound * scale,
         "batches": len(schedule.batches),
         "evictions": int(sum(b.evicted.size for b in schedule.batches)),
         "allow_eviction": allow_eviction,
         # Every legal schedule (block size 1) is in the class, evictions included when allowed.
         "covers_all_schedules": allow_eviction,
     }
-    if bi.unit:
-        stats["combinatorial_bound"] = lower_bounds(instance).for_objective(objective)
+    if combinatorial is not None:
+        stats["combinatorial_bound"] = combinatorial
     return Result(
         status=status,
         objective=value,
