@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
             f"batch-indexed / {solver}: chunking + eviction, ShareGPT lengths / {args.batch_div}, "
             "KV 20% of demand, total latency",
             "batch",
-            sizes or [2, 3, 4, 5, 6, 8, 10],
+            sizes or [2, 3, 4, 5, 6, 8, 10, 12, 15],
             args.batch_div,
             options,
             solver,
