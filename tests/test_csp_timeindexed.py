@@ -182,15 +182,15 @@ def test_a_model_too_large_for_the_limit_returns_the_incumbent_and_a_valid_bound
     )  # the package re-exports solve() under that name
 
     inst = _medium_instance()
-    full = solve(inst, solver="highs", options=FAST)
+    full = solve(inst, solver="highs", options=SolverOptions(time_limit=3, threads=1))
     monkeypatch.setattr(solve_module, "MIN_NONZEROS", 0)
     monkeypatch.setattr(solve_module, "NONZEROS_PER_SECOND", 1)
-    result = solve(inst, solver="highs", options=SolverOptions(time_limit=5, threads=1))
-    assert "not_built" in result.stats and result.stats["nonzeros_estimate"] > 5
+    result = solve(inst, solver="highs", options=SolverOptions(time_limit=3, threads=1))
+    assert "not_built" in result.stats and result.stats["nonzeros_estimate"] > 3
     assert replay(inst, result.schedule).ok
-    assert result.status == SolveStatus.FEASIBLE
-    assert result.best_bound == result.stats["combinatorial_bound"] <= full.best_bound
-    assert result.objective >= full.objective and result.gap > 0
+    assert result.status == SolveStatus.FEASIBLE and result.gap > 0
+    # The combinatorial bound holds for every schedule, the built model's incumbent included.
+    assert result.best_bound == result.stats["combinatorial_bound"] <= full.objective <= result.objective
 
 
 def test_cpsat_reports_anytime_progress():
