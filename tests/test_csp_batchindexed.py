@@ -218,7 +218,8 @@ def test_three_requests_agree_with_brute_force(reqs, m, c, p, r, objective):
 def test_infermax_linear_agrees_with_brute_force(inst, objective, evict):
     # c^2 + 2mc by binary expansion, decode KV reads by McCormick, phases exact, idling to arrivals.
     expected = brute_force(inst, objective, evict)
-    for solver in ("highs", "cbc"):
+    # CP-SAT takes the model after exact integer scaling of its times (kvsched.csp.scaling).
+    for solver in ("highs", "cbc", "cpsat"):
         result = solve(
             inst, objective=objective, formulation="batch", solver=solver, options=FAST, allow_eviction=evict
         )
@@ -226,8 +227,9 @@ def test_infermax_linear_agrees_with_brute_force(inst, objective, evict):
         assert result.objective == pytest.approx(expected, rel=1e-6), solver
 
 
-def test_cpsat_refuses_fractional_costs():
-    inst = _inst(((2, 2, 0),), 4, time_model=TimeModel("infermax-linear", LINEAR))
+def test_cpsat_refuses_costs_with_too_many_digits():
+    params = {**LINEAR, "a1": 0.1234567}  # seven decimal digits: no exact integer scaling
+    inst = _inst(((2, 2, 0),), 4, time_model=TimeModel("infermax-linear", params))
     with pytest.raises(InputError, match="CP-SAT"):
         solve(inst, formulation="batch", solver="cpsat", options=FAST)
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from kvsched.csp.model import INF, LinearModel, Row
 from kvsched.csp.result import AnytimePoint, SolveStatus
+from kvsched.csp.scaling import MAX_DIGITS, integer_model
 from kvsched.errors import InputError
 
 
@@ -269,8 +270,13 @@ def solve_cpsat(model: LinearModel, options: SolverOptions) -> RawSolution:
     from ortools.sat.python import cp_model
 
     m = cp_model.CpModel()
-    if not all(model.integer):
-        raise InputError("CP-SAT needs integer variables; this model has continuous ones (use highs or cbc)")
+    original, scaled = model, integer_model(model)
+    if scaled is None:
+        raise InputError(
+            "CP-SAT needs integer data: this model has continuous variables outside difference rows or "
+            f"more than {MAX_DIGITS} decimal digits (use highs or cbc)"
+        )
+    model = scaled.model
     xs = [
         m.new_int_var(int(np.ceil(lb)), int(np.floor(ub)), name)
         for lb, ub, name in zip(model.lb, model.ub, model.names, strict=True)
@@ -301,13 +307,16 @@ def solve_cpsat(model: LinearModel, options: SolverOptions) -> RawSolution:
     p.random_seed = int(options.seed)
     p.log_search_progress = options.log
     points: list[AnytimePoint] = []
-    offset = model.obj_offset
+    offset = original.obj_offset
+    unscale = scaled.objective
 
     class Progress(cp_model.CpSolverSolutionCallback):
         def on_solution_callback(self) -> None:
             points.append(
                 AnytimePoint(
-                    self.wall_time, self.objective_value + offset, self.best_objective_bound + offset
+                    self.wall_time,
+                    unscale(self.objective_value) + offset,
+                    unscale(self.best_objective_bound) + offset,
                 )
             )
 
@@ -315,9 +324,9 @@ def solve_cpsat(model: LinearModel, options: SolverOptions) -> RawSolution:
     st = solver.solve(m, Progress())
     runtime = time.perf_counter() - start
     has_sol = st in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-    x = np.array([solver.value(v) for v in xs], dtype=np.float64) if has_sol else None
-    objective = solver.objective_value + offset if has_sol else None
-    bound = solver.best_objective_bound + offset if st != cp_model.INFEASIBLE else None
+    x = scaled.original(np.array([solver.value(v) for v in xs])) if has_sol else None
+    objective = unscale(solver.objective_value) + offset if has_sol else None
+    bound = unscale(solver.best_objective_bound) + offset if st != cp_model.INFEASIBLE else None
     status = {
         cp_model.OPTIMAL: SolveStatus.OPTIMAL,
         cp_model.FEASIBLE: SolveStatus.FEASIBLE,
