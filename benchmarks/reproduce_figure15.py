@@ -35,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--solver", default="highs", help="highs, cbc or cpsat (times scaled to integers exactly)")
+    parser.add_argument(
+        "--solver", default="highs", help="highs, cbc or cpsat (times scaled to integers exactly)"
+    )
     parser.add_argument("--prompts", default="1,2,4,8,16,32,64,128,256,512,1024")
     args = parser.parse_args(argv)
     options = SolverOptions(time_limit=args.time_limit, threads=args.threads)

@@ -228,7 +228,7 @@ def test_infermax_linear_agrees_with_brute_force(inst, objective, evict):
 
 
 def test_cpsat_refuses_costs_with_too_many_digits():
-    params = {**LINEAR, "a1": 0.1234567}  # seven decimal digits: no exact integer scaling
+    params = {**LINEAR, "a1": 0.1234567890123}  # 13 decimal digits: no exact integer scaling
     inst = _inst(((2, 2, 0),), 4, time_model=TimeModel("infermax-linear", params))
     with pytest.raises(InputError, match="CP-SAT"):
         solve(inst, formulation="batch", solver="cpsat", options=FAST)

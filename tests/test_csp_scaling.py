@@ -57,5 +57,5 @@ def test_rows_outside_difference_form_are_refused(coefs, why):
 
 
 def test_decimal_digits_beyond_the_limit_are_refused():
-    assert integer_model(chain(1.0000001, 0.0)) is None
+    assert integer_model(chain(1.0000000000001, 0.0)) is None  # 13 digits
     assert np.isclose(integer_model(chain(1.000001, 0.0)).scale, 10**6)

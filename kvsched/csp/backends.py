@@ -274,7 +274,7 @@ def solve_cpsat(model: LinearModel, options: SolverOptions) -> RawSolution:
     if scaled is None:
         raise InputError(
             "CP-SAT needs integer data: this model has continuous variables outside difference rows or "
-            f"more than {MAX_DIGITS} decimal digits (use highs or cbc)"
+            f"more than {MAX_DIGITS} decimal digits, or values too large once scaled (use highs or cbc)"
         )
     model = scaled.model
     xs = [

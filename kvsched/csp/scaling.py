@@ -8,7 +8,7 @@ rewrites such a model into an integer one *without changing its optimum*:
 
 * time is counted in units of ``1 / S`` with ``S = 10**d``, the smallest power of
   ten that makes every coefficient, bound and objective coefficient a multiple
-  of ``1 / S`` (``d <= MAX_DIGITS``); each continuous ``x`` becomes an integer
+  of ``1 / S`` (``d <= MAX_DIGITS``, and no scaled value above 2**53); each continuous ``x`` becomes an integer
   ``y = S x`` and every row is multiplied by ``S``;
 * this is exact when the continuous variables form a system of *difference
   constraints*: every row has at most two of them, with coefficients +1 and
@@ -30,10 +30,14 @@ import numpy as np
 
 from kvsched.csp.model import INF, Indicator, LinearModel, Row
 
-#: Most decimal digits the data may have (10**6 time units per unit keeps products far below 2**62).
-MAX_DIGITS = 6
-#: How close to a whole number a scaled value must be to count as one.
-TOL = 1e-9
+#: Most decimal digits the data may have (the default infermax-linear coefficients need 10).
+MAX_DIGITS = 12
+#: Largest magnitude a scaled coefficient or bound may reach (doubles are exact integers up to 2**53).
+MAX_MAGNITUDE = 2.0**53
+#: Units in the last place of a value that may separate it from a multiple of 10**-d (float rounding).
+ULPS = 64
+#: Rounding slack on scaled variable bounds.
+TOL = 1e-6
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,7 +77,8 @@ def _digits(values: np.ndarray) -> int | None:
     v = np.abs(values[np.isfinite(values)])
     for d in range(MAX_DIGITS + 1):
         s = v * 10**d
-        if np.all(np.abs(s - np.round(s)) <= TOL * np.maximum(1.0, s)):
+        # Whole up to the rounding the data carry: a few units in the last place of each value.
+        if np.all(np.abs(s - np.round(s)) <= ULPS * np.spacing(v) * 10**d):
             return d
     return None
 
@@ -134,4 +139,9 @@ def integer_model(model: LinearModel) -> IntegerModel | None:
         obj_offset=0.0,
         hint=None if model.hint is None else np.round(np.asarray(model.hint) * factor),
     )
+    data = [np.asarray(out.lb), np.asarray(out.ub), np.asarray(out.obj)]
+    data += [np.concatenate([r.coef, [r.lo, r.hi]]) for r in out.rows + [i.row for i in out.indicators]]
+    values = np.abs(np.concatenate(data))
+    if values[np.isfinite(values)].max(initial=0.0) > MAX_MAGNITUDE:
+        return None
     return IntegerModel(out, s, s * 10**d_obj, continuous)
