@@ -1306,7 +1306,7 @@ def solve_batch(
     from kvsched.csp import tokenindexed as token_indexed
     from kvsched.csp.backends import SolverOptions, export_model, lp_relaxation, solve_model
     from kvsched.csp.bounds import lower_bounds
-    from kvsched.csp.result import Result, SolveStatus, relative_gap
+    from kvsched.csp.result import Result, SolveStatus
     from kvsched.csp.solve import OBJECTIVE_RTOL, ModelError, settle, time_left
 
     options = options or SolverOptions()
@@ -1404,12 +1404,11 @@ def solve_batch(
     }
     if combinatorial is not None:
         stats["combinatorial_bound"] = combinatorial
-    return Result(
-        status=status,
-        objective=value,
-        best_bound=bound,
-        gap=relative_gap(value, bound),
-        runtime=time.perf_counter() - t0,
+    return Result.settled(
+        status,
+        value,
+        bound,
+        t0,
         schedule=schedule,
         anytime=raw.anytime,
         solver=solver,

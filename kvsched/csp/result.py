@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -81,6 +82,21 @@ class Result:
     formulation: str = ""
     objective_name: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def settled(
+        cls, status: SolveStatus, objective: float, bound: float | None, started: float, **rest: Any
+    ) -> Result:
+        """A result whose gap is computed from ``objective`` and ``bound`` and whose runtime runs from
+        ``started`` (a :func:`time.perf_counter` reading) to now; ``rest`` are the other fields."""
+        return cls(
+            status=status,
+            objective=objective,
+            best_bound=bound,
+            gap=relative_gap(objective, bound),
+            runtime=time.perf_counter() - started,
+            **rest,
+        )
 
     @property
     def found(self) -> bool:

@@ -20,7 +20,7 @@ from kvsched.csp.bounds import lower_bounds
 from kvsched.csp.lagrangian import horizon_windows, lagrangian
 from kvsched.csp.model import LinearModel
 from kvsched.csp.objectives import objective_function
-from kvsched.csp.result import Result, SolveStatus, relative_gap
+from kvsched.csp.result import Result, SolveStatus
 from kvsched.csp.timeindexed import TimeIndexed
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
@@ -106,12 +106,11 @@ def _unbuilt(
     bound = min(lower_bounds(instance).for_objective(objective), value)
     proven = value - bound <= OBJECTIVE_RTOL * max(1.0, abs(value))
     status = SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE
-    return Result(
-        status=status,
-        objective=value,
-        best_bound=bound,
-        gap=relative_gap(value, bound),
-        runtime=time.perf_counter() - t0,
+    return Result.settled(
+        status,
+        value,
+        bound,
+        t0,
         schedule=schedule,
         solver=solver,
         formulation="time-indexed",
@@ -262,12 +261,11 @@ def solve(
         # Valid for every legal schedule, not only the formulation's class.
         "combinatorial_bound": lower_bounds(instance).for_objective(objective),
     }
-    return Result(
-        status=status,
-        objective=value,
-        best_bound=bound,
-        gap=relative_gap(value, bound),
-        runtime=time.perf_counter() - t0,
+    return Result.settled(
+        status,
+        value,
+        bound,
+        t0,
         schedule=schedule,
         anytime=raw.anytime,
         solver=solver,
