@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import base64
 import html
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +29,7 @@ from kvsched.analysis import plots
 from kvsched.analysis.compare import Comparison
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
+from kvsched.schedule.metrics import format_number
 
 REPORT_FILE = "index.html"
 
@@ -59,11 +59,7 @@ class _Section:
 
 
 def _fmt(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
+    return format_number(value, 4, missing="–")
 
 
 def _table(frame: pd.DataFrame, *, index_name: str = "") -> str:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -14,16 +13,9 @@ from rich.table import Table
 from kvsched.commands.common import EXIT_INVALID, load_instance_from_args, positive_int
 from kvsched.commands.solve import _add_solver_args, _model_kwargs, _options
 from kvsched.errors import InputError
+from kvsched.schedule.metrics import format_number
 
 PLOT_KINDS = ("gantt", "kv", "load", "regret", "cdf", "anytime")
-
-
-def _fmt(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4g}"
-    return str(value)
 
 
 def _policy_names(text: str) -> list[str]:
@@ -103,7 +95,9 @@ def cmd_results(args: argparse.Namespace) -> int:
     if not frame.empty:
         grouped = frame.groupby(["sweep", "kind", "status"], dropna=False)["runtime"].agg(["count", "sum"])
         for (sweep, kind, status), row in grouped.iterrows():
-            table.add_row(str(sweep), str(kind), str(status), str(int(row["count"])), _fmt(float(row["sum"])))
+            table.add_row(
+                str(sweep), str(kind), str(status), str(int(row["count"])), format_number(float(row["sum"]))
+            )
     Console().print(table)
     return 0
 
@@ -129,7 +123,9 @@ def cmd_regret(args: argparse.Namespace) -> int:
     for col in table.columns:
         out.add_column(col.replace("_", " "), justify="right")
     for name, row in table.iterrows():
-        out.add_row(str(name), *(_fmt(v) if not isinstance(v, int) else str(v) for v in row.tolist()))
+        out.add_row(
+            str(name), *(format_number(v) if not isinstance(v, int) else str(v) for v in row.tolist())
+        )
     console.print(out)
     if args.csv:
         table.to_csv(args.csv)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from kvsched.commands.common import (
     time_unit,
 )
 from kvsched.errors import InputError
+from kvsched.schedule.metrics import format_number
 
 SOLVERS = ("highs", "cbc", "cpsat")
 OBJECTIVES = ("total-latency", "makespan", "sum-ttft")
@@ -78,11 +78,7 @@ def _model_kwargs(args: argparse.Namespace) -> dict[str, bool]:
 
 
 def _fmt(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.6g}"
-    return str(value)
+    return format_number(value, 6)
 
 
 def result_document(result: Any) -> dict[str, Any]:

@@ -14,8 +14,10 @@ Python loop over tokens.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -357,6 +359,15 @@ def run_metrics(trace: Trace) -> RunMetrics:
 
 
 # ------------------------------------------------------------------- display
+def format_number(value: Any, digits: int = 4, missing: str = "-") -> str:
+    """A table cell: floats to ``digits`` significant digits, None and NaN as ``missing``, the rest as str."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return missing
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
 def _fmt(value: float | int | None, kind: str = "num") -> str:
     """One cell: ints with separators, floats to 4 significant digits, percents."""
     if value is None:
