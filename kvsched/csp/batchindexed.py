@@ -1383,7 +1383,9 @@ def solve_batch(
             raise ModelError(f"proven-optimal objective {claimed!r} differs from the replayed {value!r}")
     combinatorial = lower_bounds(instance).for_objective(objective) if bi.unit else None
     extra = [b for b in (lp_bound, None if combinatorial is None else combinatorial / scale) if b is not None]
-    status, bound = settle(raw, model, value, scale, max(extra) if extra else None)
+    status, bound = settle(
+        raw, value, scale, max(extra) if extra else None, integral=model.integral_objective
+    )
     stats = {
         "variables": model.num_vars,
         "rows": len(model.rows),

@@ -18,7 +18,6 @@ import numpy as np
 from kvsched.csp.backends import RawSolution, SolverOptions, export_model, solve_model
 from kvsched.csp.bounds import lower_bounds
 from kvsched.csp.lagrangian import horizon_windows, lagrangian
-from kvsched.csp.model import LinearModel
 from kvsched.csp.objectives import objective_function
 from kvsched.csp.result import Result, SolveStatus
 from kvsched.csp.timeindexed import TimeIndexed
@@ -60,19 +59,25 @@ def time_left(options: SolverOptions, t0: float) -> SolverOptions:
 
 
 def settle(
-    raw: RawSolution, model: LinearModel, value: float, scale: float, extra_bound: float | None = None
+    raw: RawSolution,
+    value: float,
+    scale: float,
+    extra_bound: float | None = None,
+    *,
+    integral: bool = False,
 ) -> tuple[SolveStatus, float | None]:
     """Status and best bound (instance units) of a solve whose decoded schedule replays to ``value``.
 
     ``scale`` converts model units to the instance's; ``extra_bound`` is another
-    valid bound in model units (e.g. a Lagrangian one). The bound never exceeds
-    the value; meeting it proves optimality; a timeout without a solution still
-    has the warm start, so it is feasible.
+    valid bound in model units (e.g. a Lagrangian one); ``integral``: the
+    model's objective takes whole values only. The bound never exceeds the
+    value; meeting it proves optimality; a timeout without a solution still has
+    the warm start, so it is feasible.
     """
     if raw.status == SolveStatus.INFEASIBLE:
         raise ModelError("the model is infeasible although its warm start is feasible")
     bound = raw.bound
-    if bound is not None and model.integral_objective:
+    if bound is not None and integral:
         bound = math.ceil(bound - 1e-6)  # the optimum is an integer: round the solver's float bound up
     if extra_bound is not None:
         bound = extra_bound if bound is None else max(bound, extra_bound)
@@ -103,9 +108,8 @@ def _unbuilt(
     schedule = ti.schedule_of(hint)
     schedule = Schedule(schedule.batches, {**schedule.meta, "solver": solver, "objective": objective})
     value = objective_function(objective)(replay(instance, schedule))
-    bound = min(lower_bounds(instance).for_objective(objective), value)
-    proven = value - bound <= OBJECTIVE_RTOL * max(1.0, abs(value))
-    status = SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE
+    no_solve = RawSolution(SolveStatus.UNKNOWN, None, None, None, 0.0)
+    status, bound = settle(no_solve, value, 1.0, lower_bounds(instance).for_objective(objective))
     return Result.settled(
         status,
         value,
@@ -245,7 +249,9 @@ def solve(
         1.0, abs(value)
     ):
         raise ModelError(f"solver objective {raw.objective * slot!r} differs from the replayed {value!r}")
-    status, bound = settle(raw, model, value, slot, None if lag is None else lag.bound)
+    status, bound = settle(
+        raw, value, slot, None if lag is None else lag.bound, integral=model.integral_objective
+    )
     stats = {
         "variables": model.num_vars,
         "rows": len(model.rows),
