@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import torch
@@ -116,7 +117,9 @@ def _item_group(group: list[tuple[int, int, np.ndarray]], device: torch.device) 
     rows = np.zeros((n, width), dtype=np.int64)
     valid = np.zeros((n, width), dtype=bool)
     slots = np.zeros((n, length), dtype=np.int64)
-    mask = np.ones((n, 1, width, length), dtype=bool)  # padded queries see every key: no empty softmax
+    # A lone item needs no mask (attention uses the causal bias). Padded queries see every key, so no
+    # softmax row is empty.
+    mask = np.ones((n, 1, width, length), dtype=bool) if n > 1 else None
     keys = np.arange(length)
     for g, (row, c, s) in enumerate(group):
         rows[g, :] = row
@@ -124,12 +127,18 @@ def _item_group(group: list[tuple[int, int, np.ndarray]], device: torch.device) 
         valid[g, :c] = True
         slots[g, : s.size] = s
         slots[g, s.size :] = s[0]
-        cached = s.size - c
-        mask[g, 0, :c, :] = keys[None, :] <= cached + np.arange(c)[:, None]
-    t = lambda a: torch.as_tensor(a, device=device)  # noqa: E731
+        if mask is not None:
+            mask[g, 0, :c, :] = keys[None, :] <= s.size - c + np.arange(c)[:, None]
+    tensor = partial(torch.as_tensor, device=device)
     # Index tensors, not a boolean mask: a boolean index would make the host wait for the device every layer.
     take = np.flatnonzero(valid)
-    return ItemGroup(t(rows), t(take), t(rows.reshape(-1)[take]), t(slots), t(mask) if n > 1 else None)
+    return ItemGroup(
+        tensor(rows),
+        tensor(take),
+        tensor(rows.reshape(-1)[take]),
+        tensor(slots),
+        None if mask is None else tensor(mask),
+    )
 
 
 def plan_batch(pool: KVPool, items: Sequence[ItemWork], device: torch.device) -> BatchPlan:
