@@ -19,6 +19,7 @@ from kvsched.csp.model import INF, LinearModel, Row
 from kvsched.csp.result import AnytimePoint, SolveStatus
 from kvsched.csp.scaling import MAX_DIGITS, integer_model
 from kvsched.errors import InputError
+from kvsched.highs import use_highs_threads
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,58 +62,6 @@ def _all_rows(model: LinearModel) -> list[Row]:
 
 
 # -------------------------------------------------------------------- HiGHS
-_highs_threads: int | None = None  # thread count of HiGHS's process-wide pool, once started
-
-
-def _highs_model(model: LinearModel):  # -> highspy.Highs
-    import highspy
-
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)  # before anything else, or HiGHS prints its banner
-    n = model.num_vars
-    inf = highspy.kHighsInf
-    lb = np.where(np.isinf(model.lb), -inf, model.lb)
-    ub = np.where(np.isinf(model.ub), inf, model.ub)
-    h.addVars(n, lb, ub)
-    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.asarray(model.obj, dtype=np.float64))
-    ints = np.flatnonzero(model.integer).astype(np.int32)
-    if ints.size:
-        h.changeColsIntegrality(ints.size, ints, np.array([highspy.HighsVarType.kInteger] * ints.size))
-    rows = _all_rows(model)
-    if rows:
-        lo = np.array([-inf if r.lo == -INF else r.lo for r in rows])
-        hi = np.array([inf if r.hi == INF else r.hi for r in rows])
-        starts = np.zeros(len(rows), dtype=np.int32)
-        starts[1:] = np.cumsum([r.idx.size for r in rows])[:-1]
-        index = np.concatenate([r.idx for r in rows]).astype(np.int32)
-        value = np.concatenate([r.coef for r in rows])
-        h.addRows(len(rows), lo, hi, index.size, starts, index, value)
-    h.changeObjectiveOffset(model.obj_offset)
-    return h
-
-
-def _use_highs_threads(threads: int) -> None:
-    import highspy
-
-    global _highs_threads
-    if _highs_threads != threads:
-        # HiGHS keeps one thread pool per process; a run with another thread count fails ("Not Set")
-        # unless it is reset. Reset on first use too: a HiGHS run elsewhere may have started the pool.
-        highspy.Highs.resetGlobalScheduler(True)
-    _highs_threads = threads
-
-
-def new_highs(threads: int):  # -> highspy.Highs
-    """A silent HiGHS instance on ``threads`` threads, safe beside every other HiGHS run in the process."""
-    import highspy
-
-    h = highspy.Highs()
-    h.setOptionValue("output_flag", False)  # before anything else, or HiGHS prints its banner
-    h.setOptionValue("threads", threads)
-    _use_highs_threads(threads)
-    return h
-
-
 def solve_highs(model: LinearModel, options: SolverOptions) -> RawSolution:
     """Solve with HiGHS (highspy), warm-started from ``model.hint``."""
     import highspy
@@ -140,7 +89,7 @@ def solve_highs(model: LinearModel, options: SolverOptions) -> RawSolution:
         sol.col_value = [float(v) for v in model.hint]
         sol.value_valid = True
         h.setSolution(sol)
-    _use_highs_threads(options.threads)
+    use_highs_threads(options.threads)
     start = time.perf_counter()
     run_status = h.run()
     runtime = time.perf_counter() - start
@@ -178,7 +127,7 @@ def lp_relaxation(model: LinearModel, options: SolverOptions) -> tuple[float, np
         h.changeColsIntegrality(ints.size, ints, np.array([highspy.HighsVarType.kContinuous] * ints.size))
     h.setOptionValue("threads", options.threads)
     h.setOptionValue("time_limit", float(options.time_limit))
-    _use_highs_threads(options.threads)
+    use_highs_threads(options.threads)
     if model.num_vars == 0:  # every variable fixed by its window: HiGHS reports an empty model
         return model.obj_offset, np.zeros(len(model.rows))
     h.run()

@@ -41,6 +41,7 @@ from typing import Literal
 import numpy as np
 
 from kvsched.errors import InputError
+from kvsched.highs import new_highs
 from kvsched.instances.model import Instance, Limits, TimeModel
 
 Objective = Literal["tokens", "decode-tokens", "requests"]
@@ -274,8 +275,6 @@ def fluid_bound(
         for j in range(m):
             if j != ref:
                 row({j: w[ref], ref: -w[j]}, 0.0, 0.0, "mix")
-    from kvsched.csp.backends import new_highs
-
     h = new_highs(threads=1)  # a handful of columns; the thread pool must agree with the solvers'
     h.addVars(nv, np.zeros(nv), upper)
     h.changeColsCost(nv, np.arange(nv, dtype=np.int32), cost)

@@ -1,0 +1,123 @@
+"""Wall-clock budgets: one :class:`Deadline` handed down through every stage of a command.
+
+Modelled on PyVRP's ``stop`` objects: a stopping criterion is a callable that
+answers "should I stop now?". A :class:`Deadline` is created once, where the
+command starts (``--time-limit T`` bounds the whole command: parsing, bounds,
+warm starts, model building, solving, local search, decoding, validation), and
+every loop that can run long asks it. Stages that want a share of what is left
+take a :meth:`Deadline.share`, which never ends later than its parent.
+
+It lives at the bottom of the package (beside :mod:`kvsched.errors`) because
+every layer, from the simulator to the solvers, checks it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+from kvsched.errors import InputError
+
+#: A command may end this long after its deadline (returning, validating and writing its result).
+GRACE_SECONDS = 1.0
+#: ... or this share of the limit, whichever is larger.
+GRACE_SHARE = 0.05
+
+
+class DeadlineReached(Exception):  # noqa: N818 - it is a signal, not an error
+    """Raised by :meth:`Deadline.check` inside a loop that cannot return a partial answer itself.
+
+    The stage that started the loop catches it and keeps what it had; it never reaches the user.
+    """
+
+
+@dataclass(frozen=True, slots=True)
+class Deadline:
+    """A point in :func:`time.monotonic` time after which work must stop.
+
+    Parameters
+    ----------
+    end
+        The :func:`time.monotonic` reading at which the budget is spent
+        (``math.inf``: no limit).
+    limit
+        The budget in seconds it was created with (``math.inf``: none); kept
+        for messages and for the grace allowance.
+    """
+
+    end: float = math.inf
+    limit: float = math.inf
+
+    @classmethod
+    def after(cls, seconds: float | None) -> Deadline:
+        """A deadline ``seconds`` from now (``None``: never)."""
+        if seconds is None:
+            return cls()
+        seconds = check_time_limit(seconds)
+        return cls(time.monotonic() + seconds, seconds)
+
+    @classmethod
+    def never(cls) -> Deadline:
+        return cls()
+
+    # ------------------------------------------------------------------ queries
+    def remaining(self) -> float:
+        """Seconds left (never negative; ``math.inf`` without a limit)."""
+        return max(0.0, self.end - time.monotonic())
+
+    def expired(self) -> bool:
+        return time.monotonic() >= self.end
+
+    def __call__(self) -> bool:
+        """PyVRP-style stopping criterion: ``True`` once the deadline has passed."""
+        return self.expired()
+
+    @property
+    def bounded(self) -> bool:
+        return math.isfinite(self.end)
+
+    def check(self) -> None:
+        """Raise :class:`DeadlineReached` if the deadline has passed."""
+        if time.monotonic() >= self.end:
+            raise DeadlineReached
+
+    # -------------------------------------------------------------- sub-budgets
+    def share(self, fraction: float, *, at_most: float = math.inf) -> Deadline:
+        """A deadline ending after ``fraction`` of what is left now (and after at most ``at_most`` s).
+
+        It never ends later than this one, so a stage cannot overrun its parent.
+        """
+        left = self.remaining()
+        seconds = min(left * fraction if math.isfinite(left) else math.inf, at_most)
+        if not math.isfinite(seconds):
+            return self
+        return Deadline(min(self.end, time.monotonic() + seconds), self.limit)
+
+    def before(self, margin: float) -> Deadline:
+        """This deadline brought forward by ``margin`` seconds (time kept for work after a stage)."""
+        if not self.bounded:
+            return self
+        return Deadline(self.end - max(0.0, margin), self.limit)
+
+    def grace(self) -> float:
+        """How long after the deadline a command may still end: max(1 s, 5% of the limit)."""
+        if not math.isfinite(self.limit):
+            return math.inf
+        return max(GRACE_SECONDS, GRACE_SHARE * self.limit)
+
+    def __repr__(self) -> str:
+        if not self.bounded:
+            return "Deadline(never)"
+        return f"Deadline({self.remaining():.3f} s left of {self.limit:g} s)"
+
+
+def check_time_limit(seconds: float, name: str = "--time-limit") -> float:
+    """``seconds`` as a float if it is a usable time limit, else one clear :class:`InputError`."""
+    try:
+        value = float(seconds)
+    except (TypeError, ValueError):
+        raise InputError(f"{name}: {seconds!r} is not a number of seconds") from None
+    if math.isnan(value) or value <= 0 or math.isinf(value):
+        raise InputError(f"{name}: {seconds!r} must be a positive, finite number of seconds")
+    return value
