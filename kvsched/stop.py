@@ -25,7 +25,7 @@ GRACE_SECONDS = 1.0
 GRACE_SHARE = 0.05
 
 
-class DeadlineReached(Exception):  # noqa: N818 - it is a signal, not an error
+class DeadlineReached(Exception):
     """Raised by :meth:`Deadline.check` inside a loop that cannot return a partial answer itself.
 
     The stage that started the loop catches it and keeps what it had; it never reaches the user.

@@ -62,6 +62,33 @@ def _all_rows(model: LinearModel) -> list[Row]:
 
 
 # -------------------------------------------------------------------- HiGHS
+def _highs_model(model: LinearModel):  # -> highspy.Highs
+    import highspy
+
+    h = highspy.Highs()
+    h.setOptionValue("output_flag", False)  # before anything else, or HiGHS prints its banner
+    n = model.num_vars
+    inf = highspy.kHighsInf
+    lb = np.where(np.isinf(model.lb), -inf, model.lb)
+    ub = np.where(np.isinf(model.ub), inf, model.ub)
+    h.addVars(n, lb, ub)
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), np.asarray(model.obj, dtype=np.float64))
+    ints = np.flatnonzero(model.integer).astype(np.int32)
+    if ints.size:
+        h.changeColsIntegrality(ints.size, ints, np.array([highspy.HighsVarType.kInteger] * ints.size))
+    rows = _all_rows(model)
+    if rows:
+        lo = np.array([-inf if r.lo == -INF else r.lo for r in rows])
+        hi = np.array([inf if r.hi == INF else r.hi for r in rows])
+        starts = np.zeros(len(rows), dtype=np.int32)
+        starts[1:] = np.cumsum([r.idx.size for r in rows])[:-1]
+        index = np.concatenate([r.idx for r in rows]).astype(np.int32)
+        value = np.concatenate([r.coef for r in rows])
+        h.addRows(len(rows), lo, hi, index.size, starts, index, value)
+    h.changeObjectiveOffset(model.obj_offset)
+    return h
+
+
 def solve_highs(model: LinearModel, options: SolverOptions) -> RawSolution:
     """Solve with HiGHS (highspy), warm-started from ``model.hint``."""
     import highspy
