@@ -1,0 +1,70 @@
+"""An independent brute force: the optimum of a tiny instance by Dijkstra over engine states.
+
+It knows nothing of the solvers' models: every transition is judged by the semantic core. The
+solver tests, the bound tests and the certificate tests compare against it.
+"""
+
+import copy
+import heapq
+import itertools
+
+import numpy as np
+
+from kvsched.instances.model import Instance
+from kvsched.schedule.core import EngineState
+from kvsched.schedule.validate import instance_cost_model
+
+
+def brute_force(instance: Instance, objective: str, allow_eviction: bool = True) -> float:
+    """Optimum by Dijkstra over engine states; every transition is judged by the semantic core.
+
+    From each state: idle until the next arrival, or run any batch (any evictions of requests
+    holding KV, any 1..unprocessed tokens for any subset of arrived unfinished requests) that
+    ``EngineState.check`` accepts. Edge cost: the objective's growth over the edge's time.
+    """
+    state0 = EngineState(instance, instance_cost_model(instance))
+    n, arrival = state0.n, state0.arrival
+    a_max = float(arrival.max())
+    tick = itertools.count()
+    heap = [(0.0, next(tick), 0.0, state0)]
+    seen: dict[tuple, float] = {}
+    while heap:
+        dist, _, t, s = heapq.heappop(heap)
+        if s.all_done:
+            return dist
+        key = (s.generated.tobytes(), s.kv.tobytes(), s.refilling.tobytes(), min(t, a_max))
+        if seen.get(key, np.inf) <= dist:
+            continue
+        seen[key] = dist
+        waiting = {"total-latency": ~s.done, "sum-ttft": s.generated == 0}.get(objective)
+
+        def cost(t0: float, t1: float, waiting=waiting) -> float:
+            if waiting is None:
+                return t1 - t0
+            return float(np.clip(t1 - np.maximum(t0, arrival[waiting]), 0, None).sum())
+
+        later = arrival[arrival > t + 1e-9]
+        if later.size:
+            heapq.heappush(heap, (dist + cost(t, float(later.min())), next(tick), float(later.min()), s))
+        holders = [i for i in range(n) if s.kv[i] > 0]
+        ev_sets = [()]
+        if allow_eviction:
+            ev_sets = [e for r in range(len(holders) + 1) for e in itertools.combinations(holders, r)]
+        for ev in ev_sets:
+            opts = [
+                [0]
+                if (s.done[i] or arrival[i] > t + 1e-9 or i in ev)
+                else range(int(s.prompt[i] + s.generated[i] - s.kv[i]) + 1)
+                for i in range(n)
+            ]
+            for toks in itertools.product(*opts):
+                req = [i for i in range(n) if toks[i]]
+                if not req:
+                    continue
+                b = s.make_batch(t, req, [toks[i] for i in req], list(ev))
+                if s.check(b):
+                    continue
+                child = copy.copy(s)  # EngineState.__copy__: every array copied
+                child.apply(b)
+                heapq.heappush(heap, (dist + cost(t, b.end), next(tick), b.end, child))
+    return np.inf
