@@ -96,5 +96,5 @@ def test_windows_keep_the_hint_of_identical_requests_in_symmetry_order():
     assert hint.tolist() == [4, 0, 0] and replay(inst, ti.schedule_of(hint)).ok
     lag = lagrangian(ti, hint, FAST)
     windows = lag.windows(ti, ti.value(hint), hint)
-    model = ti.build(ti.value(hint), hint, windows=windows)
+    model = ti.build(ti.value(hint), hint, windows=windows).model
     assert model.violations(model.hint) == []

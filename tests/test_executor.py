@@ -161,7 +161,7 @@ def test_chunk_groups_give_the_same_tokens(model, monkeypatch):
 
 
 def test_tokens_equal_on_an_exact_solver_schedule(model):
-    from kvsched.csp.solve import solve
+    from kvsched.csp import solve
 
     instance = synthetic(5, 2, Limits(kv_capacity=12), UNIT, prompt=Uniform(2, 6), output=Uniform(1, 5))
     schedule = solve(instance).schedule

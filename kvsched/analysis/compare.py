@@ -25,7 +25,7 @@ from typing import Any
 import pandas as pd
 
 from kvsched.costmodel import UnitCost
-from kvsched.csp import Result, SolverOptions, SolveStatus, solve
+from kvsched.csp import Result, Scope, SolverOptions, SolveStatus, solve
 from kvsched.csp.bounds import lower_bounds
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import KvschedError
@@ -191,22 +191,18 @@ def add_regret(
 def global_lower_bound(instance: Instance, objective: str, result: Result | None) -> float | None:
     """The best lower bound on ``objective`` valid for every legal schedule of ``instance``.
 
-    The combinatorial bounds (unit time only), and the solver's bound and proven
-    optimum when its formulation covers every schedule; ``None`` if none is known.
+    The combinatorial bounds (unit time only), the solver's bounds whose scope is
+    every schedule, and its proven optimum when its scope is every schedule;
+    ``None`` if none is known.
     """
     bounds = []
     if isinstance(instance_cost_model(instance), UnitCost):
         bounds.append(lower_bounds(instance).for_objective(objective))
-    if (
-        result is not None
-        and result.best_bound is not None
-        and result.stats.get("covers_all_schedules", False)
-    ):
-        bounds.append(result.best_bound)
-    if (
-        result is not None
-        and result.status == SolveStatus.OPTIMAL
-        and result.stats.get("covers_all_schedules")
-    ):
-        bounds.append(result.objective)
+    if result is not None:
+        # Only bounds whose scope is every legal schedule (docs/bounds.md: bound sources and scopes).
+        every = result.all_schedules_bound
+        if every is not None:
+            bounds.append(every.value)
+        if result.status == SolveStatus.OPTIMAL and result.scope == Scope.ALL:
+            bounds.append(result.objective)
     return max(bounds) if bounds else None

@@ -27,6 +27,7 @@ from matplotlib.figure import Figure
 from kvsched import __version__
 from kvsched.analysis import plots
 from kvsched.analysis.compare import Comparison
+from kvsched.csp.certificate import Scope
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.schedule.metrics import format_number
@@ -188,17 +189,19 @@ def instance_report(
         solved = [
             ("status", str(res.status)),
             (f"{objective} ({unit})", res.objective),
-            ("proven bound (schedule class)", res.best_bound),
+            ("scope of the optimum", res.scope.description),
+            ("proven bound", res.best_bound),
+            ("bound source", res.bound_source or "-"),
             ("gap", None if res.gap is None else f"{100 * res.gap:.3g} %"),
             ("formulation / solver", f"{res.formulation} / {res.solver}"),
             ("solver time (s)", res.runtime),
             ("bound valid for every schedule", cmp.lower_bound),
         ]
         note = ""
-        if not res.stats.get("covers_all_schedules", False):
+        if res.scope != Scope.ALL:
             note = (
-                '<p class="note">This formulation covers schedules without chunking, pauses or evictions: '
-                "a policy that uses them can beat its optimum (negative regret). The certified column is "
+                f'<p class="note">This optimum ranges over {res.scope.description}: '
+                "a policy outside that set can beat it (negative regret). The certified column is "
                 "against a bound valid for every schedule.</p>"
             )
         sections.append(_Section("Exact solution", _pairs(solved) + note))

@@ -89,6 +89,10 @@ def result_document(result: Any) -> dict[str, Any]:
         "objective": result.objective,
         "best_bound": result.best_bound,
         "gap": result.gap,
+        "scope": str(result.scope),
+        "bound_source": result.bound_source,
+        "bounds": [{"value": b.value, "source": b.source, "scope": str(b.scope)} for b in result.bounds],
+        "stopped": result.stopped,
         "runtime": result.runtime,
         "solver": result.solver,
         "formulation": result.formulation,
@@ -125,9 +129,16 @@ def cmd_solve(args: argparse.Namespace) -> int:
     table = Table(title=f"{result.formulation} / {result.solver}: {result.objective_name}", show_header=False)
     table.add_row("status", str(result.status))
     table.add_row("objective", _fmt(result.objective))
-    table.add_row("best bound (schedule class)", _fmt(result.best_bound))
+    table.add_row("scope", result.scope.description)
+    table.add_row("best bound", _fmt(result.best_bound))
+    table.add_row("bound source", result.bound_source or "-")
     table.add_row("gap", "-" if result.gap is None else f"{100 * result.gap:.3f}%")
-    table.add_row("bound for every schedule", _fmt(result.stats.get("combinatorial_bound")))
+    every = result.all_schedules_bound
+    table.add_row(
+        "bound for every schedule", "-" if every is None else f"{_fmt(every.value)} ({every.source})"
+    )
+    if result.stopped:
+        table.add_row("stopped", result.stopped)
     table.add_row("runtime", f"{result.runtime:.2f} s")
     for key in (
         "variables",
@@ -138,8 +149,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
         "upper_bound",
         "lagrangian_bound",
         "warm_start",
+        "found_by",
         "evictions",
-        "not_built",
     ):
         if key in result.stats:
             table.add_row(key.replace("_", " "), _fmt(result.stats[key]))
@@ -166,7 +177,11 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
     console = Console() if Console().is_terminal else Console(width=160)
     title = f"{objective} on {name}"
     if cmp.result is not None:
-        title += f": optimum {cmp.result.status} {_fmt(cmp.result.objective)} (bound {_fmt(cmp.result.best_bound)})"
+        res = cmp.result
+        title += (
+            f": best schedule {_fmt(res.objective)} ({res.status} over {res.scope.description}, "
+            f"bound {_fmt(res.best_bound)}" + (f" from {res.bound_source})" if res.bound_source else ")")
+        )
     out = Table(title=title)
     cols = [
         c
@@ -191,9 +206,17 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
     console.print(out)
     for name, err in table["error"].dropna().items():
         console.print(f"{name}: could not run: {err}", markup=False, highlight=False)
+    if cmp.result is not None:
+        console.print(
+            f"regret and regret pct: against the best schedule found; regret max: against the bound over "
+            f"{cmp.result.scope.description}",
+            highlight=False,
+        )
     if cmp.lower_bound is not None:
         console.print(
-            f"certified: no schedule has {objective} below {_fmt(cmp.lower_bound)}", highlight=False
+            f"certified max regret: no legal schedule (evictions and chunking included) has {objective} "
+            f"below {_fmt(cmp.lower_bound)}",
+            highlight=False,
         )
     return table
 

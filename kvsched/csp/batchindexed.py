@@ -122,13 +122,10 @@ import itertools
 import math
 from collections import defaultdict
 from collections.abc import Iterable
-from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 
 from kvsched.costmodel import InfermaxLinear, UnitCost
-from kvsched.csp.backends import SolverOptions
 from kvsched.csp.model import INF, LinearModel
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import InputError, KvschedError
@@ -141,10 +138,6 @@ from kvsched.schedule.validate import instance_cost_model, replay
 SNAP_TOL = 1e-6
 GRID_TOL = 1e-9
 
-#: Share of the time limit for the time-indexed model's incumbent (a warm start).
-TIME_INDEXED_SHARE = 0.2
-#: Share of the time limit for the token-indexed model's deadline LPs (one per request).
-DEADLINE_SHARE = 0.2
 #: Heuristic policies tried for the warm start (the best legal one is used).
 WARM_POLICIES = (
     "vllm",
@@ -1260,161 +1253,3 @@ class BatchIndexed:
             batches.append(batch)
             clock = batch.end
         return Schedule(tuple(batches), {"formulation": "batch-indexed"})
-
-
-def time_indexed_schedule(instance: Instance, objective: str, options: SolverOptions) -> Schedule | None:
-    """The time-indexed model's best schedule in a share of the time limit, or None outside its class.
-
-    It has no chunking or evictions, but where those do not pay its optimum is a
-    far better incumbent than the policies (142 against 161 on 12 ShareGPT
-    requests / 40): the horizon and every window shrink with it.
-    """
-    from kvsched.csp.solve import solve
-
-    share = replace(options, time_limit=max(1.0, TIME_INDEXED_SHARE * options.time_limit))
-    try:
-        return solve(
-            instance, objective=objective, formulation="time", solver="highs", options=share
-        ).schedule
-    except InputError:  # not unit time, prompts over the budgets, arrivals off the slot grid, ...
-        return None
-
-
-def solve_batch(
-    instance: Instance,
-    *,
-    objective: str = "total-latency",
-    solver: str = "highs",
-    options=None,  # SolverOptions | None
-    warm_start: Schedule | None = None,
-    export: str | Path | None = None,
-    allow_eviction: bool = True,
-):  # -> Result
-    """``solve(formulation="batch")``: the same driver checks as the time-indexed path.
-
-    The warm start must satisfy the model; the decoded schedule is replayed
-    strictly; its objective is compared with the solver's. A solver solution may
-    carry slack that no objective term feels (an idle gap, a completion variable
-    above its batch end) only when it is not proven optimal, so: the model's
-    objective on the decoded schedule's own vector must equal the replayed one,
-    the solver's objective may not be below it (the model must never claim a
-    schedule better than the core does) and, when optimality is proven, must
-    equal it.
-    """
-    import time
-
-    from kvsched.csp import tokenindexed as token_indexed
-    from kvsched.csp.backends import SolverOptions, export_model, lp_relaxation, solve_model
-    from kvsched.csp.bounds import lower_bounds
-    from kvsched.csp.result import Result, SolveStatus
-    from kvsched.csp.solve import OBJECTIVE_RTOL, ModelError, settle, time_left
-
-    options = options or SolverOptions()
-    t0 = time.perf_counter()
-    bi = BatchIndexed(instance, objective, allow_eviction=allow_eviction)
-    hint = bi.heuristic_schedule()
-    source = f"heuristic {hint.meta.get('policy', '?')}"
-    candidates = [
-        (warm_start, "warm start"),
-        (time_indexed_schedule(instance, objective, options), "time-indexed"),
-    ]
-    for cand, name in candidates:
-        if cand is not None and bi.in_class(cand) and bi.value(cand) < bi.value(hint):
-            hint, source = bi.retimed(cand), name
-    if bi.normal_form:
-        normal = bi.normalised(hint)
-        if bi.value(normal) < bi.value(hint):
-            hint, source = normal, f"{source}, normalised"
-    upper = bi.value(hint)
-    deadlines = lp_bound = None
-    if token_indexed.applies(bi):
-        formulation = token_indexed.TokenIndexed(bi)
-        share = replace(options, time_limit=max(1.0, DEADLINE_SHARE * options.time_limit))
-        deadlines = formulation.deadlines(upper, share)
-        # The clique rows lift the LP bound (and the deadlines above) but slowed CP-SAT's search
-        # about twice on the benchmark draws: the LP bound is taken with them, CP-SAT gets none.
-        model = formulation.build(upper, hint, deadlines=deadlines)
-        lp = lp_relaxation(model, share)
-        if lp is not None:  # a bound of its own: CP-SAT's may not reach the LP's in time
-            lp_bound = math.ceil(lp[0] - token_indexed.LP_TOL) if model.integral_objective else lp[0]
-        if solver == "cpsat":
-            model = formulation.build(upper, hint, deadlines=deadlines, cliques=False)
-    else:
-        formulation = bi
-        model = bi.build(upper, hint)
-    bad = model.violations(model.hint)
-    if bad:
-        raise ModelError(f"the warm start violates the model: {bad[0]}")
-    if export is not None:
-        export_model(model, export)
-    build_time = time.perf_counter() - t0
-    raw = solve_model(model, solver, time_left(options, t0))
-    scale = bi.scale
-
-    schedule = formulation.schedule_from(raw.x if raw.x is not None else model.hint)
-    schedule = Schedule(
-        schedule.batches,
-        {
-            **schedule.meta,
-            "solver": solver,
-            "objective": objective,
-            "status": str(raw.status),
-            "allow_eviction": allow_eviction,
-        },
-    )
-    trace = replay(instance, schedule)  # strict: raises if the decoded schedule is illegal
-    value = bi.measure(trace)
-    tol = OBJECTIVE_RTOL * max(1.0, abs(value))
-    own = formulation.vector_of(schedule)
-    bad = model.violations(own)
-    if bad:
-        raise ModelError(f"the model rejects the schedule decoded from its own solution: {bad[0]}")
-    if abs(model.objective_value(own) * scale - value) > tol:
-        raise ModelError(
-            f"the model values the decoded schedule at {model.objective_value(own) * scale!r}, "
-            f"the core at {value!r}"
-        )
-    status = raw.status
-    if raw.objective is not None:
-        claimed = raw.objective * scale
-        if claimed < value - tol:
-            raise ModelError(f"solver objective {claimed!r} is below the replayed {value!r}")
-        if status == SolveStatus.OPTIMAL and options.gap == 0 and claimed > value + tol:
-            raise ModelError(f"proven-optimal objective {claimed!r} differs from the replayed {value!r}")
-    combinatorial = lower_bounds(instance).for_objective(objective) if bi.unit else None
-    extra = [b for b in (lp_bound, None if combinatorial is None else combinatorial / scale) if b is not None]
-    status, bound = settle(
-        raw, value, scale, max(extra) if extra else None, integral=model.integral_objective
-    )
-    stats = {
-        "variables": model.num_vars,
-        "rows": len(model.rows),
-        "indicators": len(model.indicators),
-        "nonzeros": model.num_nonzeros,
-        "upper_bound": upper * scale,
-        "warm_start": source,
-        "build_seconds": build_time,
-        "model": "token-indexed" if formulation is not bi else "batch-indexed",
-        "horizon": formulation.horizon_batches,
-        "lp_deadlines": 0 if deadlines is None else int((deadlines < np.iinfo(np.int64).max).sum()),
-        "lp_bound": None if lp_bound is None else lp_bound * scale,
-        "batches": len(schedule.batches),
-        "evictions": int(sum(b.evicted.size for b in schedule.batches)),
-        "allow_eviction": allow_eviction,
-        # Every legal schedule (block size 1) is in the class, evictions included when allowed.
-        "covers_all_schedules": allow_eviction,
-    }
-    if combinatorial is not None:
-        stats["combinatorial_bound"] = combinatorial
-    return Result.settled(
-        status,
-        value,
-        bound,
-        t0,
-        schedule=schedule,
-        anytime=raw.anytime,
-        solver=solver,
-        formulation="batch-indexed",
-        objective_name=objective,
-        stats=stats,
-    )

@@ -14,6 +14,8 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
+from kvsched.schedule.ir import Schedule
+
 
 class Scope(StrEnum):
     """A set of schedules of an instance, from the largest to the smallest.
@@ -83,3 +85,18 @@ def best_bound(bounds: list[Bound] | tuple[Bound, ...], scope: Scope) -> Bound |
     """The largest of ``bounds`` that holds over ``scope`` (None if none does)."""
     valid = [b for b in bounds if b.holds_for(scope) and math.isfinite(b.value)]
     return max(valid, key=lambda b: b.value, default=None)
+
+
+def narrower(a: Scope, b: Scope) -> Scope:
+    """The smaller of two nested scopes (a schedule in both is in the smaller one)."""
+    return a if a.rank >= b.rank else b
+
+
+def scope_of(schedule: Schedule) -> Scope:
+    """The narrowest of ALL and NO_EVICTION that contains ``schedule``.
+
+    (Membership of CONTIGUOUS is known by construction where it matters: the
+    time-indexed model's own schedules.)
+    """
+    evicts = any(b.evicted.size for b in schedule.batches)
+    return Scope.ALL if evicts else Scope.NO_EVICTION

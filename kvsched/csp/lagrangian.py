@@ -29,6 +29,7 @@ import numpy as np
 
 from kvsched.csp.backends import SolverOptions, lp_relaxation
 from kvsched.csp.timeindexed import TimeIndexed, Window
+from kvsched.stop import Deadline
 
 #: Slack on reduced costs, against LP round-off.
 RC_TOL = 1e-6
@@ -77,7 +78,9 @@ def horizon_windows(ti: TimeIndexed, hint: np.ndarray) -> list[Window]:
     ]
 
 
-def lagrangian(ti: TimeIndexed, hint: np.ndarray, options: SolverOptions) -> Lagrangian | None:
+def lagrangian(
+    ti: TimeIndexed, hint: np.ndarray, options: SolverOptions, deadline: Deadline | None = None
+) -> Lagrangian | None:
     """The Lagrangian bound of ``ti`` with the LP duals of its model up to ``hint``'s makespan.
 
     Returns None for the makespan (not a sum over requests) or when the LP
@@ -86,14 +89,14 @@ def lagrangian(ti: TimeIndexed, hint: np.ndarray, options: SolverOptions) -> Lag
     if ti.objective == "makespan":
         return None
     upper_bound = ti.value(hint)
-    model = ti.build(upper_bound, None, windows=horizon_windows(ti, hint), symmetry=False)
-    lp = lp_relaxation(model, options)
+    built = ti.build(upper_bound, None, windows=horizon_windows(ti, hint), symmetry=False)
+    lp = lp_relaxation(built.model, options, deadline)
     if lp is None:
         return None
     _, duals = lp
-    last_slot = max((t for _, _, t in ti.resource_rows), default=0) + 1
+    last_slot = max((t for _, _, t in built.resource_rows), default=0) + 1
     y = {res: np.zeros(last_slot) for res in ti.capacities()}
-    for row, res, t in ti.resource_rows:
+    for row, res, t in built.resource_rows:
         y[res][t] = max(0.0, -duals[row])  # HiGHS: a binding <= row of a minimisation has a dual <= 0
 
     starts, costs = [], []

@@ -7,13 +7,15 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from kvsched.csp.certificate import Bound, Scope, best_bound
 from kvsched.schedule.ir import Schedule
 
 
 class SolveStatus(StrEnum):
     """Outcome of a solve.
 
-    OPTIMAL: the schedule is proven optimal (within the gap limit, if one was set).
+    OPTIMAL: the schedule is proven optimal over the result's scope: a proven
+    bound meets its objective (within the objective's rounding).
     FEASIBLE: a schedule was found, not proven optimal (time or gap limit).
     INFEASIBLE: the model has no solution.
     UNKNOWN: the limit was hit with no schedule.
@@ -56,9 +58,22 @@ class Result:
         The objective of ``schedule``, measured by replaying it through the
         semantic core (``None`` without a schedule).
     best_bound
-        A proven lower bound on the optimum of the formulation's schedule class.
+        The best proven lower bound on the optimum over ``scope`` (None if none
+        is known). Never raised to meet the objective.
     gap
         Relative gap between ``objective`` and ``best_bound``.
+    scope
+        The set of schedules the optimum (and ``best_bound``) ranges over:
+        :class:`~kvsched.csp.certificate.Scope`.
+    bound_source
+        Where ``best_bound`` comes from (a back end's dual bound, or a
+        relaxation named in docs/bounds.md).
+    bounds
+        Every bound computed during the solve, each with its source and scope;
+        :attr:`all_schedules_bound` is the best one over every legal schedule.
+    stopped
+        Why the solve stopped before proving optimality (``"deadline"``,
+        ``"interrupted"``, ``"limit"``, ``"not built"``) or ``""``.
     runtime
         Wall-clock seconds, model building included.
     schedule
@@ -82,21 +97,37 @@ class Result:
     formulation: str = ""
     objective_name: str = ""
     stats: dict[str, Any] = field(default_factory=dict)
+    scope: Scope = Scope.ALL
+    bound_source: str | None = None
+    bounds: tuple[Bound, ...] = ()
+    stopped: str = ""
 
     @classmethod
     def settled(
-        cls, status: SolveStatus, objective: float, bound: float | None, started: float, **rest: Any
+        cls, status: SolveStatus, objective: float, bound: Bound | None, started: float, **rest: Any
     ) -> Result:
         """A result whose gap is computed from ``objective`` and ``bound`` and whose runtime runs from
         ``started`` (a :func:`time.perf_counter` reading) to now; ``rest`` are the other fields."""
+        value = None if bound is None else bound.value
         return cls(
             status=status,
             objective=objective,
-            best_bound=bound,
-            gap=relative_gap(objective, bound),
+            best_bound=value,
+            gap=relative_gap(objective, value),
             runtime=time.perf_counter() - started,
+            bound_source=None if bound is None else bound.source,
             **rest,
         )
+
+    @property
+    def all_schedules_bound(self) -> Bound | None:
+        """The best bound valid for every legal schedule of the instance (what regret is measured against)."""
+        return best_bound(self.bounds, Scope.ALL)
+
+    @property
+    def covers_all_schedules(self) -> bool:
+        """Whether the optimum ranges over every legal schedule."""
+        return self.scope == Scope.ALL
 
     @property
     def found(self) -> bool:
@@ -107,7 +138,8 @@ class Result:
         obj = "-" if self.objective is None else f"{self.objective:.6g}"
         bound = "-" if self.best_bound is None else f"{self.best_bound:.6g}"
         gap = "-" if self.gap is None else f"{100 * self.gap:.2f}%"
+        source = f" from {self.bound_source}" if self.bound_source else ""
         return (
-            f"{self.status}: {self.objective_name} {obj}, bound {bound}, gap {gap} "
-            f"({self.formulation}/{self.solver}, {self.runtime:.2f} s)"
+            f"{self.status}: {self.objective_name} {obj}, bound {bound}{source}, gap {gap} "
+            f"over {self.scope.description} ({self.formulation}/{self.solver}, {self.runtime:.2f} s)"
         )

@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -61,8 +60,13 @@ from kvsched.instances.model import Instance
 from kvsched.schedule.core import EngineState
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import instance_cost_model
+from kvsched.stop import Deadline, DeadlineReached
 
 GRID_TOL = 1e-9
+#: Most slots the list schedule lays out densely. Past it (an arrival far in the future, or a huge
+#: total output) the time-indexed heuristics decline and the driver falls back to the event-driven
+#: incumbents, which need no slot for an idle stretch.
+MAX_SLOTS = 5_000_000
 #: Start slots :meth:`TimeIndexed.list_schedule` tests at once.
 FIT_BLOCK = 32
 
@@ -73,6 +77,35 @@ class Window:
 
     first: int
     last: int
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TimeIndexedModel:
+    """A built time-indexed model and what decoding it needs (returned by :meth:`TimeIndexed.build`).
+
+    Attributes
+    ----------
+    model
+        The linear model.
+    windows
+        Each request's start window.
+    s_var
+        ``s_var[i][t]``: the variable "request i has started by slot t".
+    resource_rows
+        ``(row, resource, slot)`` of each capacity row (for the LP duals).
+    """
+
+    model: LinearModel
+    windows: tuple[Window, ...]
+    s_var: tuple[dict[int, int], ...]
+    resource_rows: tuple[tuple[int, str, int], ...]
+
+    def starts_from(self, x: np.ndarray) -> np.ndarray:
+        """Start slots from a solution vector of this model."""
+        return np.array(
+            [w.last - round(sum(x[v] for v in self.s_var[i].values())) for i, w in enumerate(self.windows)],
+            dtype=np.int64,
+        )
 
 
 class TimeIndexed:
@@ -178,11 +211,23 @@ class TimeIndexed:
         return float(np.max(starts + self.output))
 
     # ------------------------------------------------------------ list schedule
-    def list_schedule(self, order: np.ndarray) -> np.ndarray:
-        """Start each request, in ``order``, at its earliest slot that fits everything placed so far."""
+    @property
+    def list_horizon(self) -> int:
+        """Slots the list schedule lays out: past the last completion everything is free."""
+        return int(self.earliest.max() + self.output.sum() + 2) + FIT_BLOCK + int(self.output.max())
+
+    def list_schedule(self, order: np.ndarray, deadline: Deadline | None = None) -> np.ndarray:
+        """Start each request, in ``order``, at its earliest slot that fits everything placed so far.
+
+        Raises :class:`~kvsched.stop.DeadlineReached` if ``deadline`` passes first.
+        """
         n = len(order)
-        # Past the last completion everything is free; the padding lets a block of candidates run over.
-        horizon = int(self.earliest.max() + self.output.sum() + 2) + FIT_BLOCK + int(self.output.max())
+        horizon = self.list_horizon
+        if horizon > MAX_SLOTS:
+            raise InputError(
+                f"the time-indexed list schedule would lay out {horizon:,} slots (more than {MAX_SLOTS:,}: "
+                "an arrival far in the future or a very long total output)"
+            )
         loads = {res: np.zeros(horizon, dtype=np.int64) for res in self.capacities()}
         if self._profiles is None:  # the local search schedules thousands of orders
             self._profiles = {
@@ -190,7 +235,9 @@ class TimeIndexed:
             }
         profiles = self._profiles
         starts = np.full(n, -1, dtype=np.int64)
-        for i in order:
+        for done, i in enumerate(order):
+            if deadline is not None and done % 64 == 63:
+                deadline.check()
             o = int(self.output[i])
             k = self._first_fit(i, int(self.earliest[i]), loads, profiles)
             for res, load in loads.items():
@@ -232,8 +279,11 @@ class TimeIndexed:
                 return k + int(np.argmax(fits))
             k += FIT_BLOCK
 
-    def heuristic_starts(self) -> np.ndarray:
-        """The best of a few list schedules (FCFS, shortest output first, shortest peak first)."""
+    def heuristic_starts(self, deadline: Deadline | None = None) -> np.ndarray | None:
+        """The best of a few list schedules (FCFS, shortest output first, shortest peak first).
+
+        With a ``deadline``, the best of those finished by then (None if none was).
+        """
         n = len(self.prompt)
         peak = self.prompt + self.output
         keys = [
@@ -244,10 +294,12 @@ class TimeIndexed:
         ]
         best = None
         for primary, secondary in keys:
-            starts = self.list_schedule(np.lexsort((secondary, primary)))
+            try:
+                starts = self.list_schedule(np.lexsort((secondary, primary)), deadline)
+            except DeadlineReached:
+                break
             if best is None or self.value(starts) < self.value(best):
                 best = starts
-        assert best is not None
         return best
 
     def improve(
@@ -258,23 +310,30 @@ class TimeIndexed:
         stall: int = 400,
         seconds: float = 10.0,
         seed: int = 0,
+        deadline: Deadline | None = None,
     ) -> np.ndarray:
         """A better start vector by local search over list orders (swaps and moves, first fit).
 
         A cheaper incumbent narrows every window and gives the MILP a better
         start. The search stops after ``moves`` moves, ``stall`` moves without
-        a strict improvement, or ``seconds``; the first two keep it
-        reproducible, the last caps it on large instances.
+        a strict improvement, after ``seconds`` or at ``deadline`` (checked
+        inside each list schedule too); the first two keep it reproducible, the
+        others cap it on large instances.
         """
         rng = np.random.default_rng(seed)
         n = len(starts)
         best, best_value = starts, self.value(starts)
         order = np.argsort(starts, kind="stable")
-        current = self.value(self.list_schedule(order))
-        deadline = time.perf_counter() + seconds
+        stop = Deadline.after(seconds)
+        if deadline is not None and deadline.end < stop.end:
+            stop = deadline
+        try:
+            current = self.value(self.list_schedule(order, stop))
+        except DeadlineReached:
+            return best
         since = 0
         for _ in range(moves if n > 1 else 0):
-            if since >= stall or time.perf_counter() > deadline:
+            if since >= stall or stop.expired():
                 break
             since += 1
             i, j = rng.integers(0, n, 2)
@@ -283,7 +342,10 @@ class TimeIndexed:
                 trial[i], trial[j] = trial[j], trial[i]
             else:
                 trial = np.insert(np.delete(trial, i), j, order[i])
-            cand = self.list_schedule(trial)
+            try:
+                cand = self.list_schedule(trial, stop)
+            except DeadlineReached:
+                break
             value = self.value(cand)
             if value <= current:  # accept ties: they let the search walk across plateaus
                 order, current = trial, value
@@ -329,7 +391,7 @@ class TimeIndexed:
         *,
         windows: list[Window] | None = None,
         symmetry: bool = True,
-    ) -> LinearModel:
+    ) -> TimeIndexedModel:
         """The model over start windows, warm-started from ``hint`` starts.
 
         ``windows`` default to :meth:`windows` of ``upper_bound`` (slots); a
@@ -337,8 +399,7 @@ class TimeIndexed:
         to keep (see :mod:`kvsched.csp.lagrangian`).
         """
         wins = self.windows(upper_bound) if windows is None else windows
-        self._windows = wins
-        self.resource_rows: list[tuple[int, str, int]] = []  # (row, resource, slot) of each capacity row
+        resource_rows: list[tuple[int, str, int]] = []  # (row, resource, slot) of each capacity row
         m = LinearModel(name=f"time-indexed {self.objective}")
         n = len(wins)
         s_var: list[dict[int, int]] = [{} for _ in range(n)]
@@ -424,7 +485,7 @@ class TimeIndexed:
                         raise AssertionError(f"slot {t}: constant {name} load {const} exceeds {cap}")
                     continue
                 idx, coef = zip(*items, strict=True)
-                self.resource_rows.append((len(m.rows), name, t))
+                resource_rows.append((len(m.rows), name, t))
                 m.add_row(list(idx), list(coef), -INF, cap - const, f"{name}[{t}]")
 
         # Objective, in slots. p_i = last_i - sum_t S[i,t].
@@ -444,8 +505,7 @@ class TimeIndexed:
             self._add_symmetry(m, wins, s_var)
         if hint is not None:
             m.hint = self._hint_vector(m, hint, wins, s_var, z_var)
-        self._s_var = s_var
-        return m
+        return TimeIndexedModel(m, tuple(wins), tuple(s_var), tuple(resource_rows))
 
     def _identical_groups(self) -> list[list[int]]:
         groups: dict[tuple, list[int]] = defaultdict(list)
@@ -490,13 +550,6 @@ class TimeIndexed:
         return x
 
     # ------------------------------------------------------------------ decode
-    def starts_from(self, x: np.ndarray) -> np.ndarray:
-        """Start slots from a solution vector of the last built model."""
-        return np.array(
-            [w.last - round(sum(x[v] for v in self._s_var[i].values())) for i, w in enumerate(self._windows)],
-            dtype=np.int64,
-        )
-
     def schedule_of(self, starts: np.ndarray) -> Schedule:
         """The schedule that starts each request at its slot, stepped through the semantic core."""
         state = EngineState(self.instance, UnitCost(self.slot))

@@ -1,0 +1,131 @@
+"""The batch-indexed formulation behind the driver, and its token-indexed special case.
+
+The models are :mod:`kvsched.csp.batchindexed` (every legal schedule with block
+size 1 under the unit or infermax-linear cost model) and
+:mod:`kvsched.csp.tokenindexed` (the same class where every request arrives at
+once under unit time without budgets; chosen automatically).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from kvsched.csp import tokenindexed as token_indexed
+from kvsched.csp.backends import SolverOptions, lp_relaxation
+from kvsched.csp.batchindexed import WARM_POLICIES, BatchIndexed
+from kvsched.csp.certificate import Bound, Scope
+from kvsched.csp.formulations.base import Built, Declined
+from kvsched.errors import KvschedError
+from kvsched.heuristics import make_policy, simulate
+from kvsched.instances.model import Instance
+from kvsched.schedule.ir import Schedule
+from kvsched.stop import Deadline
+
+#: Share of what is left for the token-indexed model's deadline LPs (one per request).
+DEADLINE_SHARE = 0.2
+#: Variables of the batch-indexed model that each second left pays for (building runs at about
+#: 30,000 variables a second in Python, and the solver needs the rest).
+VARIABLES_PER_SECOND = 5_000
+#: Models up to this size are built whenever at least MIN_BUILD_SECONDS are left.
+MIN_VARIABLES = 100_000
+MIN_BUILD_SECONDS = 1.0
+#: Variables per request and batch, about (c, g, G, d, e, mb, m, alpha, phase and token rows).
+VARIABLES_PER_CELL = 12
+
+
+class BatchFormulation:
+    """Every legal schedule (:data:`Scope.ALL`), or every one without eviction (:data:`Scope.NO_EVICTION`)."""
+
+    name = "batch-indexed"
+
+    def __init__(
+        self, instance: Instance, objective: str, *, allow_eviction: bool = True, solver: str = "highs"
+    ) -> None:
+        self.bi = BatchIndexed(instance, objective, allow_eviction=allow_eviction)  # InputError if n/a
+        self.instance = instance
+        self.objective = objective
+        self.scope = Scope.ALL if allow_eviction else Scope.NO_EVICTION
+        self.scale = self.bi.scale
+        self.solver = solver
+        # Under unit time the time-indexed optimum is a strong warm start (see the driver).
+        self.time_indexed_warm_start = self.bi.unit
+
+    def in_class(self, schedule: Schedule) -> bool:
+        return self.bi.in_class(schedule)
+
+    def value(self, schedule: Schedule) -> float:
+        return self.bi.value(schedule) * self.scale
+
+    def incumbents(self, deadline: Deadline, options: SolverOptions) -> list[tuple[Schedule, str]]:
+        bi = self.bi
+        out = [(bi.sequential_schedule(), "sequential")]
+        for name in WARM_POLICIES:
+            if deadline.expired():
+                break
+            try:
+                sched = simulate(self.instance, make_policy(name)).schedule
+            except KvschedError:
+                continue
+            if bi.in_class(sched):
+                out.append((bi.retimed(sched), f"heuristic {name}"))
+        return out
+
+    def estimate(self, upper: float) -> int:
+        """About how many variables the model over schedules no worse than ``upper`` has."""
+        batches, _ = self.bi.horizon(upper / self.scale)
+        return VARIABLES_PER_CELL * self.bi.n * batches
+
+    def build(
+        self, hint: Schedule, deadline: Deadline, options: SolverOptions, strengthen: bool
+    ) -> Built | Declined:
+        bi = self.bi
+        if bi.normal_form:
+            normal = bi.normalised(hint)
+            if bi.value(normal) < bi.value(hint):
+                hint = normal
+        upper = bi.value(hint)
+        size = self.estimate(upper * self.scale)
+        budget = max(MIN_VARIABLES, VARIABLES_PER_SECOND * deadline.remaining())
+        if size > budget or deadline.remaining() < MIN_BUILD_SECONDS:
+            return Declined(
+                f"about {size:,} variables, too many to build and solve in the {deadline.remaining():.3g} s left",
+                stats={"variables_estimate": size},
+            )
+        bounds: list[Bound] = []
+        deadlines = None
+        if token_indexed.applies(bi):
+            form = token_indexed.TokenIndexed(bi)
+            share = replace(options, time_limit=max(0.01, DEADLINE_SHARE * deadline.remaining()))
+            deadlines = form.deadlines(upper, share)
+            # The clique rows lift the LP bound (and the deadlines above) but slowed CP-SAT's search
+            # about twice on the benchmark draws: the LP bound is taken with them, CP-SAT gets none.
+            model = form.build(upper, hint, deadlines=deadlines)
+            lp = lp_relaxation(model, options, deadline.share(DEADLINE_SHARE))
+            if lp is not None:
+                value = math.ceil(lp[0] - token_indexed.LP_TOL) if model.integral_objective else lp[0]
+                # The LP of an exact model of the class: a bound on the class's optimum.
+                bounds.append(Bound(value * self.scale, "lp relaxation", self.scope))
+            if self.solver == "cpsat":
+                model = form.build(upper, hint, deadlines=deadlines, cliques=False)
+            name = "token-indexed"
+            horizon = form.horizon_batches
+        else:
+            form = bi
+            model = bi.build(upper, hint)
+            name = "batch-indexed"
+            horizon = bi.horizon_batches
+        stats = {
+            "model": name,
+            "variables": model.num_vars,
+            "rows": len(model.rows),
+            "indicators": len(model.indicators),
+            "nonzeros": model.num_nonzeros,
+            "horizon": horizon,
+            "lp_deadlines": 0 if deadlines is None else int((deadlines < np.iinfo(np.int64).max).sum()),
+        }
+        return Built(
+            model, decode=form.schedule_from, encode=form.vector_of, bounds=tuple(bounds), stats=stats
+        )
