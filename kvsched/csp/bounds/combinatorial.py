@@ -3,9 +3,11 @@
 Valid for **every** legal schedule of the instance (chunking and evictions
 included), under the unit time model, where every batch lasts one slot:
 
-* *isolated service*: request i needs at least ``b_i = ceil(I_i / q) + O_i - 1``
-  batches, q = min(C, P) (its prompt in chunks of at most q tokens, then one
-  decode per batch), so it completes no earlier than ``a_i + b_i``.
+* *isolated service*: request i needs at least ``b_i = max(1, ceil(I_i / q)) + O_i - 1``
+  batches, q = min(C, P) (its prompt in chunks of at most q tokens, the last of
+  which generates its first token, then one decode per batch), so it completes
+  no earlier than ``a_i + b_i``. Without a budget q is infinite and the prompt
+  still takes one batch.
 * *KV area*: in slot ``u`` of its decodes it holds at least ``I + u`` KV tokens
   (its first token is generated once all I prompt tokens are held), so it
   occupies at least ``A_i = sum_{u=0}^{O-1} (I + u)`` token-slots (prefill
@@ -62,9 +64,11 @@ def lower_bounds(instance: Instance) -> LowerBounds:
     arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64) / slot
     first = arrival  # batches may start at any time, not only on a slot grid
     chunk = min(c for c in (lim.max_batch_tokens, lim.max_prefill_tokens, math.inf) if c is not None)
-    batches = np.ceil(prompt / chunk) + output - 1
+    # The prompt takes at least one batch even without a budget (q infinite makes ceil(I/q) = 0).
+    prefill_batches = np.maximum(1.0, np.ceil(prompt / chunk))
+    batches = prefill_batches + output - 1
     alone = first + batches  # completion slot of a request alone
-    first_token = first + np.ceil(prompt / chunk)
+    first_token = first + prefill_batches
 
     area = output * prompt + output * (output - 1) / 2
     start = float(first.min())
