@@ -5,7 +5,12 @@ and turns every :class:`~kvsched.errors.KvschedError` into one line on stderr
 and a non-zero exit. A traceback means a bug in kvsched.
 """
 
+# ruff: noqa: E402 - the clock starts before the heavy imports
 from __future__ import annotations
+
+import time
+
+_STARTED = time.monotonic()  # before the heavy imports: --time-limit covers them too
 
 import argparse
 import sys
@@ -15,6 +20,7 @@ from kvsched import __version__
 from kvsched.commands import analysis, bound, costmodel, executor, instances, schedules, simulate, solve
 from kvsched.commands.common import EXIT_ERROR
 from kvsched.errors import KvschedError
+from kvsched.stop import mark_start
 
 #: Command modules, in the order ``kvsched --help`` lists them.
 COMMAND_MODULES = (instances, schedules, simulate, solve, bound, costmodel, executor, analysis)
@@ -33,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    mark_start(_STARTED)
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -25,6 +25,16 @@ GRACE_SECONDS = 1.0
 GRACE_SHARE = 0.05
 
 
+#: When the command started (:func:`mark_start`), so that a command's deadline covers its imports too.
+_command_start: float | None = None
+
+
+def mark_start(when: float | None = None) -> None:
+    """Record when the command started (the CLI calls this before importing anything heavy)."""
+    global _command_start
+    _command_start = time.monotonic() if when is None else when
+
+
 class DeadlineReached(Exception):
     """Raised by :meth:`Deadline.check` inside a loop that cannot return a partial answer itself.
 
@@ -56,6 +66,13 @@ class Deadline:
             return cls()
         seconds = check_time_limit(seconds)
         return cls(time.monotonic() + seconds, seconds)
+
+    @classmethod
+    def for_command(cls, seconds: float) -> Deadline:
+        """A deadline ``seconds`` after the command started (see :func:`mark_start`; else from now)."""
+        seconds = check_time_limit(seconds)
+        start = time.monotonic() if _command_start is None else _command_start
+        return cls(start + seconds, seconds)
 
     @classmethod
     def never(cls) -> Deadline:

@@ -68,3 +68,23 @@ def brute_force(instance: Instance, objective: str, allow_eviction: bool = True)
                 child.apply(b)
                 heapq.heappush(heap, (dist + cost(t, b.end), next(tick), b.end, child))
     return np.inf
+
+
+def contiguous_brute_force(instance: Instance, objective: str) -> float:
+    """Optimum over the time-indexed class (each request served without a break) by enumerating
+    every vector of start slots up to the sequential horizon; each schedule judged by the core."""
+    from kvsched.csp.objectives import OBJECTIVES
+    from kvsched.csp.timeindexed import TimeIndexed
+    from kvsched.schedule.core import ScheduleError
+    from kvsched.schedule.validate import replay
+
+    ti = TimeIndexed(instance, objective)
+    span = int(ti.output.sum()) + 1
+    best = np.inf
+    for starts in itertools.product(*[range(int(e), int(e) + span) for e in ti.earliest]):
+        try:
+            schedule = ti.schedule_of(np.array(starts))
+        except ScheduleError:
+            continue
+        best = min(best, OBJECTIVES[objective](replay(instance, schedule)))
+    return best

@@ -19,6 +19,7 @@ from kvsched.commands.common import (
 )
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
+from kvsched.stop import Deadline, check_time_limit
 
 SOLVERS = ("highs", "cbc", "cpsat")
 OBJECTIVES = ("total-latency", "makespan", "sum-ttft")
@@ -27,8 +28,7 @@ OBJECTIVES = ("total-latency", "makespan", "sum-ttft")
 def _options(args: argparse.Namespace):  # -> SolverOptions
     from kvsched.csp import SolverOptions
 
-    if args.time_limit <= 0:
-        raise InputError("--time-limit: must be positive (seconds)")
+    check_time_limit(args.time_limit)
     if not 0 <= args.gap < 1:
         raise InputError("--gap: must be in [0, 1)")
     return SolverOptions(
@@ -47,7 +47,12 @@ def _add_solver_args(p: argparse.ArgumentParser) -> None:
         "schedule, small instances) (default time)",
     )
     g.add_argument("--objective", choices=OBJECTIVES, default="total-latency", help="(default total-latency)")
-    g.add_argument("--time-limit", type=float, default=60.0, help="seconds for the solver (default 60)")
+    g.add_argument(
+        "--time-limit",
+        type=float,
+        default=60.0,
+        help="wall-clock seconds for the whole command, loading to written result (default 60)",
+    )
     g.add_argument("--threads", type=positive_int, default=2, help="threads / CP-SAT workers (default 2)")
     g.add_argument(
         "--gap", type=float, default=0.0, help="relative gap to stop at (default 0: prove optimality)"
@@ -108,6 +113,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
     from kvsched.schedule.metrics import print_summary
     from kvsched.schedule.validate import replay
 
+    # --time-limit bounds the whole command, from here to the written result.
+    deadline = Deadline.for_command(args.time_limit)
     instance = load_instance_from_args(args.instance, args)
     warm = None
     if args.warm_start:
@@ -123,6 +130,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         options=_options(args),
         warm_start=warm,
         export=args.export,
+        deadline=deadline,
         **_model_kwargs(args),
     )
     console = Console()
