@@ -1,0 +1,260 @@
+"""WAIT (seed 002 §4, Algorithm 1) and the stage-gated selection it shares with Nested WAIT.
+
+See :mod:`kvsched.heuristics.wait` for the algorithm and what differs from the paper.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from kvsched.errors import InputError
+from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.heuristics.fluid import instance_types, kv_mass
+from kvsched.heuristics.wait.thresholds import ThresholdMode, TypeKey, _check_choice, eq1_of, wait_thresholds
+from kvsched.instances.model import Instance
+
+
+class _StageGated:
+    """What WAIT and Nested WAIT share: per-group stage-aligned selection and the LIFO safety net.
+
+    A subclass gives every active request a *group* (a type, or a segment) and
+    says which groups are eligible; a group advances ``min(n_g, count)`` requests
+    from each of its stages.
+    """
+
+    name: str
+    uses_true_output: bool
+    thresholds_: np.ndarray
+
+    def _setup(self, instance: Instance) -> None:
+        lim = instance.limits
+        caps = [c for c in (lim.max_batch_tokens, lim.max_prefill_tokens) if c is not None]
+        cap = min(caps) if caps else None
+        self._prompt = np.array([r.prompt for r in instance.requests], dtype=np.int64)
+        self._chunk = cap  # the longest prefill or refill chunk
+        self._limits = lim
+        self._block = lim.block_size
+        self._capacity = lim.kv_blocks
+        n = len(instance)
+        arrival = np.array([r.arrival for r in instance.requests])
+        self._rank = np.empty(n, dtype=np.int64)
+        self._rank[np.argsort(arrival, kind="stable")] = np.arange(n)
+        self._stamp = np.full(n, -1, dtype=np.int64)  # batch of the last (re)admission
+        self._batches = 0
+        self.evictions = 0
+
+    # subclass hooks ------------------------------------------------------
+    def _groups(self, act: np.ndarray, stage: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    def _entry(self, group: np.ndarray, stage: np.ndarray) -> np.ndarray:
+        """Whether each request is in its group's entry queue."""
+        raise NotImplementedError
+
+    def _eligible(self, entry_counts: np.ndarray) -> np.ndarray:
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------
+    def next_batch(self, view: SchedulerView) -> Decision | None:
+        act = view.active()
+        if act.size == 0:
+            return None
+        stage = view.generated[act]
+        group = self._groups(act, stage)
+        G = self.thresholds_.size
+        if view.next_arrival() is None:  # drain rule: every request is in, thresholds are dropped
+            eligible = np.bincount(group, minlength=G) > 0
+        else:
+            entry = np.bincount(group[self._entry(group, stage)], minlength=G)
+            eligible = self._eligible(entry)
+        keep = eligible[group]
+        if not keep.any():
+            return None
+        act, stage, group = act[keep], stage[keep], group[keep]
+        holding = view.kv[act] > 0
+        # Within a (group, stage): running requests first, then by arrival.
+        order = np.lexsort((self._rank[act], ~holding, stage, group))
+        act, stage, group = act[order], stage[order], group[order]
+        new = np.ones(act.size, dtype=bool)
+        new[1:] = (group[1:] != group[:-1]) | (stage[1:] != stage[:-1])
+        starts = np.flatnonzero(new)
+        within = np.arange(act.size) - np.repeat(starts, np.diff(np.append(starts, act.size)))
+        sel = act[within < self.thresholds_[group]]
+        return self._fit(view, sel)
+
+    def _fit(self, view: SchedulerView, sel: np.ndarray) -> Decision | None:
+        """Cut ``sel`` LIFO until the batch fits M, C, P and max_running (evicting for memory)."""
+        b = self._block
+        kv = view.kv
+        tok = np.asarray(view.unprocessed(sel), dtype=np.int64)
+        if self._chunk is not None:
+            tok = np.minimum(tok, self._chunk)  # a prompt or refill over C or P goes in chunks
+        lim = self._limits
+        inf = float("inf")
+        c_cap = lim.max_batch_tokens if lim.max_batch_tokens is not None else inf
+        p_cap = lim.max_prefill_tokens if lim.max_prefill_tokens is not None else inf
+        r_cap = lim.max_running if lim.max_running is not None else inf
+        holds = kv[sel] > 0
+        fresh = ~holds | (view.generated[sel] == 0) | view.refilling[sel]  # prefill/refill items
+        in_batch = dict(zip(sel.tolist(), range(sel.size), strict=True))
+        alive = np.ones(sel.size, dtype=bool)
+        running_all = np.flatnonzero(kv > 0)
+        held_blocks = int((-(-kv[running_all] // b)).sum())
+        during = -(-(kv[sel] + tok) // b) - (-(-kv[sel] // b))  # extra blocks of the batch's items
+        blocks = held_blocks + int(during.sum())
+        tokens = int(tok.sum())
+        prefill = int(tok[fresh].sum())
+        running = running_all.size + int((~holds).sum())
+        # LIFO: items not holding KV by arrival (latest first), then running ones by admission.
+        order_new = [i for i in np.argsort(-self._rank[sel], kind="stable").tolist() if not holds[i]]
+        evicted: list[int] = []
+        k_new = 0
+
+        def drop(i: int) -> None:
+            nonlocal blocks, tokens, prefill, running
+            alive[i] = False
+            blocks -= int(during[i])
+            tokens -= int(tok[i])
+            if fresh[i]:
+                prefill -= int(tok[i])
+            if not holds[i]:
+                running -= 1
+
+        while (
+            tokens > c_cap or prefill > p_cap or running > r_cap or blocks > self._capacity
+        ) and k_new < len(order_new):
+            drop(order_new[k_new])
+            k_new += 1
+        if tokens > c_cap or prefill > p_cap or blocks > self._capacity:
+            victims = running_all[np.argsort(-self._stamp[running_all], kind="stable")].tolist()
+            for r in victims:
+                if not (tokens > c_cap or prefill > p_cap or blocks > self._capacity):
+                    break
+                i = in_batch.get(r)
+                if blocks > self._capacity:  # memory: evict (LIFO by admission)
+                    if i is not None and alive[i]:
+                        drop(i)
+                    evicted.append(r)
+                    blocks -= int(-(-kv[r] // b))
+                    running -= 1
+                elif i is not None and alive[i]:  # a budget: pause the running request
+                    drop(i)
+        sel, tok = sel[alive], tok[alive]
+        if sel.size == 0:
+            return None
+        admitted = sel[kv[sel] == 0]
+        self._stamp[admitted] = self._batches
+        self._batches += 1
+        self.evictions += len(evicted)
+        return Decision(sel.tolist(), tok.tolist(), evicted)
+
+
+class WAIT(_StageGated):
+    """WAIT: seed 002 §4, Algorithm 1 (known output lengths; see the module docstring).
+
+    Parameters
+    ----------
+    name
+        Registry name.
+    types
+        ``"io"``: one type per distinct (I, O); ``"cls"``: one per ``cls`` value.
+    thresholds
+        ``"fluid"``, ``"paper"`` or ``"code"`` (module docstring).
+    given
+        Explicit per-type thresholds (types in :func:`~kvsched.heuristics.fluid.instance_types` order).
+    rates
+        Per-type arrival rates (same order); estimated from the instance when ``None``.
+    margin
+        Fluid mode: thresholds ``ceil(lambda_j Delta T* (1 + margin))``; > 0 gives Theorem 1's strict regime.
+    batch_size
+        ``B`` for the paper/code formulas (default: the instance's ``max_running``).
+    d0, d1
+        Eq. (1)'s coefficients; from the instance's time model when ``None``.
+    """
+
+    uses_true_output = True
+
+    def __init__(
+        self,
+        name: str = "wait",
+        *,
+        types: TypeKey = "io",
+        thresholds: ThresholdMode = "fluid",
+        given: Sequence[int] | None = None,
+        rates: Sequence[float] | None = None,
+        margin: float = 0.0,
+        batch_size: int | None = None,
+        d0: float | None = None,
+        d1: float | None = None,
+    ) -> None:
+        _check_choice("types", types, TypeKey)
+        _check_choice("thresholds", thresholds, ThresholdMode)
+        if margin < 0:
+            raise ValueError(f"margin must be >= 0; got {margin}")
+        self.name = name
+        self.types = types
+        self.thresholds = thresholds
+        self.given = tuple(int(v) for v in given) if given is not None else None
+        self.rates = tuple(float(v) for v in rates) if rates is not None else None
+        self.margin = float(margin)
+        self.batch_size = batch_size
+        self.d0, self.d1 = d0, d1
+
+    @property
+    def params(self) -> Mapping[str, Any]:
+        return {
+            "types": self.types,
+            "thresholds": self.thresholds,
+            "given": self.given,
+            "rates": self.rates,
+            "margin": self.margin,
+            "batch_size": self.batch_size,
+            "d0": self.d0,
+            "d1": self.d1,
+        }
+
+    def __repr__(self) -> str:
+        return f"WAIT({self.name!r}, thresholds={self.thresholds!r})"
+
+    def reset(self, instance: Instance) -> None:
+        self._setup(instance)
+        t = instance_types(instance, self.types)
+        self.types_ = t
+        self._type = t.of
+        m = t.prompt.size
+        d0, d1 = eq1_of(instance.time_model)
+        d0 = self.d0 if self.d0 is not None else d0
+        d1 = self.d1 if self.d1 is not None else d1
+        rates = np.asarray(self.rates, dtype=float) if self.rates is not None else t.rates
+        if rates.size != m:
+            raise InputError(f"policy {self.name!r}: {rates.size} rates for {m} request types")
+        burst = not np.isfinite(rates).all()  # every request at once: overload, counts as weights
+        weights = t.count.astype(float) if burst else rates
+        if self.given is not None:
+            if len(self.given) != m or min(self.given) < 1:
+                raise InputError(f"policy {self.name!r}: given needs {m} thresholds >= 1")
+            n = np.array(self.given, dtype=np.int64)
+        else:
+            n = wait_thresholds(
+                t.prompt, t.output, weights, d0, d1, instance.limits, mode=self.thresholds,
+                margin=self.margin, batch_size=self.batch_size, overload=burst, strict=False,
+            )  # fmt: skip
+        mass = kv_mass(t.prompt, t.output, instance.limits.block_size)
+        # M^pi: the KV of a full batch; above M (too many types for one request a stage, or
+        # paper/code thresholds) the LIFO safety net keeps the run legal, evicting if needed.
+        self.memory_ = int(n @ mass)
+        self.thresholds_ = n
+        self.rates_ = rates
+        self.eq1_ = (d0, d1)
+
+    def _groups(self, act: np.ndarray, stage: np.ndarray) -> np.ndarray:
+        return self._type[act]
+
+    def _entry(self, group: np.ndarray, stage: np.ndarray) -> np.ndarray:
+        return stage == 0
+
+    def _eligible(self, entry_counts: np.ndarray) -> np.ndarray:
+        return entry_counts >= self.thresholds_
