@@ -12,8 +12,19 @@ to an instance and objective under one :class:`~kvsched.stop.Deadline`.
 """
 
 from kvsched.csp.bounds.combinatorial import LowerBounds, lower_bounds
+from kvsched.csp.bounds.portfolio import SecondsReport, best, portfolio, seconds_report
+from kvsched.csp.bounds.seconds import SecondsBounds, seconds_bounds
+from kvsched.csp.bounds.separable import Separable, separable_forms
 
 __all__ = [
     "LowerBounds",
+    "SecondsBounds",
+    "SecondsReport",
+    "Separable",
+    "best",
     "lower_bounds",
+    "portfolio",
+    "seconds_bounds",
+    "seconds_report",
+    "separable_forms",
 ]

@@ -1,0 +1,223 @@
+"""Mean-busy-time bounds (Goemans 1996; Queyranne 1993) under the unit time model.
+
+The argument (docs/bounds.md, ``shared/notes/005`` Sec. 3.1)
+-----------------------------------------------------------
+Under unit time every batch lasts one slot, so batches starting at s_1 < s_2 <
+... are at least one slot apart and ``floor(s_k)`` are distinct integers (the
+*slots*); a batch may hold request j only if ``s_k >= a_j``, so its slot is
+``>= floor(a_j)``. Let ``t_u`` be the slot in which request j generates its
+u-th token (u = 1..O). That batch holds at least ``w_u = I + u - 1`` KV tokens
+of j (rounded up to blocks), the later tokens need distinct later slots, so
+``C_j >= t_u + (O - u) + 1`` for every u. Any convex combination of these holds
+too: with weights ``w_u / A_j`` (``A_j = sum_u w_u``)::
+
+    C_j >= MB_j + delta_j,   MB_j = sum_u w_u t_u / A_j,   delta_j = sum_u w_u (O - u + 1) / A_j.
+
+Per slot the held KV is at most M, so the ``w_u`` placed in each slot sum to at
+most M. Dropping the chain order and letting work split freely gives a
+transportation problem, ``min sum_j MB_j``, whose optimum (exchange argument:
+moving work of a job with smaller A earlier never hurts) fills the slots in
+smallest-A order, preemptively at release dates ``floor(a_j)``. Chunked
+prefills, pauses, evictions and refills only add KV to slots, so the bound holds
+for every legal schedule.
+
+The same argument works for any per-slot resource and for mixtures of them:
+the token budget C (request j processes at least its I prompt tokens in slots
+``<= t_1`` and one token in each ``t_u``, u >= 2), the prefill budget P (its I
+prompt tokens, all in slots ``<= t_1``), and ``lambda``-combinations whose
+per-slot load ``sum_r lambda_r * used_r / cap_r`` is at most 1.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from kvsched.instances.model import Instance
+
+#: Shares of (memory, token budget, prefill budget) tried for the mixed machine: the pure
+#: resources and an even mixture (the bound holds for each; the portfolio keeps the largest).
+MIXTURES = ((1.0, 0.0, 0.0), (0.0, 1.0, 0.0), (0.0, 0.0, 1.0), (0.5, 0.5, 0.0))
+
+
+def _slotted_integral(x: np.ndarray) -> np.ndarray:
+    """G(x) = integral of floor(s) ds from 0 to x (x >= 0): the slot index averaged over machine time."""
+    q = np.floor(x)
+    return q * (q - 1.0) / 2.0 + q * (x - q)
+
+
+def _continuous_integral(x: np.ndarray) -> np.ndarray:
+    return x * x / 2.0
+
+
+def preemptive_mean_busy(work: np.ndarray, release: np.ndarray, *, slotted: bool) -> np.ndarray:
+    """Each job's mean busy time in the preemptive smallest-work-first schedule on a unit-rate machine.
+
+    This schedule minimises ``sum_j MB_j`` over all preemptive schedules with
+    release dates (Goemans: preemptive WSPT with weights 1 and processing times
+    ``work``; static priority, preemption only at releases), in O(n log n).
+
+    Parameters
+    ----------
+    work
+        Processing time of each job (> 0; a job of work 0 gets ``MB = release``).
+    release
+        Release dates (integers when ``slotted``).
+    slotted
+        Machine time ``[t, t + 1)`` is slot t and work there counts at t (the
+        slot's start) rather than at its own position.
+    """
+    integral = _slotted_integral if slotted else _continuous_integral
+    n = work.size
+    out = release.astype(np.float64).copy()
+    busy = work > 0
+    if not busy.any():
+        return out
+    idx = np.flatnonzero(busy)
+    w, r = work[idx], release[idx]
+    if np.all(r == r[0]):  # everything at once: consecutive intervals in smallest-work order
+        order = np.argsort(w, kind="stable")
+        ends = r[0] + np.cumsum(w[order])
+        starts = ends - w[order]
+        mean = np.empty(idx.size)
+        mean[order] = (integral(ends) - integral(starts)) / w[order]
+        out[idx] = mean
+        return out
+    acc = _preemptive_loop(w, r, integral)
+    out[idx] = acc / w
+    del n
+    return out
+
+
+def _preemptive_loop(work: np.ndarray, release: np.ndarray, integral) -> np.ndarray:
+    """Integral of the machine-time weight over each job's pieces (event loop over releases)."""
+    order = np.lexsort((work, release))
+    rel = release[order].tolist()
+    wk = work[order].tolist()
+    n = len(rel)
+    acc = [0.0] * n
+    heap: list[tuple[float, int, float]] = []
+    t = rel[0]
+    i = 0
+    g = lambda x: float(integral(np.float64(x)))  # noqa: E731 - a scalar view of the integral
+    while i < n or heap:
+        if not heap:
+            t = max(t, rel[i])
+        while i < n and rel[i] <= t:
+            heapq.heappush(heap, (wk[i], i, wk[i]))
+            i += 1
+        key, k, rem = heapq.heappop(heap)
+        nxt = rel[i] if i < n else math.inf
+        end = t + rem
+        if end <= nxt:
+            acc[k] += g(end) - g(t)
+            t = end
+        else:
+            acc[k] += g(nxt) - g(t)
+            heapq.heappush(heap, (key, k, rem - (nxt - t)))
+            t = nxt
+    out = np.empty(n)
+    out[order] = acc
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class RequestArrays:
+    """The per-request quantities every unit-time MBT bound uses (in slots and tokens)."""
+
+    arrival: np.ndarray  # in slots (a / slot)
+    prompt: np.ndarray
+    output: np.ndarray
+    area: np.ndarray  # A_j = sum_u w_u, w_u = I + u - 1 rounded up to blocks
+    area_tail: np.ndarray  # sum_u w_u (O - u + 1)
+    first_kv: np.ndarray  # w_1
+    capacity: float  # M in tokens of whole blocks
+
+    @classmethod
+    def of(cls, instance: Instance, slot: float = 1.0) -> RequestArrays:
+        lim = instance.limits
+        reqs = instance.requests
+        prompt = np.array([r.prompt for r in reqs], dtype=np.float64)
+        output = np.array([r.output for r in reqs], dtype=np.float64)
+        arrival = np.array([r.arrival for r in reqs], dtype=np.float64) / slot
+        block = lim.block_size
+        if block == 1:  # closed forms: sum_{u=1}^{O} (I + u - 1) and sum_u (I + u - 1)(O - u + 1)
+            area = output * prompt + output * (output - 1) / 2
+            o = output
+            area_tail = prompt * o * (o + 1) / 2 + (o - 1) * o * (o + 1) / 6
+            first_kv = prompt
+        else:  # per token: sum of O is at most a few million
+            lengths = output.astype(np.int64)
+            owner = np.repeat(np.arange(len(reqs)), lengths)
+            u = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths) + 1
+            w = np.ceil((prompt[owner] + u - 1) / block) * block
+            area = np.bincount(owner, weights=w, minlength=len(reqs))
+            area_tail = np.bincount(owner, weights=w * (output[owner] - u + 1), minlength=len(reqs))
+            first_kv = np.ceil(prompt / block) * block
+        return cls(arrival, prompt, output, area, area_tail, first_kv, float(lim.kv_blocks * block))
+
+
+@dataclass(frozen=True, slots=True)
+class MachineJobs:
+    """Jobs on the mixed machine of capacity 1 per slot: load, weighted tail, release slot."""
+
+    load: np.ndarray
+    tail: np.ndarray  # delta_j * load_j: sum over pieces of load x tail
+    release: np.ndarray
+
+
+def completion_jobs(req: RequestArrays, mix: tuple[float, float, float], caps: tuple) -> MachineJobs | None:
+    """The machine jobs whose mean busy time plus delta bounds each completion (None if a share has no resource)."""
+    lam_m, lam_c, lam_p = mix
+    _, c_cap, p_cap = caps
+    if (lam_c and c_cap is None) or (lam_p and p_cap is None):
+        return None
+    i, o = req.prompt, req.output
+    load = lam_m * req.area / req.capacity
+    tail = lam_m * req.area_tail / req.capacity
+    if lam_c:
+        # I prompt tokens (tail O each) and one token at each of t_2..t_O (tail O - u + 1).
+        load = load + lam_c * (i + o - 1) / c_cap
+        tail = tail + lam_c * (i * o + o * (o - 1) / 2) / c_cap
+    if lam_p:
+        load = load + lam_p * i / p_cap
+        tail = tail + lam_p * i * o / p_cap
+    return MachineJobs(load, tail, np.floor(req.arrival))
+
+
+def first_token_jobs(req: RequestArrays, mix: tuple[float, float, float], caps: tuple) -> MachineJobs | None:
+    """Jobs bounding each first-token time: w_1 at t_1 and the I prompt tokens in slots <= t_1 (tail 1)."""
+    lam_m, lam_c, lam_p = mix
+    _, c_cap, p_cap = caps
+    if (lam_c and c_cap is None) or (lam_p and p_cap is None):
+        return None
+    load = lam_m * req.first_kv / req.capacity
+    if lam_c:
+        load = load + lam_c * req.prompt / c_cap
+    if lam_p:
+        load = load + lam_p * req.prompt / p_cap
+    return MachineJobs(load, load.copy(), np.floor(req.arrival))
+
+
+def mbt_sum(jobs: MachineJobs) -> float:
+    """``sum_j (MB_j + delta_j)`` with MB from the slotted preemptive smallest-load-first schedule."""
+    mean = preemptive_mean_busy(jobs.load, jobs.release, slotted=True)
+    delta = np.divide(jobs.tail, jobs.load, out=np.ones_like(jobs.load), where=jobs.load > 0)
+    return float((mean + delta).sum())
+
+
+def slotted_makespan(jobs: MachineJobs) -> float:
+    """Makespan bound in slots: ``max_r r + ceil(sum of loads released at or after r)``."""
+    order = np.argsort(-jobs.release, kind="stable")
+    rel = jobs.release[order]
+    suffix = np.cumsum(jobs.load[order])
+    # Tolerance: a load that sums to an integer up to rounding must not round up a whole slot.
+    return float(np.max(rel + np.ceil(suffix - 1e-9)))
+
+
+def budgets(instance: Instance) -> tuple[float, float | None, float | None]:
+    lim = instance.limits
+    return (float(lim.kv_blocks * lim.block_size), lim.max_batch_tokens, lim.max_prefill_tokens)
