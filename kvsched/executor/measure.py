@@ -6,9 +6,9 @@ batch, :data:`REPLAY_COLUMNS`) and fits the calibrated cost model to it.
 * Per batch, the row carries the batch sums every linear cost model is built on
   (:class:`~kvsched.costmodel.features.BatchFeatures`), the measured time and
   the cost model's prediction.
-* End to end, the schedule is *retimed* twice -- with measured and with
-  predicted durations, each batch starting when the previous one ends or when
-  its last request arrives, whichever is later -- and each retimed schedule is
+* End to end, the schedule is *retimed* twice (:func:`kvsched.schedule.retime.retime`)
+  -- with measured and with predicted durations, each batch starting when the previous
+  one ends or when its last request arrives, whichever is later -- and each retimed schedule is
   replayed through the validator (durations unchecked) into
   :func:`kvsched.schedule.metrics.run_metrics`. Both sides go through the same
   retiming, so their difference is the cost model's error alone.
@@ -41,6 +41,7 @@ from kvsched.costmodel.profiles import _numeric, _read
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Batch, Schedule
+from kvsched.schedule.retime import retime
 
 #: The batch sums of :class:`BatchFeatures`, as replay-table columns.
 FEATURES = tuple(f.name for f in fields(BatchFeatures))
@@ -133,21 +134,6 @@ class ErrorSummary:
 
 
 # ------------------------------------------------------------------ end to end
-def retime(instance: Instance, schedule: Schedule, durations: Sequence[float] | np.ndarray) -> Schedule:
-    """The same batches with new durations, each started as early as the last one and its arrivals allow."""
-    d = np.asarray(durations, dtype=np.float64)
-    if d.size != len(schedule):
-        raise ValueError(f"{d.size} durations for {len(schedule)} batches")
-    arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
-    out = []
-    clock = 0.0
-    for b, dur in zip(schedule.batches, d, strict=True):
-        start = max(clock, float(arrival[b.requests].max()))
-        out.append(Batch.of(start, float(dur), b.requests, b.tokens, b.phases, b.evicted))
-        clock = start + float(dur)
-    return Schedule(tuple(out), dict(schedule.meta))
-
-
 def end_to_end(
     instance: Instance, schedule: Schedule, measured: np.ndarray, predicted: np.ndarray
 ) -> pd.DataFrame:

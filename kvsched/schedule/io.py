@@ -41,8 +41,8 @@ from kvsched.costmodel import CostModel
 from kvsched.errors import InputError
 from kvsched.instances.io import format_validation_error
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
-from kvsched.schedule.core import EngineState
 from kvsched.schedule.ir import Batch, Phase, Schedule
+from kvsched.schedule.retime import retime
 
 SCHEMA_VERSION = 1
 SCHEDULE_KIND = "kvsched.schedule"
@@ -210,8 +210,8 @@ def from_infermax(
             raise InputError(
                 f"{source}: requests.{k}: [{i}, {o}] differs from the instance's [{r.prompt}, {r.output}]"
             )
-    state = EngineState(instance, cost_model)
-    batches = []
+    n = len(instance.requests)
+    batches, declared = [], []
     for k in range(n_batches):
         items = c_list[k]
         try:
@@ -221,20 +221,24 @@ def from_infermax(
             ev = np.array([int(r) for r in (ev_list[k] if ev_list else [])], dtype=np.int64)
         except (TypeError, ValueError):
             raise InputError(f"{source}: c.{k}: expected request index -> token count") from None
-        if req.size and (req.min() < 0 or req.max() >= state.n):
-            raise InputError(f"{source}: c.{k}: request index out of range 0..{state.n - 1}")
-        if ev.size and (ev.min() < 0 or ev.max() >= state.n):
-            raise InputError(f"{source}: evicted.{k}: request index out of range 0..{state.n - 1}")
-        start = max(state.clock, float(state.arrival[req].max()) if req.size else state.clock)
-        batch = state.make_batch(start, req, tok, ev)
-        if p_list is not None:
-            declared = {int(r) for r in p_list[k]}
-            derived = {int(r) for r, ph in zip(req, batch.phases, strict=True) if ph != Phase.DECODE}
-            if declared != derived:
-                raise InputError(
-                    f"{source}: p.{k}: prefill set {sorted(declared)} differs from the derived {sorted(derived)}"
-                )
-        # Applied unchecked: legality is the validator's verdict, reported in full there.
-        state.apply(batch)
-        batches.append(batch)
-    return Schedule(tuple(batches), {"source": "infermax"})
+        if req.size and (req.min() < 0 or req.max() >= n):
+            raise InputError(f"{source}: c.{k}: request index out of range 0..{n - 1}")
+        if ev.size and (ev.min() < 0 or ev.max() >= n):
+            raise InputError(f"{source}: evicted.{k}: request index out of range 0..{n - 1}")
+        try:
+            declared.append({int(r) for r in p_list[k]} if p_list is not None else None)
+        except (IndexError, TypeError, ValueError):
+            raise InputError(f"{source}: p.{k}: expected a list of request indices") from None
+        # Times and phases are placeholders: retime derives both from the state and the cost model.
+        batches.append(Batch.of(0.0, 0.0, req, tok, np.full(req.size, Phase.DECODE), ev))
+    # Applied unchecked: legality is the validator's verdict, reported in full there.
+    schedule = retime(instance, Schedule(tuple(batches), {"source": "infermax"}), cost_model)
+    for k, (batch, want) in enumerate(zip(schedule.batches, declared, strict=True)):
+        if want is None:
+            continue
+        derived = {int(r) for r, ph in zip(batch.requests, batch.phases, strict=True) if ph != Phase.DECODE}
+        if want != derived:
+            raise InputError(
+                f"{source}: p.{k}: prefill set {sorted(want)} differs from the derived {sorted(derived)}"
+            )
+    return schedule

@@ -1,0 +1,90 @@
+"""Retiming: the same batches on a new timeline, each started as early as it may.
+
+A schedule's batches (requests, tokens, evictions) fix what runs; retiming
+gives them new durations and starts them back to back: batch ``k`` starts at
+``max(end of batch k - 1, last arrival among its requests)`` (the first at
+``max(0, ...)``; a batch with no items at the previous end). The durations come
+either from given numbers (measured times) or from a cost model, in which case
+every batch is rebuilt by the semantic core
+(:meth:`~kvsched.schedule.core.EngineState.make_batch`: phases derived from the
+state, duration from the cost model), so a producer that only knows requests
+and tokens (an InferMax import, a solver's batch sequence) never restates the
+rules.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from kvsched.costmodel import CostModel
+from kvsched.instances.model import Instance
+from kvsched.schedule.core import EngineState
+from kvsched.schedule.ir import Batch, Schedule
+
+
+def retime(
+    instance: Instance,
+    schedule: Schedule,
+    timing: CostModel | Sequence[float] | np.ndarray,
+    *,
+    check: bool = False,
+) -> Schedule:
+    """``schedule``'s batches back to back, each started as early as its predecessor and arrivals allow.
+
+    Parameters
+    ----------
+    instance
+        The problem (arrival times; with a cost model, the state the batches act on).
+    schedule
+        The batches to retime; their starts and durations are ignored, ``meta`` is kept.
+    timing
+        A :class:`~kvsched.costmodel.CostModel`: every batch is rebuilt by the core
+        from its requests, tokens and evictions (phases re-derived, duration from the
+        model) and applied to an engine state; or one duration per batch: the batches
+        keep their items and phases as they are.
+    check
+        Apply every batch with :meth:`~kvsched.schedule.core.EngineState.step`, which
+        raises :class:`~kvsched.schedule.core.ScheduleError` on the first illegal one
+        (durations checked only against a cost model). By default a cost-model retime
+        applies batches unchecked (:meth:`~kvsched.schedule.core.EngineState.apply`:
+        legality is then the validator's verdict) and a duration retime does not
+        replay the batches at all.
+
+    Raises
+    ------
+    ValueError
+        When the number of durations differs from the number of batches.
+    """
+    batches = schedule.batches
+    if isinstance(timing, CostModel):
+        cost_model: CostModel | None = timing
+        durations = None
+    else:
+        cost_model = None
+        durations = np.asarray(timing, dtype=np.float64).reshape(-1)
+        if durations.size != len(batches):
+            raise ValueError(f"{durations.size} durations for {len(batches)} batches")
+    state = EngineState(instance, cost_model) if cost_model is not None or check else None
+    arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
+    out = []
+    clock = 0.0
+    for k, b in enumerate(batches):
+        start = max(clock, float(arrival[b.requests].max())) if b.requests.size else clock
+        if state is not None and cost_model is not None:
+            nb = state.make_batch(start, b.requests, b.tokens, b.evicted)
+        else:
+            assert durations is not None
+            nb = Batch.of(start, float(durations[k]), b.requests, b.tokens, b.phases, b.evicted)
+        if state is not None:
+            if check:
+                state.step(nb)
+            else:
+                state.apply(nb)
+        out.append(nb)
+        clock = nb.end
+    return Schedule(tuple(out), dict(schedule.meta))
+
+
+__all__ = ["retime"]
