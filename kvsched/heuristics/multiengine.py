@@ -57,12 +57,13 @@ import pandas as pd
 
 from kvsched.costmodel import CostModel
 from kvsched.errors import InputError
-from kvsched.heuristics.base import Policy, SchedulerView
+from kvsched.heuristics.base import Policy
 from kvsched.heuristics.priority import GatedView
 from kvsched.heuristics.registry import make_policy
 from kvsched.heuristics.simulator import SimResult, simulate
+from kvsched.heuristics.step import Stepper
 from kvsched.instances.model import Instance
-from kvsched.schedule.core import TIME_TOL, EngineState
+from kvsched.schedule.core import TIME_TOL
 from kvsched.schedule.ir import Batch, Schedule
 from kvsched.schedule.metrics import request_metrics
 from kvsched.schedule.validate import Trace, instance_cost_model, replay
@@ -73,18 +74,26 @@ BALANCERS: tuple[str, ...] = get_args(Balancer)
 
 
 class _LiveEngine:
-    """One engine stepped in lock-step over the whole instance, seeing only what was sent to it."""
+    """One engine stepped in lock-step over the whole instance, seeing only what was sent to it.
+
+    It runs the single engine's step loop (:class:`~kvsched.heuristics.step.Stepper`):
+    a batch is decided when the previous one ends (or at the arrival of a request
+    sent to an idle engine) and committed when it ends.
+    """
 
     def __init__(self, instance: Instance, policy: Policy, cost_model: CostModel) -> None:
-        self.state = EngineState(instance, cost_model)
-        self.view = SchedulerView(self.state, expose_output=policy.uses_true_output)
-        self.gated = GatedView(self.view)
-        self.policy = policy
-        policy.reset(instance)
+        self.stepper = Stepper(instance, policy, cost_model)
+        self.state = self.stepper.state
+        self.gated = GatedView(self.stepper.view)
         self.sent: list[int] = []
         self.pending: Batch | None = None
         self.decide_at: float | None = 0.0  # None: idle until a request is sent
-        self.batches: list[Batch] = []
+
+    @property
+    def batches(self) -> list[Batch]:
+        """The batches decided so far (the committed ones, then the one running)."""
+        done = self.stepper.batches
+        return done if self.pending is None else [*done, self.pending]
 
     def send(self, j: int, t: float) -> None:
         self.sent.append(j)
@@ -96,22 +105,17 @@ class _LiveEngine:
         """Apply the batches that end by ``t``; make the decisions due strictly before ``t``."""
         while True:
             if self.pending is not None:
-                end = self.pending.start + self.pending.duration
-                if end > t + TIME_TOL:
+                if self.pending.end > t + TIME_TOL:
                     return
-                self.state.step(self.pending)
+                self.stepper.commit(self.pending)
                 self.pending = None
                 self.decide_at = self.state.clock
             if self.decide_at is None or self.decide_at >= t - TIME_TOL:
                 return
             now = max(self.decide_at, self.state.clock)
-            self.view._advance(now)
-            decision = self.policy.next_batch(self.gated)  # type: ignore[arg-type]
-            if decision is None or decision.empty:
+            self.pending = self.stepper.decide(now, self.gated)  # type: ignore[arg-type]
+            if self.pending is None:
                 self.decide_at = None  # every request sent so far has arrived: idle until the next
-                continue
-            self.pending = self.state.make_batch(now, decision.requests, decision.tokens, decision.evict)
-            self.batches.append(self.pending)
 
     def load(self, what: str, outputs: np.ndarray | None) -> int:
         """Unfinished requests (``"jlr"``) or outstanding tokens (``"jlot"``) sent to this engine."""
