@@ -58,8 +58,9 @@ def retime(
         When the number of durations differs from the number of batches.
     """
     batches = schedule.batches
-    if isinstance(timing, CostModel):
-        cost_model: CostModel | None = timing
+    # Duck-typed like the core: any object with batch_time is a cost model (the protocol also names `name`).
+    if hasattr(timing, "batch_time"):
+        cost_model: CostModel | None = timing  # type: ignore[assignment]
         durations = None
     else:
         cost_model = None
