@@ -53,6 +53,15 @@ def _continuous_integral(x: np.ndarray) -> np.ndarray:
     return x * x / 2.0
 
 
+def _slotted_scalar(x: float) -> float:
+    q = math.floor(x)
+    return q * (q - 1.0) / 2.0 + q * (x - q)
+
+
+def _continuous_scalar(x: float) -> float:
+    return x * x / 2.0
+
+
 def preemptive_mean_busy(work: np.ndarray, release: np.ndarray, *, slotted: bool) -> np.ndarray:
     """Each job's mean busy time in the preemptive smallest-work-first schedule on a unit-rate machine.
 
@@ -70,15 +79,13 @@ def preemptive_mean_busy(work: np.ndarray, release: np.ndarray, *, slotted: bool
         Machine time ``[t, t + 1)`` is slot t and work there counts at t (the
         slot's start) rather than at its own position.
     """
-    integral = _slotted_integral if slotted else _continuous_integral
-    n = work.size
     out = release.astype(np.float64).copy()
-    busy = work > 0
-    if not busy.any():
+    idx = np.flatnonzero(work > 0)
+    if not idx.size:
         return out
-    idx = np.flatnonzero(busy)
     w, r = work[idx], release[idx]
     if np.all(r == r[0]):  # everything at once: consecutive intervals in smallest-work order
+        integral = _slotted_integral if slotted else _continuous_integral
         order = np.argsort(w, kind="stable")
         ends = r[0] + np.cumsum(w[order])
         starts = ends - w[order]
@@ -86,42 +93,62 @@ def preemptive_mean_busy(work: np.ndarray, release: np.ndarray, *, slotted: bool
         mean[order] = (integral(ends) - integral(starts)) / w[order]
         out[idx] = mean
         return out
-    acc = _preemptive_loop(w, r, integral)
+    acc, _ = _preemptive(w, r, _slotted_scalar if slotted else _continuous_scalar, by_remaining=False)
     out[idx] = acc / w
-    del n
     return out
 
 
-def _preemptive_loop(work: np.ndarray, release: np.ndarray, integral) -> np.ndarray:
-    """Integral of the machine-time weight over each job's pieces (event loop over releases)."""
+def srpt_completions(work: np.ndarray, release: np.ndarray) -> np.ndarray:
+    """Completion times of preemptive shortest-remaining-work-first on a unit-rate machine, sorted.
+
+    SRPT completes at least as many jobs by every time as any preemptive schedule
+    with these release dates (Schrage 1968), so its k-th completion is a lower
+    bound on the k-th completion of every such schedule.
+    """
+    if np.all(release == release[0]):
+        return release[0] + np.cumsum(np.sort(work))
+    _, done = _preemptive(work, release, _continuous_scalar, by_remaining=True)
+    return np.sort(done)
+
+
+def _preemptive(
+    work: np.ndarray, release: np.ndarray, g, *, by_remaining: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """One preemptive schedule (event loop over releases): per job the integral of ``g``'s
+    derivative over its pieces, and its completion time. Priority: the job's work, or its
+    remaining work when ``by_remaining``; ties by release."""
     order = np.lexsort((work, release))
     rel = release[order].tolist()
     wk = work[order].tolist()
     n = len(rel)
     acc = [0.0] * n
+    done = [0.0] * n
     heap: list[tuple[float, int, float]] = []
     t = rel[0]
     i = 0
-    g = lambda x: float(integral(np.float64(x)))  # noqa: E731 - a scalar view of the integral
+    push, pop = heapq.heappush, heapq.heappop
     while i < n or heap:
         if not heap:
             t = max(t, rel[i])
         while i < n and rel[i] <= t:
-            heapq.heappush(heap, (wk[i], i, wk[i]))
+            push(heap, (wk[i], i, wk[i]))
             i += 1
-        key, k, rem = heapq.heappop(heap)
+        key, k, rem = pop(heap)
         nxt = rel[i] if i < n else math.inf
         end = t + rem
         if end <= nxt:
             acc[k] += g(end) - g(t)
+            done[k] = end
             t = end
         else:
             acc[k] += g(nxt) - g(t)
-            heapq.heappush(heap, (key, k, rem - (nxt - t)))
+            rem -= nxt - t
+            push(heap, (rem if by_remaining else key, k, rem))
             t = nxt
-    out = np.empty(n)
-    out[order] = acc
-    return out
+    out_acc, out_done = np.empty(n), np.empty(n)
+    out_acc[order] = acc
+    out_done[order] = done
+    return out_acc, out_done
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +162,7 @@ class RequestArrays:
     area_tail: np.ndarray  # sum_u w_u (O - u + 1)
     first_kv: np.ndarray  # w_1
     capacity: float  # M in tokens of whole blocks
+    alone: np.ndarray  # completion alone, in slots: a + max(1, ceil(I / min(C, P))) + O - 1
 
     @classmethod
     def of(cls, instance: Instance, slot: float = 1.0) -> RequestArrays:
@@ -157,7 +185,11 @@ class RequestArrays:
             area = np.bincount(owner, weights=w, minlength=len(reqs))
             area_tail = np.bincount(owner, weights=w * (output[owner] - u + 1), minlength=len(reqs))
             first_kv = np.ceil(prompt / block) * block
-        return cls(arrival, prompt, output, area, area_tail, first_kv, float(lim.kv_blocks * block))
+        chunk = min(
+            (c for c in (lim.max_batch_tokens, lim.max_prefill_tokens) if c is not None), default=math.inf
+        )
+        alone = arrival + np.maximum(1.0, np.ceil(prompt / chunk)) + output - 1
+        return cls(arrival, prompt, output, area, area_tail, first_kv, float(lim.kv_blocks * block), alone)
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,6 +239,17 @@ def mbt_sum(jobs: MachineJobs) -> float:
     mean = preemptive_mean_busy(jobs.load, jobs.release, slotted=True)
     delta = np.divide(jobs.tail, jobs.load, out=np.ones_like(jobs.load), where=jobs.load > 0)
     return float((mean + delta).sum())
+
+
+def slotted_area(jobs: MachineJobs) -> np.ndarray:
+    """Sorted lower bounds on the completions, in slots: ceil of SRPT's completions on the mixed machine.
+
+    A real completion is an integer number of slots after ... its last slot's start, and the job's load
+    lies in slots up to that one, so the k-th smallest real completion (in slots, floored arrivals) is at
+    least the k-th SRPT completion, rounded up.
+    """
+    # Tolerance: a load that sums to an integer up to rounding must not round up a whole slot.
+    return np.ceil(srpt_completions(jobs.load, jobs.release) - 1e-9)
 
 
 def slotted_makespan(jobs: MachineJobs) -> float:

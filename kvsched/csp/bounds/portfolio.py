@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from kvsched.costmodel import UnitCost
 from kvsched.csp.bounds import mbt
 from kvsched.csp.bounds.combinatorial import lower_bounds
@@ -91,11 +93,16 @@ def _unit_bounds(instance: Instance, objective: str, slot: float, deadline: Dead
             jobs = mbt.completion_jobs(req, mix, caps)
         if jobs is None:
             continue
-        name = "mean-busy-time" + ("" if mix == (1.0, 0.0, 0.0) else f" {_mix_name(mix)}")
+        suffix = "" if mix == (1.0, 0.0, 0.0) else f" {_mix_name(mix)}"
         if objective == "makespan":
-            out.append(Bound(slot * mbt.slotted_makespan(jobs), name.replace("mean-busy-time", "area")))
-        else:
-            out.append(Bound(slot * mbt.mbt_sum(jobs) - arrivals, name))
+            out.append(Bound(slot * mbt.slotted_makespan(jobs), "area" + suffix))
+            continue
+        out.append(Bound(slot * mbt.mbt_sum(jobs) - arrivals, "mean-busy-time" + suffix))
+        if objective == "total-latency":
+            # Sorted completions: SRPT on the machine with release dates, against each request alone.
+            sorted_alone = np.sort(req.alone)
+            area = np.maximum(mbt.slotted_area(jobs), sorted_alone)
+            out.append(Bound(slot * float(area.sum()) - arrivals, "area (release dates)" + suffix))
     return out
 
 

@@ -23,9 +23,11 @@ so averaging with weights ``p_u / W_j`` gives ``C_j >= MB_j + delta_j``,
 minimum over preemptive one-machine schedules with release dates ``a_j``, which
 preemptive smallest-W-first attains (Goemans).
 
-*Work area and makespan.* The k-th completion comes after the k smallest W have
-been processed from the first arrival on; the last one after every W released
-at or after r has been processed from r on.
+*Work area and makespan.* A request's pieces are done by its completion, so the
+k-th completion is no earlier than the k-th completion of preemptive
+shortest-remaining-work-first on the machine (which completes the most jobs by
+every time, Schrage 1968); the last one comes after every W released at or
+after r has been processed from r on.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvsched.csp.bounds.mbt import preemptive_mean_busy
+from kvsched.csp.bounds.mbt import preemptive_mean_busy, srpt_completions
 from kvsched.csp.bounds.separable import Separable
 from kvsched.instances.model import Instance
 
@@ -193,8 +195,8 @@ def seconds_bounds(f: Separable, tok: Tokens, mixtures: list | None = None) -> S
             best_mbt, best_mix = mbt, (lam_m, lam_c, lam_r)
         ttft_mean = preemptive_mean_busy(p1, a, slotted=False)
         best_ttft = max(best_ttft, float((ttft_mean + p1 / 2).sum() - a.sum()))
-        # Sorted work: the k-th completion is no earlier than min(a) + the k smallest works.
-        by_work = float(a.min()) + np.cumsum(np.sort(work))
+        # Sorted work: the k-th completion is no earlier than SRPT's k-th on the machine (release dates).
+        by_work = srpt_completions(work, a)
         best_area = max(best_area, float(np.maximum(np.sort(a + alone), by_work).sum() - a.sum()))
         order = np.argsort(-a, kind="stable")
         makespan = max(makespan, float(np.max(a[order] + np.cumsum(work[order]))))
