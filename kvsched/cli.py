@@ -1,8 +1,9 @@
 """The ``kvsched`` command line.
 
 Each command lives in :mod:`kvsched.commands`; this module assembles the parser
-and turns every :class:`~kvsched.errors.KvschedError` into one line on stderr
-and a non-zero exit. A traceback means a bug in kvsched.
+and turns every :class:`~kvsched.errors.KvschedError` into one line on stderr.
+Exit codes: 0 ok, 1 schedule illegal, 2 bad input, 3 internal error (a bug: one
+line with a hint to report it; ``KVSCHED_DEBUG=1`` prints the traceback).
 """
 
 # ruff: noqa: E402 - the clock starts before the heavy imports
@@ -13,12 +14,14 @@ import time
 _STARTED = time.monotonic()  # before the heavy imports: --time-limit covers them too
 
 import argparse
+import os
 import sys
+import traceback
 from collections.abc import Sequence
 
 from kvsched import __version__
 from kvsched.commands import analysis, bound, costmodel, executor, instances, schedules, simulate, solve
-from kvsched.commands.common import EXIT_ERROR
+from kvsched.commands.common import EXIT_ERROR, EXIT_INTERNAL
 from kvsched.errors import KvschedError
 from kvsched.stop import mark_start
 
@@ -50,6 +53,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"kvsched {args.command}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug: one line and a hint, the traceback only on request
+        if os.environ.get("KVSCHED_DEBUG", "") not in ("", "0"):
+            traceback.print_exc()
+        detail = (str(exc).splitlines() or [""])[0][:300]
+        print(
+            f"kvsched {args.command}: internal error: {type(exc).__name__}: {detail} -- this is a bug in "
+            "kvsched; please report it with the command line (KVSCHED_DEBUG=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

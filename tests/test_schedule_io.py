@@ -98,7 +98,7 @@ def test_infermax_import_of_an_illegal_schedule_is_left_to_the_validator():
         ),
         ({"c": [], "p": [], "evicted": [], "requests": [[4, 3]]}, "1 requests, but the instance has 3"),
         ({"c": [], "requests": [[4, 3], [2, 9], [3, 2]]}, r"requests\.1: \[2, 9\] differs"),
-        ({"p": []}, "expected keys c, p, evicted, requests"),
+        ({"p": []}, "c: required field is missing"),
     ],
 )
 def test_bad_infermax_documents(doc, message):

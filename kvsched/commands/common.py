@@ -3,14 +3,27 @@
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+import os
+import tempfile
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
 
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance, Limits, TimeModel
 
 EXIT_INVALID = 1  # the schedule is illegal
 EXIT_ERROR = 2  # bad input
+EXIT_INTERNAL = 3  # a bug in kvsched
 DEFAULT_KV_CAPACITY = 100_000
+#: The engine-limit flags and the :class:`Limits` field each one overrides.
+LIMIT_FLAGS = {
+    "kv_capacity": "--kv-capacity",
+    "block_size": "--block-size",
+    "max_batch_tokens": "--max-batch-tokens",
+    "max_prefill_tokens": "--max-prefill-tokens",
+    "max_running": "--max-running",
+}
 
 
 def kv_pairs(pairs: Sequence[str], what: str) -> dict[str, float]:
@@ -26,27 +39,41 @@ def kv_pairs(pairs: Sequence[str], what: str) -> dict[str, float]:
     return out
 
 
-def time_model_from_args(args: argparse.Namespace) -> TimeModel | None:
-    if getattr(args, "cost_model", None) is None:
-        return None
-    from kvsched.costmodel.coeffile import resolve_cost_model
+def time_model_from_args(args: argparse.Namespace, base: TimeModel | None = None) -> TimeModel | None:
+    """The time model ``--cost-model``/``--cost-param`` name, checked (``None``: neither given).
 
-    # A coefficient file becomes (name, params): the instance then carries the coefficients itself.
-    name, params = resolve_cost_model(args.cost_model)
-    params.update(kv_pairs(args.cost_param or [], "--cost-param"))
-    return TimeModel(name, params)
+    ``--cost-param`` alone overrides parameters of ``base`` (the instance's own model).
+    """
+    from kvsched.instances.io import check_time_model
+
+    pairs = kv_pairs(getattr(args, "cost_param", None) or [], "--cost-param")
+    if getattr(args, "cost_model", None) is None:
+        if not pairs or base is None:
+            return None
+        model = TimeModel(base.name, {**base.params, **pairs})
+    else:
+        from kvsched.costmodel.coeffile import resolve_cost_model
+
+        # A coefficient file becomes (name, params): the instance then carries the coefficients itself.
+        name, params = resolve_cost_model(args.cost_model)
+        model = TimeModel(name, {**params, **pairs})
+    check_time_model(model, "--cost-model/--cost-param")
+    return model
+
+
+def limit_overrides(args: argparse.Namespace) -> dict[str, int]:
+    """The engine limits the command line names (only those: the file keeps its others)."""
+    return {f: getattr(args, f) for f in LIMIT_FLAGS if getattr(args, f, None) is not None}
 
 
 def limits_from_args(args: argparse.Namespace) -> Limits | None:
-    if args.kv_capacity is None:
+    """Full :class:`Limits` from the flags (unset budgets: unlimited), or ``None`` without -M."""
+    from kvsched.instances.io import limits_with
+
+    given = limit_overrides(args)
+    if "kv_capacity" not in given:
         return None
-    return Limits(
-        kv_capacity=args.kv_capacity,
-        block_size=args.block_size,
-        max_batch_tokens=args.max_batch_tokens,
-        max_prefill_tokens=args.max_prefill_tokens,
-        max_running=args.max_running,
-    )
+    return limits_with(None, given, "engine limits")
 
 
 def positive_int(text: str) -> int:
@@ -70,7 +97,9 @@ def add_limit_args(p: argparse.ArgumentParser, *, default_kv: int | None = None)
         + (f" (default {default_kv:,}, InferMax's default M, seed 003 Sec. 4.1)" if default_kv else ""),
     )
     g.add_argument(
-        "--block-size", type=positive_int, default=1, help="paged-KV block size in tokens (default 1)"
+        "--block-size",
+        type=positive_int,
+        help="paged-KV block size in tokens (default: the instance's, else 1)",
     )
     g.add_argument("--max-batch-tokens", "-C", type=positive_int, help="token budget C per batch")
     g.add_argument("--max-prefill-tokens", "-P", type=positive_int, help="prefill budget P per batch")
@@ -87,10 +116,94 @@ def add_cost_args(p: argparse.ArgumentParser) -> None:
 
 
 def load_instance_from_args(path: str, args: argparse.Namespace) -> Instance:
+    """Load INSTANCE; each limit or cost flag overrides only what it names."""
+    from dataclasses import replace
+
     from kvsched.instances.io import load_instance
 
-    limits = limits_from_args(args) if hasattr(args, "kv_capacity") else None
-    return load_instance(path, limits=limits, time_model=time_model_from_args(args))
+    instance = load_instance(path, limit_overrides=limit_overrides(args), check_feasible=False)
+    time_model = time_model_from_args(args, instance.time_model)
+    if time_model is not None:
+        instance = replace(instance, time_model=time_model)
+    instance.check_feasible()
+    return instance
+
+
+# ----------------------------------------------------------------------------- outputs
+def check_outputs(args: argparse.Namespace, outputs: Iterable[str], inputs: Iterable[str] = ()) -> None:
+    """Check every output flag of ``args`` before the work starts.
+
+    ``outputs`` and ``inputs`` name attributes of ``args`` (unset ones are
+    skipped). An output must not be an input of the command (nothing is lost to
+    a typo), must not be a folder, and its folder must exist or be creatable.
+    """
+    given_inputs = [getattr(args, name, None) for name in inputs]
+    sources = {_same_file_key(Path(p)) for p in given_inputs if isinstance(p, str) and p}
+    for name in outputs:
+        value = getattr(args, name, None)
+        if not value:
+            continue
+        flag = "--" + name.replace("_", "-")
+        check_output_path(value, flag, sources)
+
+
+def check_output_path(value: str | Path, flag: str, sources: set[tuple[object, ...]] | None = None) -> Path:
+    """One output file checked (see :func:`check_outputs`); its folder is created."""
+    path = Path(value)
+    if sources and _same_file_key(path) in sources:
+        raise InputError(f"{flag}: {path} is also an input of this command; refusing to overwrite it")
+    if path.is_dir():
+        raise InputError(f"{flag}: {path} is a folder; give a file name")
+    folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"{flag}: {folder} is not a folder")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{flag}: cannot create the folder {folder} ({exc.strerror or exc})") from None
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"{flag}: cannot write in {folder} (permission denied)")
+    return path
+
+
+def _same_file_key(path: Path) -> tuple[object, ...]:
+    """Identifies a file through links and spellings (device and inode when it exists)."""
+    try:
+        st = path.stat()
+        return ("inode", st.st_dev, st.st_ino)
+    except OSError:
+        return ("path", str(path.resolve()))
+
+
+@contextmanager
+def atomic_output(path: str | Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path``; on success it replaces ``path`` in one step.
+
+    A crash or an interrupt while writing leaves the old file (or none), never a
+    half-written one. The temporary name keeps the suffix, so writers that pick
+    a format by it (figures, Parquet) work unchanged.
+    """
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix)
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        yield tmp
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it a normal file's mode
+        os.replace(tmp, target)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def write_text_atomic(path: str | Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return Path(path)
 
 
 def parse_value(text: str) -> object:

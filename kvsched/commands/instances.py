@@ -12,6 +12,9 @@ from kvsched.commands.common import (
     DEFAULT_KV_CAPACITY,
     add_cost_args,
     add_limit_args,
+    atomic_output,
+    check_output_path,
+    check_outputs,
     limits_from_args,
     load_instance_from_args,
     positive_int,
@@ -23,17 +26,22 @@ from kvsched.instances.model import TimeModel
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from kvsched.instances.generators import generate, parse_params
-    from kvsched.instances.io import save_instance
+    from kvsched.instances.io import check_instance, save_instance
 
     params = parse_params(args.kind, args.param or [])
     limits = limits_from_args(args)
     if limits is None:  # unreachable: --kv-capacity has a default here
         raise InputError("--kv-capacity is required")
-    time_model = time_model_from_args(args) or TimeModel("unit")
+    time_model = time_model_from_args(args, TimeModel("unit")) or TimeModel("unit")
+    check_outputs(args, ["out"])
     instance = generate(args.kind, n=args.n, seed=args.seed, limits=limits, time_model=time_model, **params)
+    # What loading the file back would check (ranges, cost-model parameters), before it is written.
+    check_instance(instance, f"generate {args.kind}")
     instance.check_feasible()
     out = Path(args.out) if args.out else Path(f"{instance.name or args.kind}.json")
-    save_instance(instance, out)
+    check_output_path(out, "--out")
+    with atomic_output(out) as tmp:
+        save_instance(instance, tmp)
     Console(stderr=True).print(f"wrote {len(instance)} requests to {out}")
     return 0
 

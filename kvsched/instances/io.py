@@ -13,17 +13,27 @@ JSON layout (``schema_version`` 1)::
       "meta": {}
     }
 
-Unknown fields are errors. CSV traces use Vidur/Splitwise columns
-``arrived_at,num_prefill_tokens,num_decode_tokens`` (extra columns are ignored);
-``num_decode_tokens`` is the output length O.
+Unknown fields are errors, and so are values a JSON type would only coerce
+(``true`` is not a prompt length, ``8.0`` is not a token count). Token counts
+and limits are at most :data:`MAX_TOKENS`, times at most :data:`MAX_TIME`, so
+that every later computation fits its 64-bit arrays. CSV traces use
+Vidur/Splitwise columns ``arrived_at,num_prefill_tokens,num_decode_tokens``
+(extra columns are ignored); ``num_decode_tokens`` is the output length O.
+
+Every way a file can be wrong (not UTF-8, not JSON, nested too deeply, a field
+out of range) is one :class:`~kvsched.errors.InputError` naming the file and the
+field; :func:`instance_fingerprint` identifies an instance's requests, so that
+a schedule can say which instance it was made for.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -34,6 +44,16 @@ from kvsched.instances.model import Instance, Limits, Request, TimeModel
 SCHEMA_VERSION = 1
 INSTANCE_KIND = "kvsched.instance"
 CSV_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
+#: Largest token count or limit accepted (2^31 - 1): sums over requests stay far inside int64.
+MAX_TOKENS = 2**31 - 1
+#: Largest time accepted (arrival, SLO): 1e12 time units, so that horizons and clocks stay finite and exact enough.
+MAX_TIME = 1e12
+
+#: Strict types: JSON ``true`` is not 1, ``8.0`` is not a token count, ``"8"`` is not a number.
+Tokens = Annotated[int, Field(strict=True, gt=0, le=MAX_TOKENS)]
+Time = Annotated[float, Field(strict=True, ge=0, le=MAX_TIME, allow_inf_nan=False)]
+Slo = Annotated[float, Field(strict=True, gt=0, le=MAX_TIME, allow_inf_nan=False)]
+Param = Annotated[float, Field(strict=True, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
@@ -41,23 +61,23 @@ class _Strict(BaseModel):
 
 
 class RequestSchema(_Strict):
-    id: str = Field(min_length=1)
-    arrival: float = Field(ge=0, allow_inf_nan=False)
-    prompt: int = Field(gt=0, description="prompt tokens I")
-    output: int = Field(gt=0, description="output tokens O, counting the last (never processed) token")
-    predicted_output: int | None = Field(default=None, gt=0)
-    cls: str | None = None
-    priority: int = 0
-    ttft_slo: float | None = Field(default=None, gt=0, allow_inf_nan=False)
-    tbt_slo: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    id: str = Field(min_length=1, strict=True)
+    arrival: Time
+    prompt: Tokens = Field(description="prompt tokens I")
+    output: Tokens = Field(description="output tokens O, counting the last (never processed) token")
+    predicted_output: Tokens | None = None
+    cls: str | None = Field(default=None, strict=True)
+    priority: int = Field(default=0, strict=True, ge=-MAX_TOKENS, le=MAX_TOKENS)
+    ttft_slo: Slo | None = None
+    tbt_slo: Slo | None = None
 
 
 class LimitsSchema(_Strict):
-    kv_capacity: int = Field(gt=0, description="KV capacity M in tokens")
-    block_size: int = Field(default=1, gt=0)
-    max_batch_tokens: int | None = Field(default=None, gt=0)
-    max_prefill_tokens: int | None = Field(default=None, gt=0)
-    max_running: int | None = Field(default=None, gt=0)
+    kv_capacity: Tokens = Field(description="KV capacity M in tokens")
+    block_size: Tokens = 1
+    max_batch_tokens: Tokens | None = None
+    max_prefill_tokens: Tokens | None = None
+    max_running: Tokens | None = None
 
     @model_validator(mode="after")
     def _blocks_fit(self) -> LimitsSchema:
@@ -67,14 +87,14 @@ class LimitsSchema(_Strict):
 
 
 class TimeModelSchema(_Strict):
-    name: str = "unit"
-    params: dict[str, float] = Field(default_factory=dict)
+    name: str = Field(default="unit", strict=True)
+    params: dict[str, Param] = Field(default_factory=dict)
 
 
 class InstanceSchema(_Strict):
     schema_version: Literal[1]
     kind: Literal["kvsched.instance"] = INSTANCE_KIND
-    name: str = ""
+    name: str = Field(default="", strict=True)
     limits: LimitsSchema
     time_model: TimeModelSchema = Field(default_factory=TimeModelSchema)
     requests: list[RequestSchema] = Field(min_length=1)
@@ -106,23 +126,41 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
 
 
 def read_text(path: Path) -> str:
-    """The text of ``path``, or one clear :class:`InputError` line when it cannot be read."""
+    """The UTF-8 text of ``path``, or one clear :class:`InputError` line when it cannot be read."""
     try:
-        return path.read_text()
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise InputError(f"{path}: is a folder, not a file") from None
+    except UnicodeDecodeError as exc:
+        raise InputError(
+            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+        ) from None
     except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror})") from None
+        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
-def _read_json(path: Path) -> Any:
-    text = read_text(path)
+def parse_json(text: str, source: str) -> Any:
+    """``json.loads`` with every failure as one :class:`InputError` line naming ``source``."""
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise InputError(
-            f"{path}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
+            f"{source}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})"
         ) from None
+    except RecursionError:
+        raise InputError(f"{source}: JSON nested too deeply") from None
+    except ValueError as exc:  # e.g. an integer literal of more than 4300 digits
+        raise InputError(f"{source}: not valid JSON ({exc})") from None
+
+
+def read_json(path: str | Path) -> Any:
+    """The parsed JSON document in ``path`` (one clear :class:`InputError` when it cannot be)."""
+    return parse_json(read_text(Path(path)), str(path))
+
+
+_read_json = read_json
 
 
 def instance_from_dict(data: Any, source: str = "instance") -> Instance:
@@ -136,6 +174,8 @@ def instance_from_dict(data: Any, source: str = "instance") -> Instance:
         doc = InstanceSchema.model_validate(data)
     except ValidationError as exc:
         raise InputError(format_validation_error(source, exc)) from None
+    except RecursionError:
+        raise InputError(f"{source}: nested too deeply") from None
     requests = tuple(Request(**r.model_dump()) for r in doc.requests)
     instance = Instance(
         requests=requests,
@@ -144,17 +184,52 @@ def instance_from_dict(data: Any, source: str = "instance") -> Instance:
         name=doc.name,
         meta=dict(doc.meta),
     )
-    _check_time_model(instance, source)
+    check_time_model(instance.time_model, source)
     return instance
 
 
-def _check_time_model(instance: Instance, source: str) -> None:
+def check_time_model(time_model: TimeModel, source: str) -> None:
+    """Build the cost model ``time_model`` names once: an unknown name or parameter is an :class:`InputError`."""
     from kvsched.costmodel import make_cost_model
 
     try:
-        make_cost_model(instance.time_model.name, instance.time_model.params)
+        make_cost_model(time_model.name, time_model.params)
     except InputError as exc:
         raise InputError(f"{source}: {exc}") from None
+
+
+def check_instance(instance: Instance, source: str = "instance") -> Instance:
+    """Check an instance built in Python against the file schema (what loading it back would check)."""
+    return instance_from_dict(instance_to_dict(instance), source)
+
+
+def limits_with(base: Limits | None, overrides: Mapping[str, int | None], source: str = "limits") -> Limits:
+    """``base`` with the fields ``overrides`` names replaced (the others kept), checked like a file's.
+
+    Without ``base``, ``overrides`` must give ``kv_capacity``; unnamed budgets are unlimited.
+    """
+    fields = asdict(base) if base is not None else {}
+    unknown = set(overrides) - set(LimitsSchema.model_fields)
+    if unknown:
+        raise InputError(f"{source}: unknown limit {sorted(unknown)[0]!r}")
+    fields.update(overrides)
+    try:
+        doc = LimitsSchema.model_validate(fields)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(source, exc)) from None
+    return Limits(**doc.model_dump())
+
+
+def instance_fingerprint(instance: Instance) -> str:
+    """A stable hash of the instance's requests (id, arrival, I, O), e.g. ``"sha256:3f2a..."``.
+
+    Limits and the time model are left out on purpose: checking a schedule
+    against other limits (``-M``) is a legitimate question with violations for
+    an answer, while a schedule for other requests is a different instance.
+    """
+    rows = [[r.id, float(r.arrival), int(r.prompt), int(r.output)] for r in instance.requests]
+    text = json.dumps(rows, separators=(",", ":"), ensure_ascii=True)
+    return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def instance_to_dict(instance: Instance) -> dict[str, Any]:
@@ -189,7 +264,7 @@ def instance_to_dict(instance: Instance) -> dict[str, Any]:
 
 def save_instance(instance: Instance, path: str | Path) -> None:
     """Write ``instance`` as a JSON instance file."""
-    Path(path).write_text(json.dumps(instance_to_dict(instance), indent=1) + "\n")
+    Path(path).write_text(json.dumps(instance_to_dict(instance), indent=1) + "\n", encoding="utf-8")
 
 
 def load_instance(
@@ -198,6 +273,7 @@ def load_instance(
     limits: Limits | None = None,
     time_model: TimeModel | None = None,
     check_feasible: bool = True,
+    limit_overrides: Mapping[str, int | None] | None = None,
 ) -> Instance:
     """Load a JSON instance file or a CSV trace.
 
@@ -210,24 +286,31 @@ def load_instance(
         they replace the file's own when given.
     check_feasible
         Reject instances with a request that can never complete (I + O - 1 > M).
+    limit_overrides
+        Single limits to replace (e.g. ``{"kv_capacity": 64}``), keeping every
+        other limit of the file (or of ``limits``); for a CSV trace without
+        ``limits`` they must include ``kv_capacity``.
     """
     p = Path(path)
+    overrides = dict(limit_overrides or {})
+    if time_model is not None:
+        check_time_model(time_model, "time_model")
     if p.suffix.lower() == ".csv":
-        if limits is None:
+        if limits is None and "kv_capacity" not in overrides:
             raise InputError(
                 f"{p}: a CSV trace carries no engine limits; give the KV capacity (--kv-capacity)"
             )
+        if overrides:
+            limits = limits_with(limits, overrides, "engine limits")
+        assert limits is not None
         instance = load_csv_trace(p, limits, time_model or TimeModel())
     else:
-        instance = instance_from_dict(_read_json(p), str(p))
-        if limits is not None or time_model is not None:
-            instance = Instance(
-                instance.requests,
-                limits or instance.limits,
-                time_model or instance.time_model,
-                instance.name,
-                instance.meta,
-            )
+        instance = instance_from_dict(read_json(p), str(p))
+        if limits is not None or time_model is not None or overrides:
+            new_limits = limits or instance.limits
+            if overrides:
+                new_limits = limits_with(new_limits, overrides, "engine limits")
+            instance = replace(instance, limits=new_limits, time_model=time_model or instance.time_model)
     if check_feasible:
         instance.check_feasible()
     return instance
@@ -240,11 +323,14 @@ def load_csv_trace(path: str | Path, limits: Limits, time_model: TimeModel, *, n
     """
     p = Path(path)
     try:
-        df = pd.read_csv(p)
+        df = pd.read_csv(p, encoding="utf-8")
     except FileNotFoundError:
         raise InputError(f"{p}: no such file") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
-        raise InputError(f"{p}: not a readable CSV file ({str(exc).splitlines()[0]})") from None
+    except IsADirectoryError:
+        raise InputError(f"{p}: is a folder, not a file") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OSError) as exc:
+        first = (str(exc).splitlines() or [type(exc).__name__])[0]
+        raise InputError(f"{p}: not a readable CSV file ({first})") from None
     missing = [c for c in CSV_COLUMNS[1:] if c not in df.columns]
     if missing:
         raise InputError(f"{p}: missing column {missing[0]!r} (expected {', '.join(CSV_COLUMNS)})")
@@ -254,7 +340,7 @@ def load_csv_trace(path: str | Path, limits: Limits, time_model: TimeModel, *, n
     for k, (a, i, o) in enumerate(rows):
         line = k + 2  # header is line 1
         for col, value, ok in (
-            ("arrived_at", a, _finite(value=a) and float(a) >= 0),
+            ("arrived_at", a, _finite(value=a) and 0 <= float(a) <= MAX_TIME),
             ("num_prefill_tokens", i, _positive_int(i)),
             ("num_decode_tokens", o, _positive_int(o)),
         ):
@@ -275,7 +361,9 @@ def _finite(value: Any) -> bool:
 
 
 def _positive_int(value: Any) -> bool:
-    return _finite(value) and float(value) >= 1 and float(value) == int(float(value))
+    if isinstance(value, bool):
+        return False
+    return _finite(value) and 1 <= float(value) <= MAX_TOKENS and float(value) == int(float(value))
 
 
 def requests_table(requests: Iterable[Request]) -> pd.DataFrame:

@@ -32,14 +32,20 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kvsched.costmodel import CostModel
 from kvsched.errors import InputError
-from kvsched.instances.io import format_validation_error
+from kvsched.instances.io import (
+    MAX_TIME,
+    MAX_TOKENS,
+    format_validation_error,
+    instance_fingerprint,
+    read_json,
+)
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.ir import Batch, Phase, Schedule
 from kvsched.schedule.retime import retime
@@ -54,10 +60,18 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+#: Times in a schedule file stay within this (1000 x the largest arrival), so clocks stay finite.
+MAX_SCHEDULE_TIME = 1000 * MAX_TIME
+#: A token count the validator can judge (it reports < 1 itself); beyond it, no int64 arithmetic is safe.
+ItemTokens = Annotated[int, Field(strict=True, ge=-MAX_TOKENS, le=MAX_TOKENS)]
+#: The key of a written schedule's ``meta`` naming its instance (:func:`instance_fingerprint`).
+FINGERPRINT_KEY = "instance_fingerprint"
+
+
 class BatchSchema(_Strict):
-    start: float = Field(allow_inf_nan=False)
-    duration: float = Field(ge=0, allow_inf_nan=False)
-    items: list[tuple[str, int, PhaseName]]
+    start: float = Field(ge=-MAX_SCHEDULE_TIME, le=MAX_SCHEDULE_TIME, allow_inf_nan=False)
+    duration: float = Field(ge=0, le=MAX_SCHEDULE_TIME, allow_inf_nan=False)
+    items: list[tuple[str, ItemTokens, PhaseName]]
     evicted: list[str] = Field(default_factory=list)
 
 
@@ -92,7 +106,7 @@ def schedule_to_dict(schedule: Schedule, instance: Instance) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "kind": SCHEDULE_KIND,
         "instance": instance.name,
-        "meta": schedule.meta,
+        "meta": {**schedule.meta, FINGERPRINT_KEY: instance_fingerprint(instance)},
         "batches": batches,
     }
 
@@ -105,6 +119,9 @@ def schedule_from_dict(data: Any, instance: Instance, source: str = "schedule") 
         doc = ScheduleSchema.model_validate(data)
     except ValidationError as exc:
         raise InputError(format_validation_error(source, exc)) from None
+    except RecursionError:
+        raise InputError(f"{source}: nested too deeply") from None
+    check_fingerprint(doc.meta, instance, source)
     index = instance.index_of()
 
     def pos(rid: str, where: str) -> int:
@@ -127,23 +144,37 @@ def schedule_from_dict(data: Any, instance: Instance, source: str = "schedule") 
                 evicted,
             )
         )
-    return Schedule(tuple(batches), dict(doc.meta))
+    # The fingerprint describes the file, not the schedule: a re-save recomputes it for its instance.
+    return Schedule(tuple(batches), {k: v for k, v in doc.meta.items() if k != FINGERPRINT_KEY})
+
+
+def check_fingerprint(meta: Any, instance: Instance, source: str) -> None:
+    """One clear error when a schedule's recorded instance fingerprint is not ``instance``'s.
+
+    Files written before fingerprints existed (no key) are accepted.
+    """
+    recorded = meta.get(FINGERPRINT_KEY) if isinstance(meta, dict) else None
+    if recorded is None:
+        return
+    actual = instance_fingerprint(instance)
+    if recorded != actual:
+        name = f" {instance.name!r}" if instance.name else ""
+        raise InputError(
+            f"{source}: this schedule was written for another instance (fingerprint {recorded}; the "
+            f"instance{name} given has {actual}): give the instance it was made for"
+        )
 
 
 def save_schedule(schedule: Schedule, instance: Instance, path: str | Path) -> None:
-    """Write ``schedule`` as a kvsched JSON schedule file."""
-    Path(path).write_text(json.dumps(schedule_to_dict(schedule, instance), separators=(",", ":")) + "\n")
+    """Write ``schedule`` as a kvsched JSON schedule file (its meta names the instance's fingerprint)."""
+    text = json.dumps(schedule_to_dict(schedule, instance), separators=(",", ":")) + "\n"
+    Path(path).write_text(text, encoding="utf-8")
 
 
 def load_schedule(path: str | Path, instance: Instance) -> Schedule:
     """Read a kvsched JSON schedule file (or an InferMax-format JSON, detected by its keys)."""
     p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such file") from None
-    except json.JSONDecodeError as exc:
-        raise InputError(f"{p}: not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})") from None
+    data = read_json(p)
     if isinstance(data, dict) and "c" in data and "requests" in data and "batches" not in data:
         from kvsched.costmodel import make_cost_model
 
@@ -153,6 +184,28 @@ def load_schedule(path: str | Path, instance: Instance) -> Schedule:
 
 
 # --------------------------------------------------------------------- InferMax
+Index = Annotated[int, Field(strict=True, ge=0, le=MAX_TOKENS)]
+IndexKey = Annotated[str, Field(pattern=r"^[0-9]{1,10}$")]
+
+
+class InfermaxSchema(BaseModel):
+    """InferMax's replay document; other keys are ignored (the fork writes its own)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+    c: list[dict[IndexKey, ItemTokens] | list[tuple[Index, ItemTokens]]]
+    p: list[list[Index]] | None = None
+    evicted: list[list[Index]] | None = None
+    requests: list[tuple[Annotated[int, Field(strict=True, gt=0, le=MAX_TOKENS)], ...]]
+
+    @field_validator("requests")
+    @classmethod
+    def _pairs(cls, value: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+        for k, pair in enumerate(value):
+            if len(pair) != 2:
+                raise ValueError(f"request {k}: expected [I, O], got {len(pair)} numbers")
+        return value
+
+
 def to_infermax(schedule: Schedule) -> dict[str, Any]:
     """Export to InferMax's ``{c, p, evicted, requests}`` replay format (without times).
 
@@ -178,12 +231,10 @@ def infermax_document(schedule: Schedule, instance: Instance) -> dict[str, Any]:
 def instance_from_infermax(data: dict[str, Any], limits: Limits, time_model: TimeModel) -> Instance:
     """An offline instance (all arrivals at 0) from an InferMax document's ``requests``."""
     try:
-        requests = tuple(
-            Request(id=str(k), arrival=0.0, prompt=int(i), output=int(o))
-            for k, (i, o) in enumerate(data["requests"])
-        )
-    except (KeyError, TypeError, ValueError):
+        pairs = InfermaxSchema.model_validate({"c": [], **data}).requests
+    except (ValidationError, TypeError):
         raise InputError("infermax schedule: requests: expected a list of [I, O] pairs") from None
+    requests = tuple(Request(id=str(k), arrival=0.0, prompt=i, output=o) for k, (i, o) in enumerate(pairs))
     return Instance(requests, limits, time_model, "infermax-import")
 
 
@@ -196,39 +247,37 @@ def from_infermax(
     checked against them. Legality is not checked here: validate the result.
     """
     try:
-        c_list, p_list, ev_list = data["c"], data.get("p"), data.get("evicted")
-        reqs = data["requests"]
-    except (KeyError, TypeError, AttributeError):
-        raise InputError(f"{source}: expected keys c, p, evicted, requests") from None
-    n_batches = len(c_list)
-    if len(reqs) != len(instance.requests):
+        doc = InfermaxSchema.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(source, exc)) from None
+    except RecursionError:
+        raise InputError(f"{source}: nested too deeply") from None
+    n_batches = len(doc.c)
+    for key, lst in (("p", doc.p), ("evicted", doc.evicted)):
+        if lst is not None and len(lst) != n_batches:
+            raise InputError(f"{source}: {key}: {len(lst)} entries for {n_batches} batches (c)")
+    if len(doc.requests) != len(instance.requests):
         raise InputError(
-            f"{source}: requests: {len(reqs)} requests, but the instance has {len(instance.requests)}"
+            f"{source}: requests: {len(doc.requests)} requests, but the instance has {len(instance.requests)}"
         )
-    for k, ((i, o), r) in enumerate(zip(reqs, instance.requests, strict=True)):
-        if (int(i), int(o)) != (r.prompt, r.output):
+    for k, ((i, o), r) in enumerate(zip(doc.requests, instance.requests, strict=True)):
+        if (i, o) != (r.prompt, r.output):
             raise InputError(
                 f"{source}: requests.{k}: [{i}, {o}] differs from the instance's [{r.prompt}, {r.output}]"
             )
     n = len(instance.requests)
     batches, declared = [], []
     for k in range(n_batches):
-        items = c_list[k]
-        try:
-            pairs = list(items.items()) if isinstance(items, dict) else [tuple(x) for x in items]
-            req = np.array([int(r) for r, _ in pairs], dtype=np.int64)
-            tok = np.array([int(t) for _, t in pairs], dtype=np.int64)
-            ev = np.array([int(r) for r in (ev_list[k] if ev_list else [])], dtype=np.int64)
-        except (TypeError, ValueError):
-            raise InputError(f"{source}: c.{k}: expected request index -> token count") from None
-        if req.size and (req.min() < 0 or req.max() >= n):
+        items = doc.c[k]
+        pairs = [(int(r), t) for r, t in items.items()] if isinstance(items, dict) else list(items)
+        req = np.array([r for r, _ in pairs], dtype=np.int64)
+        tok = np.array([t for _, t in pairs], dtype=np.int64)
+        ev = np.array(doc.evicted[k] if doc.evicted is not None else [], dtype=np.int64)
+        if req.size and req.max() >= n:
             raise InputError(f"{source}: c.{k}: request index out of range 0..{n - 1}")
-        if ev.size and (ev.min() < 0 or ev.max() >= n):
+        if ev.size and ev.max() >= n:
             raise InputError(f"{source}: evicted.{k}: request index out of range 0..{n - 1}")
-        try:
-            declared.append({int(r) for r in p_list[k]} if p_list is not None else None)
-        except (IndexError, TypeError, ValueError):
-            raise InputError(f"{source}: p.{k}: expected a list of request indices") from None
+        declared.append(set(doc.p[k]) if doc.p is not None else None)
         # Times and phases are placeholders: retime derives both from the state and the cost model.
         batches.append(Batch.of(0.0, 0.0, req, tok, np.full(req.size, Phase.DECODE), ev))
     # Applied unchecked: legality is the validator's verdict, reported in full there.
