@@ -10,7 +10,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kvsched.commands.common import EXIT_INVALID, load_instance_from_args, positive_int
+from kvsched.commands.common import (
+    EXIT_INTERNAL,
+    atomic_output,
+    check_output_folder,
+    check_outputs,
+    load_instance_from_args,
+    positive_int,
+)
 from kvsched.commands.solve import _add_solver_args, _model_kwargs, _options
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
@@ -48,6 +55,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from kvsched.analysis.spec import load_spec
     from kvsched.analysis.sweep import run_sweep
 
+    check_outputs(args, ["db"], inputs=["spec"])
     spec = load_spec(args.spec)
     err = Console(stderr=True)
     show = err.is_terminal if args.progress is None else args.progress
@@ -73,7 +81,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         more = len(summary.failed) - 5
         if more > 0:
             err.print(f"... and {more} more crashed cells", highlight=False)
-        return EXIT_INVALID
+        return EXIT_INTERNAL
     return 0
 
 
@@ -83,7 +91,9 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.to:
         if not args.out:
             raise InputError("--to needs --out FILE")
-        rows = export(args.db, args.to, args.out)
+        check_outputs(args, ["out"], inputs=["db"])
+        with atomic_output(args.out) as tmp:
+            rows = export(args.db, args.to, tmp)
         Console(stderr=True).print(f"wrote {rows} rows to {args.out}", highlight=False)
         return 0
     if args.out:
@@ -105,6 +115,7 @@ def cmd_results(args: argparse.Namespace) -> int:
 def cmd_regret(args: argparse.Namespace) -> int:
     from kvsched.analysis.regret import default_against, describe_reference, regret_table
 
+    check_outputs(args, ["csv"], inputs=["db"])
     frame = _frame(args)
     objectives = frame["objective_name"].dropna().unique()
     if args.objective:
@@ -128,7 +139,8 @@ def cmd_regret(args: argparse.Namespace) -> int:
         )
     console.print(out)
     if args.csv:
-        table.to_csv(args.csv)
+        with atomic_output(args.csv) as tmp:
+            table.to_csv(tmp)
         Console(stderr=True).print(f"wrote {args.csv}", highlight=False)
     return 0
 
@@ -164,6 +176,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     kind = args.kind
     if Path(args.out).suffix.lower() not in plots.FORMATS:
         raise InputError(f"--out: {args.out}: use a .png, .svg or .pdf file name")
+    check_outputs(args, ["out"], inputs=["source", "schedule"])
     if kind in ("load", "regret"):
         frame = _frame(args)
         if kind == "load":
@@ -180,7 +193,9 @@ def cmd_plot(args: argparse.Namespace) -> int:
         else:
             schedules = _schedules_for(instance, args)
             fig = (plots.plot_kv if kind == "kv" else plots.plot_cdfs)(instance, schedules)
-    path = plots.save_figure(fig, args.out)
+    with atomic_output(args.out) as tmp:
+        plots.save_figure(fig, tmp)
+    path = args.out
     Console(stderr=True).print(f"wrote {path}", highlight=False)
     return 0
 
@@ -228,6 +243,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
     if not Path(args.target).exists():
         raise InputError(f"{args.target}: no such file")
+    check_output_folder(args.out, "--out", [args.target])
     if is_database(args.target):
         path = database_report(args.target, args.out, against=args.against)
     else:

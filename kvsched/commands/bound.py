@@ -4,13 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
-from kvsched.commands.common import add_cost_args, add_limit_args, load_instance_from_args, time_unit
+from kvsched.commands.common import (
+    add_cost_args,
+    add_limit_args,
+    check_outputs,
+    load_instance_from_args,
+    time_unit,
+    write_text_atomic,
+)
 from kvsched.errors import InputError
 
 
@@ -65,6 +71,7 @@ def _fluid(instance: Any, args: argparse.Namespace) -> dict[str, Any]:
 
 
 def cmd_bound(args: argparse.Namespace) -> int:
+    check_outputs(args, ["json"], inputs=["instance"])
     instance = load_instance_from_args(args.instance, args)
     doc: dict[str, dict[str, Any]] = {}
     if args.kind in ("combinatorial", "all"):
@@ -80,7 +87,7 @@ def cmd_bound(args: argparse.Namespace) -> int:
             table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
         console.print(table)
     if args.json:
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        write_text_atomic(args.json, json.dumps(doc, indent=1) + "\n")
     return 0
 
 

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from kvsched.commands.common import (
+    check_output_path,
+    check_outputs,
     positive_int,
+    write_text_atomic,
 )
 from kvsched.errors import InputError
 
@@ -57,6 +59,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if (args.table is None) == (args.from_replay is None):
         raise InputError("calibrate: give either a compute profiling table or --from-replay MEASURED.csv")
+    check_outputs(args, ["out"], inputs=["table", "from_replay", "attention", "all_reduce"])
     if args.from_replay is not None:
         from kvsched.commands.executor import cmd_calibrate_from_replay
 
@@ -98,8 +101,8 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         markup=False,
         highlight=False,
     )
-    out = Path(args.out or coefficient_name(cal.model.name, cal.gpu.name, cal.tp))
-    out.write_text(dump_coefficients(cal.document()))
+    out = check_output_path(args.out or coefficient_name(cal.model.name, cal.gpu.name, cal.tp), "--out")
+    write_text_atomic(out, dump_coefficients(cal.document()))
     Console(stderr=True).print(f"wrote {cal.form} coefficients to {out}", markup=False, highlight=False)
     return 0
 

@@ -14,7 +14,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from kvsched.commands.common import EXIT_INVALID, kv_pairs, positive_int
+from kvsched.commands.common import (
+    EXIT_INVALID,
+    check_output_path,
+    check_outputs,
+    kv_pairs,
+    positive_int,
+    write_text_atomic,
+)
 
 #: dtypes for which the oracle must hold exactly.
 EXACT_DTYPES = ("float32", "float64")
@@ -48,6 +55,20 @@ def _model(args: argparse.Namespace) -> Any:
     return Decoder(cfg, device)
 
 
+def _engine(args: argparse.Namespace, model: Any) -> Any:
+    """The engine options of the command line (None = the device's default)."""
+    from kvsched.executor.engine import engine_options
+
+    return engine_options(
+        model.device,
+        attention=args.attention,
+        kernels=args.kernels,
+        prefill=args.prefill,
+        graphs=args.cuda_graphs,
+        compile=args.compile,
+    )
+
+
 def _errors_row(table: Table, label: str, s: Any) -> None:
     table.add_row(label, str(s.n), f"{s.mean:.2%}", f"{s.p50:.2%}", f"{s.p90:.2%}", f"{s.max:.2%}")
 
@@ -62,6 +83,7 @@ def _error_table(title: str) -> Table:
 def cmd_replay(args: argparse.Namespace) -> int:
     from kvsched.executor.device import require_torch
 
+    check_outputs(args, ["out"], inputs=["instance", "schedule"])
     require_torch()
     from kvsched.executor.measure import ErrorSummary, end_to_end, write_replay
     from kvsched.executor.oracle import check_oracle
@@ -73,6 +95,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     schedule = load_schedule(args.schedule, instance)
     predict, predict_label = _prediction_model(args, instance)
     model = _model(args)
+    options = _engine(args, model)
     console = Console()
     err = Console(stderr=True)
     if predict.name == "unit":
@@ -92,6 +115,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
         warmup=args.warmup,
         seed=args.prompt_seed,
         progress=args.progress,
+        options=options,
     )
     table = result.table
     measured, predicted = table["measured_s"].to_numpy(), table["predicted_s"].to_numpy()
@@ -163,6 +187,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         name, params = resolve_cost_model(args.cost_model)
         predict = make_cost_model(name, params)
     model = _model(args)
+    options = _engine(args, model)
     res = run_profile(
         model,
         args.out,
@@ -171,6 +196,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
         pool_tokens=args.pool_tokens,
         predict=predict,
         warmup=args.warmup,
+        options=options,
     )
     console = Console()
     for kind, path in (("compute", res.compute), ("attention", res.attention), ("batches", res.batches)):
@@ -199,8 +225,8 @@ def cmd_calibrate_from_replay(args: argparse.Namespace) -> int:
     console.print(table)
     console.print(f"R² {fit.r2:.4f}; coefficients: {fit.cost.params()}", markup=False, highlight=False)
     src = Path(args.from_replay)
-    out = Path(args.out) if args.out else src.with_name(f"{src.stem}_fit.json")
-    out.write_text(dump_coefficients(fit.document()))
+    out = check_output_path(args.out or src.with_name(f"{src.stem}_fit.json"), "--out", None)
+    write_text_atomic(out, dump_coefficients(fit.document()))
     Console(stderr=True).print(f"wrote {fit.form} coefficients to {out}", markup=False, highlight=False)
     return 0
 
@@ -233,6 +259,34 @@ def _model_args(p: argparse.ArgumentParser, repeat: int) -> None:
         help=f"runs per measurement, median kept (default {repeat})",
     )
     g.add_argument("--warmup", type=int, default=2, help="warm-up rounds before measuring (default 2)")
+    e = p.add_argument_group("engine (defaults: the fast path on CUDA, the torch references on CPU)")
+    e.add_argument(
+        "--attention",
+        choices=("paged", "gather"),
+        help="paged: read the KV pool in place (default); gather: the first GPU run's padded groups",
+    )
+    e.add_argument(
+        "--kernels",
+        choices=("torch", "triton"),
+        help="in-place attention kernels (default triton on CUDA, torch on CPU; triton on CPU needs "
+        "TRITON_INTERPRET=1)",
+    )
+    e.add_argument(
+        "--prefill",
+        choices=("torch", "triton", "varlen"),
+        help="chunks' attention (default varlen on CUDA: torch's flash varlen over the chunks' KV; "
+        "else as --kernels)",
+    )
+    e.add_argument(
+        "--cuda-graphs",
+        action=argparse.BooleanOptionalAction,
+        help="decode-only batches in CUDA graphs per bucket (default on CUDA)",
+    )
+    e.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        help="fuse the small operators with torch.compile (default on CUDA)",
+    )
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 from rich.console import Console
 
@@ -12,9 +11,12 @@ from kvsched.commands.common import (
     EXIT_INVALID,
     add_cost_args,
     add_limit_args,
+    atomic_output,
+    check_outputs,
     load_instance_from_args,
     positive_int,
     time_unit,
+    write_text_atomic,
 )
 
 
@@ -54,12 +56,14 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from kvsched.schedule.io import infermax_document, load_schedule, save_schedule
 
+    check_outputs(args, ["out"], inputs=["instance", "schedule"])
     instance = load_instance_from_args(args.instance, args)
     schedule = load_schedule(args.schedule, instance)
     if args.to == "infermax":
-        Path(args.out).write_text(json.dumps(infermax_document(schedule, instance)) + "\n")
+        write_text_atomic(args.out, json.dumps(infermax_document(schedule, instance)) + "\n")
     else:
-        save_schedule(schedule, instance, args.out)
+        with atomic_output(args.out) as tmp:
+            save_schedule(schedule, instance, tmp)
     Console(stderr=True).print(f"wrote {len(schedule)} batches to {args.out} ({args.to} format)")
     return 0
 

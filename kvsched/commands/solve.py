@@ -13,9 +13,12 @@ from rich.table import Table
 from kvsched.commands.common import (
     add_cost_args,
     add_limit_args,
+    atomic_output,
+    check_outputs,
     load_instance_from_args,
     positive_int,
     time_unit,
+    write_text_atomic,
 )
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
@@ -115,6 +118,8 @@ def cmd_solve(args: argparse.Namespace) -> int:
 
     # --time-limit bounds the whole command, from here to the written result.
     deadline = Deadline.for_command(args.time_limit)
+    # Outputs are checked before the solve, so that a finished solve is never lost to a bad path.
+    check_outputs(args, ["out", "json", "export"], inputs=["instance", "warm_start"])
     instance = load_instance_from_args(args.instance, args)
     warm = None
     if args.warm_start:
@@ -171,10 +176,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
         title=f"{'optimal' if result.status == SolveStatus.OPTIMAL else 'best found'} schedule metrics",
     )
     if args.out:
-        save_schedule(result.schedule, instance, args.out)
+        with atomic_output(args.out) as tmp:
+            save_schedule(result.schedule, instance, tmp)
         Console(stderr=True).print(f"wrote the schedule to {args.out}", highlight=False)
     if args.json:
-        Path(args.json).write_text(json.dumps(result_document(result), indent=1) + "\n")
+        write_text_atomic(args.json, json.dumps(result_document(result), indent=1) + "\n")
     return 0
 
 
@@ -233,6 +239,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from kvsched.analysis import compare
     from kvsched.heuristics import POLICIES
 
+    check_outputs(args, ["csv", "json"], inputs=["instance"])
     instance = load_instance_from_args(args.instance, args)
     names = (
         list(POLICIES)
@@ -253,7 +260,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     )
     table = print_comparison(cmp, args.objective, instance.name or args.instance)
     if args.csv:
-        table.to_csv(args.csv)
+        with atomic_output(args.csv) as tmp:
+            table.to_csv(tmp)
     if args.json:
         doc = {
             "objective": args.objective,
@@ -261,7 +269,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             "result": None if cmp.result is None else result_document(cmp.result),
             "rows": json.loads(table.reset_index().to_json(orient="records")),
         }
-        Path(args.json).write_text(json.dumps(doc, indent=1) + "\n")
+        write_text_atomic(args.json, json.dumps(doc, indent=1) + "\n")
     return 0
 
 
