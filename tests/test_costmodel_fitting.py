@@ -134,3 +134,19 @@ def test_whole_batch_fit_recovers_every_coefficient():
         times.append(cost.batch_time(v))
     fit = fit_batches(feats, np.array(times), knots=[64, 128])
     close(fit.params, truth, rel=1e-7)
+
+
+@pytest.mark.parametrize("name", ["vllm", "opt_d10", "sarathi"])
+def test_stepped_fit_of_real_replay_tables_keeps_the_token_term_nonnegative(name):
+    """The H100 replay tables gave steps whose sum went below 0 (a traceback in calibrate)."""
+    from pathlib import Path
+
+    from kvsched.costmodel.fitting import fit_batches
+    from kvsched.executor.measure import read_replay
+
+    table = read_replay(Path(__file__).parent.parent / "benchmarks/data/executor_h100" / f"{name}.csv")
+    fit = fit_batches(table.features, table.measured, form="stepped")
+    cost = CalibratedCost.from_params(**fit.params)  # raises if the token term dips below 0
+    steps = sorted((int(k[4:]), v) for k, v in fit.params.items() if k.startswith("step"))
+    for n in [1, *(k + 1 for k, _ in steps)]:
+        assert cost.non_attention(np.array([float(n)]))[0] >= 0

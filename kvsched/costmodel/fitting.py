@@ -286,7 +286,6 @@ def fit_batches(
         if form == "stepped"
         else None
     )
-    x_tok, names, nonneg = token_design(form, tau, shape)
     att = np.array(
         [
             [
@@ -296,7 +295,30 @@ def fit_batches(
             for f in features
         ]
     )  # fmt: skip
-    x = np.hstack([x_tok, att])
-    coef = wls(x, t, nonneg=[*nonneg, *([True] * len(BATCH_NAMES))])
+    while True:
+        x_tok, names, nonneg = token_design(form, tau, shape)
+        x = np.hstack([x_tok, att])
+        coef = wls(x, t, nonneg=[*nonneg, *([True] * len(BATCH_NAMES))])
+        # Steps may be negative, but the token term they build may not (no batch takes negative
+        # time); where it dips below 0, the most negative step before the dip goes and the fit is
+        # redone. Without steps, a0 + a1 n >= 0 holds, so this ends.
+        drop = _negative_step(shape, coef[: len(names)]) if form == "stepped" else None
+        if drop is None:
+            break
+        shape = [k for k in shape if k != drop]  # type: ignore[union-attr]
     params = dict(zip([*names, *BATCH_NAMES], map(float, coef), strict=True))
     return Fit(params, r_squared(t, x @ coef))
+
+
+def _negative_step(knots: Sequence[int] | None, coef: np.ndarray) -> int | None:
+    """The knot to drop when the stepped token term a0 + a1 n + sum steps is negative for some n >= 1."""
+    knots = list(knots or [])
+    a0, a1, steps = coef[0], coef[1], coef[2:]
+    # The term is linear between knots: probing 1 and just past each knot covers every piece.
+    probes = np.array([1.0, *(k + 1.0 for k in knots)])
+    value = a0 + a1 * probes + np.concatenate([[0.0], np.cumsum(steps)])
+    bad = np.flatnonzero(value < 0)
+    if bad.size == 0 or not knots:
+        return None
+    first = max(int(bad[0]), 1)  # steps up to and including knot first - 1 act at that probe
+    return knots[int(np.argmin(steps[:first]))]
