@@ -365,3 +365,42 @@ def test_regret_uses_the_same_definition_as_compare(hand_db):
     per = instance_regret(load_results(hand_db), "optimum").set_index(["instance_key", "name"])
     assert per.loc[("i2", "A"), "regret"] == 5 and not per.loc[("i2", "A"), "proven"]
     assert per.loc[("i1", "A"), "proven"]
+
+
+_PARENT = """
+import os, sys, time
+from kvsched.analysis.sweep import make_pool
+
+pool = make_pool(1)
+print(pool.submit(os.getpid).result(), flush=True)
+pool.submit(time.sleep, 120)
+time.sleep(120)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")  # a zombie has ended; only its reaper is missing
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_workers_die_with_a_killed_sweep():
+    import signal
+    import subprocess
+    import time
+
+    parent = subprocess.Popen([sys.executable, "-c", _PARENT], stdout=subprocess.PIPE, text=True)
+    try:
+        worker = int(parent.stdout.readline())
+        assert _alive(worker)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=10)
+        end = time.monotonic() + 10
+        while _alive(worker) and time.monotonic() < end:
+            time.sleep(0.1)
+        assert not _alive(worker), "the sweep's worker outlived its parent"
+    finally:
+        parent.kill()

@@ -18,7 +18,10 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import multiprocessing
+import os
 import platform
+import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable, Iterator
@@ -196,10 +199,46 @@ def _inline(cells: list[Cell]) -> Iterator[Outcome]:
         yield _guarded(cell)
 
 
-def _process_pool(cells: list[Cell], workers: int) -> Iterator[Outcome]:
+def _die_with_parent(parent: int) -> None:
+    """Worker initializer: end this worker as soon as the sweep process that started it is gone.
+
+    A killed sweep (SIGKILL, a closed terminal, a CI timeout) runs no clean-up, and its
+    workers would go on solving for no one. On Linux the kernel kills the worker with its
+    parent (``PR_SET_PDEATHSIG``); everywhere, a watcher thread ends it within half a second.
+    """
+    if platform.system() == "Linux":
+        try:
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):  # no prctl: the watcher below still ends the worker
+            pass
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    if os.getppid() != parent:  # the parent died while this worker started
+        os._exit(1)
+    threading.Thread(target=watch, name="kvsched-parent-watch", daemon=True).start()
+
+
+#: prctl option: the signal a process gets when its parent dies (linux/prctl.h).
+_PR_SET_PDEATHSIG = 1
+
+
+def make_pool(workers: int) -> cf.ProcessPoolExecutor:
+    """The worker pool of a sweep; its workers die with this process."""
     # spawn: the parent holds threads (the progress bar, HiGHS's pool), which fork would copy mid-flight.
     ctx = multiprocessing.get_context("spawn")
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx)
+    return cf.ProcessPoolExecutor(
+        max_workers=workers, mp_context=ctx, initializer=_die_with_parent, initargs=(os.getpid(),)
+    )
+
+
+def _process_pool(cells: list[Cell], workers: int) -> Iterator[Outcome]:
+    pool = make_pool(workers)
     try:
         futures = [pool.submit(_guarded, c) for c in cells]
         for fut in cf.as_completed(futures):
