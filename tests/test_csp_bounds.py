@@ -121,8 +121,8 @@ def test_bounds_below_the_brute_force_optimum(inst, model, objective):
 @pytest.mark.parametrize("model", [TimeModel("unit"), STAIRCASE, STEPPED])
 def test_bounds_below_the_brute_force_optimum_with_budgets(evict, model):
     inst = Instance(
-        (Request("a", 0, 3, 2), Request("b", 0, 2, 3), Request("c", 1, 1, 2)),
-        Limits(kv_capacity=5, max_batch_tokens=3, max_prefill_tokens=2),
+        (Request("a", 0, 3, 2), Request("b", 0, 1, 2), Request("c", 1, 1, 2)),
+        Limits(kv_capacity=4, max_batch_tokens=3, max_prefill_tokens=2),
         model,
     )
     for objective in OBJECTIVES:
