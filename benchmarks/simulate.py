@@ -1,21 +1,43 @@
-"""Time the simulator: N ShareGPT-like requests through each policy (run by hand, not a test).
+"""Time the simulator on the cases of issue #16 (run by hand, not a test).
 
 Usage::
 
-    python benchmarks/simulate.py                       # 10,000 requests, every policy
-    python benchmarks/simulate.py -p sarathi --profile  # one policy, with the top cProfile entries
-    python benchmarks/simulate.py --rate 20             # Poisson arrivals (requests per second)
-    python benchmarks/simulate.py -p sarathi --repeat 3 # best of 3 runs
+    python benchmarks/simulate.py                      # the issue's cases, one row each
+    python benchmarks/simulate.py --big                # ... plus 100,000 Azure requests
+    python benchmarks/simulate.py --case azure-1k --profile   # one case, top cProfile entries
+    python benchmarks/simulate.py --sweep -n 10000     # every policy on N ShareGPT requests (old mode)
 
-Wall time and CPU time (``time.process_time``) are both printed, each the best
-of ``--repeat`` runs: on a shared machine the CPU time is the steadier figure,
-and the rates are computed from it.
+Cases (issue #16):
 
-Requests come from :mod:`kvsched.instances.sharegpt` when it can be used (the
-packaged ShareGPT file), otherwise from a lognormal synthetic trace with
-ShareGPT-like means (prompt ~ 250, output ~ 200 tokens). Limits default to
-InferMax's Llama-2-7B setting (M = 100K, C = 4096) and the ``infermax-linear``
-cost model, so arrival rates are per second.
+* ``azure-1k``, ``azure-10k``, ``azure-100k``: Azure conversation lengths
+  (``shared/data/traces/splitwise_conv.csv``, its rows in order, wrapping past
+  the end), Poisson arrivals at 2 requests/s (seed 0), cost model
+  ``llama-2-7b_a100-80gb_tp1``, M = 125,885, C = 512, policy ``sarathi``;
+* ``sharegpt-10k-t0``: 10,000 ShareGPT requests all at t = 0, unit time,
+  M = 100,000, C = 4096, ``sarathi``;
+* ``all-policies-1k``: every registered policy on ``azure-1k`` (the loop time is
+  the sum over the policies; the whole command is ``kvsched compare``-like).
+
+Columns: *loop* is :func:`kvsched.heuristics.simulate` in this process (CPU
+seconds, best of ``--repeat``); *command* is the wall time of ``kvsched
+simulate TRACE.csv ...`` in a fresh process (imports, loading the trace,
+simulating, metrics), and *peak* its maximum resident memory; *batches* counts
+engine iterations (a coalesced run of k decode batches counts k) and
+*entries* the schedule's stored entries (batches and runs).
+
+Figures on the shared 2-core machine (loaded by other engineers' jobs, so read
+the ratios more than the seconds), before (issue #16's text, commit 7987e18)
+and after this work:
+
+===================  ==========  ===============  =================  =============
+case                 batches     loop before/now  command before/now peak before/now
+===================  ==========  ===============  =================  =============
+azure-1k             38,310      2.8 s / see run  7.8 s / see run    181 / see run MB
+azure-10k            356,093     29.5 s /         69 s /             974 /
+===================  ==========  ===============  =================  =============
+
+(The table is filled in by the commit that lands the coalesced runs; the
+printout of this script is the authority.)
 """
 
 from __future__ import annotations
@@ -23,34 +45,207 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import os
 import pstats
 import shutil
+import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
+import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from kvsched.costmodel.coeffile import resolve_cost_model
 from kvsched.errors import KvschedError
 from kvsched.heuristics import POLICIES, make_policy, simulate
 from kvsched.instances.generators import LogNormal, Poisson, SemiOnline, synthetic
-from kvsched.instances.model import Instance, Limits, TimeModel
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
+
+ROOT = Path(__file__).resolve().parents[1]
+AZURE_CONV = ROOT.parent / "shared" / "data" / "traces" / "splitwise_conv.csv"
+AZURE_COST = "llama-2-7b_a100-80gb_tp1"
+AZURE_M = 125_885
+AZURE_C = 512
 
 
-def build_instance(args: argparse.Namespace) -> tuple[Instance, str]:
+@dataclass(frozen=True, slots=True)
+class Case:
+    """One benchmark row: an instance, the policies run on it and the CLI flags that rebuild it."""
+
+    name: str
+    n: int
+    policies: tuple[str, ...]
+    kind: str  # "azure" or "sharegpt-t0"
+
+
+def azure_instance(n: int, seed: int = 0) -> Instance:
+    """``n`` Azure conversation requests (the trace's rows in order, wrapping) at Poisson 2/s."""
+    df = pd.read_csv(AZURE_CONV)
+    rows = np.arange(n) % len(df)
+    prompt = df["num_prefill_tokens"].to_numpy()[rows]
+    output = df["num_decode_tokens"].to_numpy()[rows]
+    arrival = Poisson(2.0).sample(np.random.default_rng(seed), n)
+    name, params = resolve_cost_model(AZURE_COST)
+    requests = tuple(
+        Request(f"r{k}", float(a), int(i), int(o))
+        for k, (a, i, o) in enumerate(zip(arrival, prompt, output, strict=True))
+    )
+    limits = Limits(kv_capacity=AZURE_M, block_size=1, max_batch_tokens=AZURE_C)
+    return Instance(requests, limits, TimeModel(name, params), f"azure-conv-{n}")
+
+
+def sharegpt_t0(n: int, seed: int = 0) -> Instance:
+    """``n`` ShareGPT requests all at t = 0 under unit time (M = 100,000, C = 4096)."""
+    from kvsched.instances.sharegpt import sharegpt
+
+    limits = Limits(kv_capacity=100_000, block_size=1, max_batch_tokens=4096)
+    return sharegpt(n, seed, limits, TimeModel("unit"), arrival=SemiOnline())
+
+
+def build(case: Case) -> Instance:
+    return azure_instance(case.n) if case.kind == "azure" else sharegpt_t0(case.n)
+
+
+def cases(big: bool) -> list[Case]:
+    out = [
+        Case("azure-1k", 1_000, ("sarathi",), "azure"),
+        Case("azure-10k", 10_000, ("sarathi",), "azure"),
+        Case("sharegpt-10k-t0", 10_000, ("sarathi",), "sharegpt-t0"),
+        Case("all-policies-1k", 1_000, tuple(POLICIES), "azure"),
+    ]
+    if big:
+        out.insert(2, Case("azure-100k", 100_000, ("sarathi",), "azure"))
+    return out
+
+
+def write_trace(inst: Instance, path: Path) -> None:
+    """The instance as a Splitwise-style CSV that ``kvsched simulate`` reads back."""
+    pd.DataFrame(
+        {
+            "arrived_at": [r.arrival for r in inst.requests],
+            "num_prefill_tokens": [r.prompt for r in inst.requests],
+            "num_decode_tokens": [r.output for r in inst.requests],
+        }
+    ).to_csv(path, index=False, float_format="%.17g")
+
+
+def run_command(inst: Instance, policy: str, tmp: Path) -> tuple[float, float]:
+    """Wall seconds and peak RSS (MB) of ``kvsched simulate`` on ``inst`` in a fresh process."""
+    trace = tmp / f"{inst.name}.csv"
+    if not trace.exists():
+        write_trace(inst, trace)
+    lim = inst.limits
+    cost = AZURE_COST if inst.time_model.name != "unit" else "unit"
+    kvsched = Path(sys.executable).with_name("kvsched")
+    cmd = [str(kvsched), "simulate", str(trace), "--policy", policy]
+    cmd += ["--kv-capacity", str(lim.kv_capacity), "-C", str(lim.max_batch_tokens), "--cost-model", cost]
+    cmd += ["--no-progress"]
+    start = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - start
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise KvschedError(f"kvsched simulate failed ({proc.returncode}): {err.strip()[-300:]}")
+    return wall, usage.ru_maxrss / 1024.0
+
+
+def time_loop(inst: Instance, policy: str, repeat: int, profiler: cProfile.Profile | None):
+    """Best CPU seconds of ``simulate`` and its last result."""
+    best = float("inf")
+    result = None
+    for _ in range(max(repeat, 1)):
+        pol = make_policy(policy)
+        if profiler is not None:
+            profiler.enable()
+        t0 = time.process_time()
+        try:
+            result = simulate(inst, pol)
+        finally:
+            best = min(best, time.process_time() - t0)
+            if profiler is not None:
+                profiler.disable()
+    return best, result
+
+
+def run_cases(args: argparse.Namespace, console: Console) -> None:
+    table = Table(
+        "case",
+        "policies",
+        "batches",
+        "entries",
+        "loop CPU s",
+        "µs/batch",
+        "command s",
+        "peak MB",
+        title="issue #16 cases (loop: in-process simulate, CPU time; command: kvsched simulate, wall)",
+    )
+    chosen = [c for c in cases(args.big) if not args.case or c.name in args.case]
+    with tempfile.TemporaryDirectory() as tmpdir:
+        tmp = Path(tmpdir)
+        for case in chosen:
+            inst = build(case)
+            loop = 0.0
+            batches = entries = 0
+            failed = []
+            for policy in case.policies:
+                profiler = cProfile.Profile() if args.profile else None
+                try:
+                    cpu, result = time_loop(inst, policy, args.repeat, profiler)
+                except KvschedError as exc:
+                    failed.append(policy)
+                    console.print(f"{case.name} / {policy}: failed: {exc}")
+                    continue
+                loop += cpu
+                batches += len(result.schedule)
+                entries += len(getattr(result.schedule, "entries", result.schedule.batches))
+                if len(case.policies) > 1:
+                    console.print(f"  {policy:22s} {cpu:7.2f} s  {len(result.schedule):8d} batches")
+                if profiler is not None:
+                    out = io.StringIO()
+                    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)
+                    console.print(f"[bold]{case.name} / {policy}[/bold] (profiled)")
+                    print(out.getvalue())
+            if len(case.policies) == 1 and not args.no_command:
+                wall, peak = run_command(inst, case.policies[0], tmp)
+                command, peak_mb = f"{wall:.2f}", f"{peak:.0f}"
+            else:
+                command, peak_mb = "-", "-"
+            label = case.policies[0] if len(case.policies) == 1 else f"{len(case.policies)} policies"
+            if failed:
+                label += f" ({len(failed)} failed)"
+            row = (
+                case.name,
+                label,
+                f"{batches:,}",
+                f"{entries:,}",
+                f"{loop:.2f}",
+                f"{1e6 * loop / max(batches, 1):.1f}",
+                command,
+                peak_mb,
+            )
+            console.print("  ".join(row))
+            table.add_row(*row)
+    console.print(table)
+
+
+# ----------------------------------------------------------------- sweep mode (every policy, ShareGPT N)
+def sweep_instance(args: argparse.Namespace) -> tuple[Instance, str]:
     limits = Limits(kv_capacity=args.kv_capacity, block_size=args.block_size, max_batch_tokens=4096)
     time_model = TimeModel(args.cost_model)
     arrival = Poisson(args.rate) if args.rate else SemiOnline()
-    if args.source in ("auto", "sharegpt"):
-        try:
-            from kvsched.instances.sharegpt import sharegpt
+    try:
+        from kvsched.instances.sharegpt import sharegpt
 
-            inst = sharegpt(args.n, args.seed, limits, time_model, arrival=arrival)
-            return inst, "sharegpt"
-        except Exception as exc:  # the trace is optional: any failure falls back to synthetic
-            if args.source == "sharegpt":
-                raise
-            print(f"(ShareGPT unavailable: {type(exc).__name__}: {exc}; using the synthetic trace)")
+        return sharegpt(args.n, args.seed, limits, time_model, arrival=arrival), "sharegpt"
+    except Exception as exc:  # the trace is optional: any failure falls back to synthetic
+        print(f"(ShareGPT unavailable: {type(exc).__name__}: {exc}; using the synthetic trace)")
     # Lengths capped at 2048 so that a whole refill (I + O - 1) fits P = C = 4096.
     inst = synthetic(
         args.n,
@@ -64,76 +259,55 @@ def build_instance(args: argparse.Namespace) -> tuple[Instance, str]:
     return inst, "synthetic lognormal"
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("-n", type=int, default=10_000, help="requests (default 10000)")
-    parser.add_argument("-p", "--policy", action="append", help="policy to time (repeatable; default all)")
-    parser.add_argument("--rate", type=float, default=None, help="Poisson arrival rate; default all at t=0")
-    parser.add_argument("--kv-capacity", type=int, default=100_000)
-    parser.add_argument("--block-size", type=int, default=1)
-    parser.add_argument("--cost-model", default="infermax-linear")
-    parser.add_argument("--source", choices=("auto", "sharegpt", "synthetic"), default="auto")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--profile", action="store_true", help="print the top cProfile entries per policy")
-    parser.add_argument("--top", type=int, default=25, help="cProfile entries to print")
-    parser.add_argument("--repeat", type=int, default=1, help="runs per policy; the best times are shown")
-    args = parser.parse_args(argv)
-
-    inst, source = build_instance(args)
-    prompts = [r.prompt for r in inst.requests]
-    outputs = [r.output for r in inst.requests]
-    console = Console(width=max(120, shutil.get_terminal_size().columns))
+def run_sweep(args: argparse.Namespace, console: Console) -> None:
+    inst, source = sweep_instance(args)
     arrivals = f"Poisson {args.rate:g}/s" if args.rate else "all at 0"
-    console.print(
-        f"{len(inst)} requests ({source}): mean prompt {sum(prompts) / len(inst):.0f}, "
-        f"mean output {sum(outputs) / len(inst):.0f}; M = {args.kv_capacity}, "
-        f"arrivals {arrivals}, cost model {args.cost_model}"
-    )
-    table = Table(
-        "policy", "batches", "evictions", "wall s", "CPU s", "requests/CPU s", "batches/CPU s", "makespan"
-    )
+    console.print(f"{len(inst)} requests ({source}), M = {args.kv_capacity}, arrivals {arrivals}")
+    table = Table("policy", "batches", "evictions", "CPU s", "batches/CPU s", "makespan")
     for name in args.policy or list(POLICIES):
-        profiler = cProfile.Profile() if args.profile else None
-        wall = cpu = float("inf")
         try:
-            for _ in range(max(args.repeat, 1)):
-                policy = make_policy(name)
-                if profiler is not None:
-                    profiler.enable()
-                cpu_start = time.process_time()
-                try:
-                    result = simulate(inst, policy)
-                finally:
-                    cpu = min(cpu, time.process_time() - cpu_start)
-                    if profiler is not None:
-                        profiler.disable()
-                wall = min(wall, result.runtime)
-        except KvschedError as exc:  # some policies fail on some workloads (e.g. MC-SF clearing loops)
-            console.print(f"{name}: failed after {cpu:.2f} CPU s: {exc}")
-            table.add_row(name, "failed", "", "", f"{cpu:.2f}", "", "", "")
+            cpu, result = time_loop(inst, name, args.repeat, None)
+        except KvschedError as exc:
+            table.add_row(name, "failed", "", "", "", str(exc)[:40])
             continue
         batches = len(result.schedule)
         row = (
             name,
             str(batches),
             str(int(result.trace.state.evictions.sum())),
-            f"{wall:.2f}",
             f"{cpu:.2f}",
-            f"{len(inst) / cpu:,.0f}",
             f"{batches / cpu:,.0f}",
             f"{result.schedule.makespan:.1f}",
         )
+        console.print("  ".join(row))
         table.add_row(*row)
-        if len(args.policy or POLICIES) > 1:
-            console.print("  ".join(row))  # as it goes: the whole run takes a while
-        if profiler is not None:
-            out = io.StringIO()
-            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)
-            console.print(f"[bold]{name}[/bold] (profiled: times include profiler overhead)")
-            print(out.getvalue())
     console.print(table)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--case", action="append", help="only these cases (repeatable)")
+    parser.add_argument("--big", action="store_true", help="add the 100,000-request Azure case")
+    parser.add_argument("--no-command", action="store_true", help="skip the kvsched simulate subprocess")
+    parser.add_argument("--profile", action="store_true", help="print the top cProfile entries")
+    parser.add_argument("--top", type=int, default=25, help="cProfile entries to print")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per loop timing; the best is shown")
+    parser.add_argument("--sweep", action="store_true", help="old mode: every policy on N ShareGPT requests")
+    parser.add_argument("-n", type=int, default=10_000, help="--sweep: requests")
+    parser.add_argument("-p", "--policy", action="append", help="--sweep: policies (default all)")
+    parser.add_argument("--rate", type=float, default=None, help="--sweep: Poisson rate; default all at 0")
+    parser.add_argument("--kv-capacity", type=int, default=100_000)
+    parser.add_argument("--block-size", type=int, default=1)
+    parser.add_argument("--cost-model", default="infermax-linear")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    console = Console(width=max(120, shutil.get_terminal_size().columns))
+    if args.sweep:
+        run_sweep(args, console)
+    else:
+        run_cases(args, console)
     return 0
 
 

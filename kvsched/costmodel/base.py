@@ -7,6 +7,9 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+#: Phase.DECODE; kept literal so cost models do not import the schedule package.
+DECODE = 1
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class BatchView:
@@ -38,3 +41,21 @@ class CostModel(Protocol):
     def batch_time(self, view: BatchView) -> float:
         """Duration of the batch described by ``view``."""
         ...
+
+
+def decode_run_times(model: CostModel, context: np.ndarray, k: int) -> np.ndarray:
+    """Durations of ``k`` back-to-back decode-only batches of the same requests (a coalesced run).
+
+    Batch ``j`` (0-based) decodes one token for each request, which holds
+    ``context + j`` KV tokens before it. A model may define
+    ``decode_run_times(context, k)`` with a closed form; it must return exactly
+    (bit for bit) what ``batch_time`` gives for each batch, so that coalescing
+    never changes a schedule. Otherwise each batch is priced on its own.
+    """
+    fast = getattr(model, "decode_run_times", None)
+    if fast is not None:
+        return fast(context, k)
+    ctx = np.asarray(context, dtype=np.int64)
+    ones = np.ones(ctx.size, dtype=np.int64)
+    phases = np.full(ctx.size, DECODE, dtype=np.int8)
+    return np.array([model.batch_time(BatchView(ones, ctx + j, phases)) for j in range(k)], dtype=np.float64)

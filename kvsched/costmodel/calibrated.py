@@ -221,6 +221,13 @@ class CalibratedCost:
     def batch_time(self, view: BatchView) -> float:
         return self.time_of(BatchFeatures.of(view))
 
+    def decode_run_times(self, context: np.ndarray, k: int) -> np.ndarray:
+        """:meth:`batch_time` of ``k`` decode batches with KV ``context + j``, in its exact float order."""
+        n = float(context.size)
+        base = self._token_scalar(n)
+        kv = float(np.add.reduce(context)) + n * np.arange(k, dtype=np.float64)  # exact: integers < 2**53
+        return base + ((self.b0 + self.b1 * kv) + self.b2 * n)
+
 
 def calibrated(**params: float) -> CalibratedCost:
     """Registry factory: :meth:`CalibratedCost.from_params`."""

@@ -85,3 +85,10 @@ class InfermaxLinear:
                 + self.p3 * float(num_prefills)
             )
         return t
+
+    def decode_run_times(self, context: np.ndarray, k: int) -> np.ndarray:
+        """:meth:`batch_time` of ``k`` decode batches with KV ``context + j``, in its exact float order."""
+        n = int(context.size)
+        base = self.a0 + self.a1 * float(n)
+        kv = float(_sum(context)) + float(n) * np.arange(k, dtype=np.float64)  # exact: integers < 2**53
+        return base + (self.b0 + self.b1 * kv)

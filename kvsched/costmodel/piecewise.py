@@ -52,6 +52,10 @@ class HingeCost:
         tokens = float(np.sum(view.tokens))
         return self.c + self.a * max(0.0, tokens - self.b0)
 
+    def decode_run_times(self, context: np.ndarray, k: int) -> np.ndarray:
+        """A decode run keeps its token load, so every batch lasts the same."""
+        return np.full(k, self.c + self.a * max(0.0, float(context.size) - self.b0), dtype=np.float64)
+
 
 @dataclass(frozen=True, slots=True)
 class StaircaseCost:
@@ -84,3 +88,7 @@ class StaircaseCost:
     def batch_time(self, view: BatchView) -> float:
         tokens = float(np.sum(view.tokens))
         return self.c + self.a * math.ceil(tokens / self.b0)
+
+    def decode_run_times(self, context: np.ndarray, k: int) -> np.ndarray:
+        """A decode run keeps its token load, so every batch lasts the same."""
+        return np.full(k, self.c + self.a * math.ceil(float(context.size) / self.b0), dtype=np.float64)

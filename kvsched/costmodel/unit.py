@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from kvsched.costmodel.base import BatchView
 
 
@@ -16,3 +18,7 @@ class UnitCost:
 
     def batch_time(self, view: BatchView) -> float:
         return self.slot
+
+    def decode_run_times(self, context: np.ndarray, k: int) -> np.ndarray:
+        """Every batch of a decode run lasts one slot."""
+        return np.full(k, self.slot, dtype=np.float64)

@@ -7,6 +7,11 @@ arrival. Timing, memory accounting and metrics are the simulator's and the
 core's business; a policy may keep its own reservation bookkeeping where the
 paper's algorithm is defined by reservations (InferMax, seed 003 Sec. 3.1).
 
+Coalesced decode runs: a policy may opt in by defining ``repeat_decodes`` (see
+:class:`SteadyDecodes`); the simulator then asks it, after a decode-only batch,
+how many times in a row it would return that same batch, and the core applies
+them as one run. A policy without the method is stepped batch by batch.
+
 True output lengths are hindsight. The view hands them out only to policies
 that declare ``uses_true_output = True`` (eviction-free reservation, Rank_O);
 everyone else sees prompts, arrivals and what has been generated so far, plus
@@ -18,7 +23,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -202,3 +207,31 @@ class Policy(Protocol):
     def next_batch(self, view: SchedulerView) -> Decision | None:
         """The next batch at ``view.now``; ``None`` (or an empty decision) idles until the next arrival."""
         ...
+
+
+@runtime_checkable
+class SteadyDecodes(Protocol):
+    """The opt-in contract of coalesced decode runs (a policy that lacks it is never coalesced).
+
+    After the policy returned ``decision`` (decode-only: one token for each of its
+    requests, no evictions) and the simulator applied it, the simulator calls
+    :meth:`repeat_decodes` once instead of calling :meth:`Policy.next_batch`
+    again and again. The view shows the state after that batch.
+    """
+
+    def repeat_decodes(self, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """How many more times in a row (0 to ``limit``) :meth:`Policy.next_batch` would return ``decision``.
+
+        The answer must be exact for the stretch the simulator guarantees: within
+        the ``limit`` batches no request arrives, none completes before the last
+        of them, and each decodes one token for each of ``decision.requests``
+        (their KV grows by one per batch; nothing else changes). The policy then
+        updates its own bookkeeping as if it had been called that many times,
+        so that its next :meth:`Policy.next_batch` behaves as if it had been.
+        """
+        ...
+
+
+def steady_decodes(policy: Policy) -> SteadyDecodes | None:
+    """``policy`` if it opted in to coalesced decode runs, else ``None`` (the default "no")."""
+    return cast(SteadyDecodes, policy) if callable(getattr(policy, "repeat_decodes", None)) else None

@@ -348,6 +348,44 @@ class InferMax:
         requests, tokens = build.items()
         return Decision(requests, tokens, build.evicted)
 
+    def repeat_decodes(self, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """Coalesced runs (:class:`~kvsched.heuristics.base.SteadyDecodes`): a decode-only batch repeats
+        until its decodes' reservations no longer fit.
+
+        Through a run nothing arrives, completes or is evicted, so the groups, their
+        order (KV grows equally for every decode) and every reason a prefill or a
+        waiting request stayed out hold: budgets are unchanged and the free blocks
+        only shrink. The one thing that changes is each decode's reservation of
+        m + 1, which grows with its KV; the run lasts while all of them fit (beyond
+        that a decode would evict). Eviction-free reservations never grow.
+        """
+        if self.reserve == "peak":
+            return limit
+        req = np.asarray(decision.requests, dtype=np.int64)
+        kv = view.kv[req]  # each batch j = 1, 2, ... of the run wants kv + j reserved
+        alloc = self._alloc[req]
+        base = int(_sum(self._blocks_of(alloc)))
+        free = self._capacity - self._reserved
+
+        def grown(j: int) -> int:
+            return int(_sum(self._blocks_of(np.maximum(alloc, kv + j)))) - base
+
+        if grown(limit) <= free:
+            k = limit
+        else:
+            lo, hi = 0, limit  # grown(lo) <= free < grown(hi)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if grown(mid) <= free:
+                    lo = mid
+                else:
+                    hi = mid
+            k = lo
+        if k:
+            self._reserved += grown(k)
+            self._alloc[req] = np.maximum(alloc, kv + k)
+        return k
+
     def _group_running(self, view: SchedulerView, run: np.ndarray) -> _Build:
         """Running requests in global priority order, split by phase (one vectorized read)."""
         decode = view.phase_of(run) == _DECODE  # the next item is a decode

@@ -8,6 +8,14 @@ the cost model) and applied by :meth:`~kvsched.schedule.core.EngineState.step`,
 which raises :class:`~kvsched.schedule.core.ScheduleError` if the policy asked
 for something illegal. The result carries the same :class:`Trace` a replay of
 the schedule would give.
+
+Coalesced runs: after a decode-only batch (no eviction, no completion), a
+policy that opted in (:func:`~kvsched.heuristics.base.steady_decodes`) says how
+many times in a row it would return that batch again, up to the next event (an
+arrival, a completion, the KV capacity: :meth:`EngineState.run_limit`). Those
+batches become one :class:`~kvsched.schedule.ir.Run`, checked and applied by the
+core in one step (:meth:`EngineState.step_run`). The batches are exactly those
+of batch-by-batch simulation; only their storage is shorter.
 """
 
 from __future__ import annotations
@@ -16,14 +24,15 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
+import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvsched.costmodel import CostModel
 from kvsched.errors import KvschedError
-from kvsched.heuristics.base import Policy, SchedulerView
+from kvsched.heuristics.base import Decision, Policy, SchedulerView, SteadyDecodes, steady_decodes
 from kvsched.instances.model import Instance
-from kvsched.schedule.core import EngineState
-from kvsched.schedule.ir import Batch, Schedule
+from kvsched.schedule.core import TIME_TOL, EngineState
+from kvsched.schedule.ir import Batch, Run, Schedule
 from kvsched.schedule.validate import Trace, instance_cost_model
 
 #: Batches allowed per token of work (sum of I + O) before a run counts as an eviction loop.
@@ -62,6 +71,7 @@ def simulate(
     cost_model: CostModel | None = None,
     *,
     progress: bool = False,
+    coalesce: bool = True,
 ) -> SimResult:
     """Run ``policy`` on ``instance`` until every request completes.
 
@@ -76,6 +86,9 @@ def simulate(
         Batch durations; defaults to the instance's own time model.
     progress
         Show a progress bar of completed requests.
+    coalesce
+        Let a policy that opted in repeat a decode-only batch as one
+        :class:`~kvsched.schedule.ir.Run` (same batches, shorter storage).
 
     Raises
     ------
@@ -93,9 +106,11 @@ def simulate(
     view = SchedulerView(state, expose_output=policy.uses_true_output)
     policy.reset(instance)
     trace = Trace(instance, state)
-    batches: list[Batch] = []
+    entries: list[Batch | Run] = []
+    num_batches = 0
     limit = batch_limit(instance)
     now = 0.0
+    steady = steady_decodes(policy) if coalesce else None
 
     bar = _progress_bar() if progress else None
     with bar if bar is not None else nullcontext():
@@ -119,7 +134,7 @@ def simulate(
                     )
                 now = upcoming  # idle until the next arrival
                 continue
-            if len(batches) >= limit:
+            if num_batches >= limit:
                 raise KvschedError(
                     f"policy {policy.name!r} ran {limit} batches without finishing "
                     f"({state.n - state.num_done} requests left, {int(state.evictions.sum())} "
@@ -127,13 +142,46 @@ def simulate(
                 )
             batch = state.make_batch(now, decision.requests, decision.tokens, decision.evict)
             record = state.step(batch)
-            batches.append(batch)
-            trace.records.append(record)
-            if bar is not None and task is not None and record.completed.size:
-                bar.advance(task, int(record.completed.size))
+            entries.append(batch)
+            trace.entries.append(record)
+            num_batches += 1
+            completed = int(record.completed.size)
+            decode_only = record.num_decodes == record.num_items and not batch.evicted.size
+            if steady is not None and decode_only and not completed and num_batches < limit:
+                run = _repeat(state, view, steady, decision, batch)
+                if run is not None:
+                    run_record = state.step_run(run)
+                    entries.append(run)
+                    trace.entries.append(run_record)
+                    num_batches += run.repeat
+                    completed = int(run_record.completed.size)
+            if bar is not None and task is not None and completed:
+                bar.advance(task, completed)
 
-    schedule = Schedule(tuple(batches), {"policy": policy.name, "params": dict(policy.params)})
+    schedule = Schedule(tuple(entries), {"policy": policy.name, "params": dict(policy.params)})
     return SimResult(schedule, trace, time.perf_counter() - wall)
+
+
+def _repeat(
+    state: EngineState, view: SchedulerView, policy: SteadyDecodes, decision: Decision, batch: Batch
+) -> Run | None:
+    """The run of repeats of decode-only ``batch`` that ``policy`` would ask for next, if any."""
+    req = batch.requests
+    limit = state.run_limit(req)
+    if not limit:
+        return None
+    durations = state.run_durations(req, limit)
+    upcoming = view.next_arrival()  # the first request the policy has not seen (view.now is the decision's)
+    if upcoming is not None:
+        # A batch that starts once the next request has arrived sees it: the run stops before.
+        starts = np.add.accumulate(np.concatenate(([state.clock], durations[:-1])))
+        limit = int(np.searchsorted(starts + TIME_TOL, upcoming, side="left"))
+        if not limit:
+            return None
+    k = policy.repeat_decodes(view, decision, limit)
+    if not k:
+        return None
+    return Run.of(state.clock, durations[:k], req)
 
 
 def _progress_bar() -> Progress:

@@ -30,14 +30,13 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from enum import StrEnum
 
 import numpy as np
 
-from kvsched.costmodel.base import BatchView, CostModel
-from kvsched.errors import KvschedError
+from kvsched.costmodel.base import BatchView, CostModel, decode_run_times
 from kvsched.instances.model import Instance
-from kvsched.schedule.ir import Batch, Phase
+from kvsched.schedule.ir import Batch, Phase, Run
+from kvsched.schedule.records import BatchRecord, Rule, RunRecord, ScheduleError, Violation
 
 #: Absolute tolerance on times (overlap, arrival).
 TIME_TOL = 1e-9
@@ -75,76 +74,6 @@ class _Legal:
     num_tokens: int
     grown_blocks: int
     new_holders: int  # items whose request held no KV before the batch
-
-
-class Rule(StrEnum):
-    """The rule a violation breaks."""
-
-    EMPTY_BATCH = "empty-batch"
-    OVERLAP = "overlap"
-    WRONG_DURATION = "wrong-duration"
-    UNKNOWN_REQUEST = "unknown-request"
-    BEFORE_ARRIVAL = "before-arrival"
-    AFTER_COMPLETION = "after-completion"
-    DUPLICATE_ITEM = "duplicate-item"
-    BAD_TOKENS = "bad-tokens"
-    TOO_MANY_TOKENS = "too-many-tokens"
-    DECODE_BEFORE_PREFILL = "decode-before-prefill"
-    PHASE_MISMATCH = "phase-mismatch"
-    BAD_EVICTION = "bad-eviction"
-    TOKEN_BUDGET = "token-budget"
-    PREFILL_BUDGET = "prefill-budget"
-    MAX_RUNNING = "max-running"
-    KV_CAPACITY = "kv-capacity"
-    INCOMPLETE = "incomplete"
-
-
-@dataclass(frozen=True, slots=True)
-class Violation:
-    """One broken rule, located by batch index and request id where it applies."""
-
-    rule: Rule
-    message: str
-    batch: int | None = None
-    request: str | None = None
-
-    def __str__(self) -> str:
-        where = []
-        if self.batch is not None:
-            where.append(f"batch {self.batch}")
-        if self.request is not None:
-            where.append(f"request {self.request!r}")
-        prefix = ", ".join(where)
-        return f"{prefix}: [{self.rule}] {self.message}" if prefix else f"[{self.rule}] {self.message}"
-
-
-class ScheduleError(KvschedError):
-    """An illegal batch or schedule; carries every violation found."""
-
-    def __init__(self, violations: Sequence[Violation]) -> None:
-        self.violations = list(violations)
-        first = str(self.violations[0]) if self.violations else "illegal schedule"
-        more = len(self.violations) - 1
-        super().__init__(first + (f" (and {more} more violation{'s' * (more > 1)})" if more else ""))
-
-
-@dataclass(frozen=True, slots=True, eq=False)
-class BatchRecord:
-    """What happened in one applied batch (input to the metrics)."""
-
-    index: int
-    start: float
-    end: float
-    num_items: int
-    num_tokens: int
-    prefill_tokens: int
-    num_decodes: int
-    kv_tokens: int
-    kv_blocks: int
-    num_running: int
-    num_evicted: int
-    generated: np.ndarray  # positions of the requests that generated a token
-    completed: np.ndarray  # positions of the requests that completed
 
 
 class EngineState:
@@ -683,6 +612,130 @@ class EngineState:
         self.num_batches += 1
         return record
 
+    # -------------------------------------------------------------- decode runs
+    def run_limit(self, requests: np.ndarray) -> int:
+        """The most decode-only batches of ``requests`` in a row the rules allow from now.
+
+        Each batch decodes one token for every one of ``requests`` (distinct, held
+        decodes, arrived by now); KV grows by one per request per batch. The limit
+        is the first completion (that batch may end a run) and the KV capacity; the
+        token budget and ``max_running`` do not change through a run. 0 if the
+        requests cannot decode now.
+        """
+        req = requests
+        n = int(req.size)
+        if not n or _min(req) < 0 or _max(req) >= self.n or n > self.n:
+            return 0
+        if n > 1:
+            slot, index = self._slot, self._arange[:n]
+            slot[req] = index
+            if _count(slot[req] != index):
+                return 0
+        if _count(self._phase[req] != _DECODE) or _count(self.done[req]):
+            return 0
+        lim = self.instance.limits
+        if lim.max_batch_tokens is not None and n > lim.max_batch_tokens:
+            return 0
+        if lim.max_running is not None and self.num_holding > lim.max_running:
+            return 0
+        limit = int(_min(self.output[req] - self.generated[req]))
+        free = self.kv_block_capacity - self.kv_blocks
+        if self.block_size == 1:
+            return max(0, min(limit, free // n))
+        kv = self.kv[req]
+        base = int(_sum(self._blocks(kv)))
+
+        def grown(j: int) -> int:
+            return int(_sum(self._blocks(kv + j))) - base
+
+        if grown(limit) <= free:
+            return limit
+        lo, hi = 0, limit  # grown(lo) <= free < grown(hi)
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if grown(mid) <= free:
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def run_durations(self, requests: np.ndarray, k: int) -> np.ndarray:
+        """The cost model's durations of ``k`` decode batches of ``requests`` from now."""
+        if self.cost_model is None:
+            raise ValueError("run_durations needs a cost model")
+        return decode_run_times(self.cost_model, self.kv[requests], k)
+
+    def check_run(self, run: Run, index: int | None = None) -> list[Violation]:
+        """Every rule ``run`` breaks if applied now (the state is not changed).
+
+        Time proportional to the run's items and its k durations. A run that fails
+        the closed-form test is spelled out batch by batch on a copy of the state,
+        so its violations are worded and located exactly as for single batches.
+        """
+        if self._run_ok(run):
+            return []
+        first = self.num_batches if index is None else index
+        probe = self.__copy__()
+        out: list[Violation] = []
+        for j, batch in enumerate(run.batches()):
+            out += probe.check(batch, first + j)
+            probe.apply(batch)
+        return out
+
+    def _run_ok(self, run: Run) -> bool:
+        start, dur, req = run.start, run.durations, run.requests
+        if not (math.isfinite(start) and start >= self.clock - TIME_TOL):
+            return False
+        if not (np.isfinite(dur).all() and _min(dur) >= 0):
+            return False
+        if self.run_limit(req) < run.repeat:
+            return False
+        if start + TIME_TOL < self._last_arrival and _max(self.arrival[req]) > start + TIME_TOL:
+            return False
+        if self.cost_model is not None:
+            expected = decode_run_times(self.cost_model, self.kv[req], run.repeat)
+            if _count(np.abs(dur - expected) > DURATION_RTOL * np.maximum(1.0, np.abs(expected))):
+                return False
+        return True
+
+    def apply_run(self, run: Run) -> RunRecord:
+        """Apply a legal ``run`` (checked by :meth:`check_run`) in one step: O(items)."""
+        req, k = run.requests, run.repeat
+        n = int(req.size)
+        kv_before = self.kv[req]
+        record_kv, record_blocks, running = self.kv_tokens, self.kv_blocks, self.num_holding
+        kv_after = kv_before + k
+        self.kv[req] = kv_after
+        self.processed[req] += k
+        generated = self.generated[req] + k
+        self.generated[req] = generated
+        self.kv_tokens += n * k
+        self.kv_blocks += (
+            n * k if self.block_size == 1 else int(_sum(self._blocks(kv_after) - self._blocks(kv_before)))
+        )
+        completed = req[generated >= self.output[req]]
+        if completed.size:
+            self.kv_tokens -= int(_sum(self.kv[completed]))
+            self.kv_blocks -= int(_sum(self._blocks(self.kv[completed])))
+            self.num_holding -= int(completed.size)
+            self.kv[completed] = 0
+            self.done[completed] = True
+            self.completion[completed] = run.end
+            self.num_done += int(completed.size)
+        record = RunRecord(
+            self.num_batches, run, kv_before, record_kv, record_blocks, self.block_size, running, completed
+        )
+        self.clock = max(self.clock, run.end)
+        self.num_batches += k
+        return record
+
+    def step_run(self, run: Run) -> RunRecord:
+        """Check ``run`` and apply it; raise :class:`ScheduleError` if it is illegal."""
+        violations = self.check_run(run)
+        if violations:
+            raise ScheduleError(violations)
+        return self.apply_run(run)
+
     def finish(self) -> list[Violation]:
         """Violations of the end state: every request must have completed."""
         out = []
@@ -697,3 +750,15 @@ class EngineState:
                 )
             )
         return out
+
+
+__all__ = [
+    "DURATION_RTOL",
+    "TIME_TOL",
+    "BatchRecord",
+    "EngineState",
+    "Rule",
+    "RunRecord",
+    "ScheduleError",
+    "Violation",
+]

@@ -166,14 +166,26 @@ def check_fingerprint(meta: Any, instance: Instance, source: str) -> None:
 
 
 def save_schedule(schedule: Schedule, instance: Instance, path: str | Path) -> None:
-    """Write ``schedule`` as a kvsched JSON schedule file (its meta names the instance's fingerprint)."""
+    """Write ``schedule`` as a kvsched JSON schedule file (its meta names the instance's fingerprint).
+
+    A ``.npz`` path gets the columnar format instead (:mod:`kvsched.schedule.columnar`),
+    which keeps coalesced runs; JSON spells every batch out.
+    """
+    if Path(path).suffix.lower() == ".npz":
+        from kvsched.schedule.columnar import save_columnar
+
+        return save_columnar(schedule, instance, path)
     text = json.dumps(schedule_to_dict(schedule, instance), separators=(",", ":")) + "\n"
     Path(path).write_text(text, encoding="utf-8")
 
 
 def load_schedule(path: str | Path, instance: Instance) -> Schedule:
-    """Read a kvsched JSON schedule file (or an InferMax-format JSON, detected by its keys)."""
+    """Read a kvsched JSON schedule file (or an InferMax-format JSON, detected by its keys, or a columnar ``.npz``)."""
     p = Path(path)
+    if p.suffix.lower() == ".npz":
+        from kvsched.schedule.columnar import load_columnar
+
+        return load_columnar(p, instance)
     data = read_json(p)
     if isinstance(data, dict) and "c" in data and "requests" in data and "batches" not in data:
         from kvsched.costmodel import make_cost_model

@@ -1,9 +1,15 @@
-"""The schedule IR: an ordered list of batches.
+"""The schedule IR: an ordered list of batches and runs.
 
 A :class:`Batch` is columnar: parallel integer arrays of request positions,
 token counts and phase codes, so that schedules of millions of items stay cheap.
 :meth:`Batch.items` gives the readable view. Files refer to requests by id;
 in memory they are positions in :attr:`Instance.requests`.
+
+A :class:`Run` is ``k`` back-to-back decode-only batches of the same requests
+(one token each, no evictions): the stretches between events that make up most
+of a trace, stored once with the ``k`` durations. :attr:`Schedule.entries`
+holds batches and runs; :attr:`Schedule.batches` expands the runs (exactly the
+batches they stand for) for code that wants one batch at a time.
 """
 
 from __future__ import annotations
@@ -140,24 +146,130 @@ class Batch:
         )
 
 
+_ONE = np.ones(1, dtype=np.int64)
+_DECODE_CODE = np.full(1, Phase.DECODE, dtype=np.int8)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Run:
+    """``k`` back-to-back decode-only batches of the same requests (a coalesced run).
+
+    Batch ``j`` starts when batch ``j - 1`` ends (``start`` plus the durations
+    before it, added one by one as an engine clock would) and decodes one token
+    for each of ``requests``; none is evicted. Build with :meth:`of`.
+
+    Parameters
+    ----------
+    start
+        Start of the first batch.
+    durations
+        Duration of each of the ``k`` batches (read-only float array).
+    requests
+        Positions of the requests decoded in every batch (read-only).
+    end
+        End of the last batch (derived by :meth:`of`).
+    """
+
+    start: float
+    durations: np.ndarray
+    requests: np.ndarray
+    end: float
+
+    @classmethod
+    def of(
+        cls, start: float, durations: Sequence[float] | np.ndarray, requests: Sequence[int] | np.ndarray
+    ) -> Run:
+        dur = np.array(durations, dtype=np.float64).reshape(-1)
+        if dur.size == 0:
+            raise ValueError("a run has at least one batch")
+        dur.flags.writeable = False
+        req = requests if _is_frozen_int(requests) else _frozen(requests)
+        ends = np.add.accumulate(np.concatenate(([float(start)], dur)))
+        return cls(float(start), dur, req, float(ends[-1]))
+
+    @property
+    def repeat(self) -> int:
+        """k: the number of batches."""
+        return int(self.durations.size)
+
+    @property
+    def size(self) -> int:
+        """Items per batch."""
+        return int(self.requests.size)
+
+    @property
+    def duration(self) -> float:
+        return self.end - self.start
+
+    def starts(self) -> np.ndarray:
+        """Start of each batch (exactly the clock of batch-by-batch execution)."""
+        return np.add.accumulate(np.concatenate(([self.start], self.durations[:-1])))
+
+    def batches(self) -> Iterator[Batch]:
+        """The ``k`` batches this run stands for."""
+        n = self.requests.size
+        tokens = np.broadcast_to(_ONE, (n,)) if n else _EMPTY
+        phases = np.broadcast_to(_DECODE_CODE, (n,)) if n else _frozen([], np.int8)
+        for s, d in zip(self.starts().tolist(), self.durations.tolist(), strict=True):
+            yield Batch(s, d, self.requests, tokens, phases, _EMPTY)
+
+
+def _is_frozen_int(values: object) -> bool:
+    return isinstance(values, np.ndarray) and values.dtype == np.int64 and not values.flags.writeable
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Schedule:
-    """An ordered list of batches plus free-form provenance (policy, solver, ...)."""
+    """An ordered list of batches and runs plus free-form provenance (policy, solver, ...).
 
-    batches: tuple[Batch, ...]
+    Parameters
+    ----------
+    entries
+        :class:`Batch` and :class:`Run` objects in time order.
+    meta
+        Provenance.
+    """
+
+    entries: tuple[Batch | Run, ...]
     meta: dict[str, Any] = field(default_factory=dict)
+    _expanded: tuple[Batch, ...] | None = field(default=None, init=False, repr=False, compare=False)
+
+    @property
+    def has_runs(self) -> bool:
+        return any(type(e) is Run for e in self.entries)
+
+    @property
+    def batches(self) -> tuple[Batch, ...]:
+        """Every batch, runs expanded (built once on first use; no copy when there is no run)."""
+        if self._expanded is None:
+            if not self.has_runs:
+                object.__setattr__(self, "_expanded", self.entries)
+            else:
+                out: list[Batch] = []
+                for e in self.entries:
+                    if type(e) is Run:
+                        out.extend(e.batches())
+                    else:
+                        out.append(e)
+                object.__setattr__(self, "_expanded", tuple(out))
+        assert self._expanded is not None
+        return self._expanded
 
     def __len__(self) -> int:
-        return len(self.batches)
+        """Number of batches (a run of k counts k)."""
+        return sum(e.repeat if type(e) is Run else 1 for e in self.entries)
 
     def __iter__(self) -> Iterator[Batch]:
-        return iter(self.batches)
+        """The batches one by one, runs expanded lazily (nothing kept)."""
+        for e in self.entries:
+            if type(e) is Run:
+                yield from e.batches()
+            else:
+                yield e
 
     @property
     def makespan(self) -> float:
-        return self.batches[-1].end if self.batches else 0.0
+        return self.entries[-1].end if self.entries else 0.0
 
     def same_as(self, other: Schedule, tol: float = 1e-9) -> bool:
-        return len(self) == len(other) and all(
-            a.same_as(b, tol) for a, b in zip(self.batches, other.batches, strict=True)
-        )
+        return len(self) == len(other) and all(a.same_as(b, tol) for a, b in zip(self, other, strict=True))

@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvsched.schedule.core import TIME_TOL, BatchRecord
+from kvsched.schedule.records import RunRecord
 from kvsched.schedule.validate import Trace
 
 #: Quantile convention of every percentile here (numpy's default).
@@ -43,15 +44,38 @@ class _Gaps:
 
 
 def _generation_events(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """Every (request position, emission time) pair, sorted by request then time."""
-    records = trace.records
-    if not records:
+    """Every (request position, emission time) pair, sorted by request then time.
+
+    A coalesced run's events are laid out with numpy (every item generates in
+    each of its batches), never as one record per batch.
+    """
+    entries = trace.entries
+    if not entries:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-    gens = [np.asarray(r.generated, dtype=np.int64) for r in records]
-    counts = np.fromiter((g.size for g in gens), dtype=np.int64, count=len(gens))
-    ends = np.fromiter((r.end for r in records), dtype=np.float64, count=len(records))
-    pos = np.concatenate(gens)
-    times = np.repeat(ends, counts)
+    pos_parts: list[np.ndarray] = []
+    time_parts: list[np.ndarray] = []
+    ends: list[float] = []
+    gens: list[np.ndarray] = []
+
+    def flush() -> None:
+        if gens:
+            counts = np.fromiter((g.size for g in gens), dtype=np.int64, count=len(gens))
+            pos_parts.append(np.concatenate(gens).astype(np.int64, copy=False))
+            time_parts.append(np.repeat(np.array(ends, dtype=np.float64), counts))
+            gens.clear()
+            ends.clear()
+
+    for r in entries:
+        if type(r) is RunRecord:
+            flush()
+            pos_parts.append(np.tile(r.requests, r.repeat))
+            time_parts.append(np.repeat(r.ends(), r.requests.size))
+        else:
+            gens.append(r.generated)
+            ends.append(r.end)
+    flush()
+    pos = np.concatenate(pos_parts)
+    times = np.concatenate(time_parts)
     # Records are chronological in a legal trace; sorting on time as well keeps
     # gaps non-negative even for an illegal (overlapping) one.
     order = np.lexsort((times, pos))
@@ -222,33 +246,97 @@ def batch_metrics(trace: Trace) -> pd.DataFrame:
     kv_util (KV blocks held x block size / M: the fraction of the cache in
     use), num_running (requests holding KV), num_evicted, num_generated.
     """
-    recs = trace.records
+    cols = _batch_columns(trace)
     lim = trace.instance.limits
-    k = len(recs)
-
-    def column(get: Callable[[BatchRecord], float], dtype: type) -> np.ndarray:
-        return np.fromiter((get(r) for r in recs), dtype=dtype, count=k)
-
-    start = column(lambda r: r.start, np.float64)
-    end = column(lambda r: r.end, np.float64)
-    kv_blocks = column(lambda r: r.kv_blocks, np.int64)
+    start, end = cols["start"], cols["end"]
     return pd.DataFrame(
         {
             "start": start,
             "end": end,
             "duration": end - start,
-            "num_items": column(lambda r: r.num_items, np.int64),
-            "num_tokens": column(lambda r: r.num_tokens, np.int64),
-            "prefill_tokens": column(lambda r: r.prefill_tokens, np.int64),
-            "num_decodes": column(lambda r: r.num_decodes, np.int64),
-            "kv_tokens": column(lambda r: r.kv_tokens, np.int64),
-            "kv_util": kv_blocks * lim.block_size / lim.kv_capacity,
-            "num_running": column(lambda r: r.num_running, np.int64),
-            "num_evicted": column(lambda r: r.num_evicted, np.int64),
-            "num_generated": column(lambda r: r.generated.size, np.int64),
+            "num_items": cols["num_items"],
+            "num_tokens": cols["num_tokens"],
+            "prefill_tokens": cols["prefill_tokens"],
+            "num_decodes": cols["num_decodes"],
+            "kv_tokens": cols["kv_tokens"],
+            "kv_util": cols["kv_blocks"] * lim.block_size / lim.kv_capacity,
+            "num_running": cols["num_running"],
+            "num_evicted": cols["num_evicted"],
+            "num_generated": cols["num_generated"],
         },
-        index=pd.Index(column(lambda r: r.index, np.int64), name="batch"),
+        index=pd.Index(cols["index"], name="batch"),
     )
+
+
+_COLUMNS: dict[str, type] = {
+    "index": np.int64,
+    "start": np.float64,
+    "end": np.float64,
+    "num_items": np.int64,
+    "num_tokens": np.int64,
+    "prefill_tokens": np.int64,
+    "num_decodes": np.int64,
+    "kv_tokens": np.int64,
+    "kv_blocks": np.int64,
+    "num_running": np.int64,
+    "num_evicted": np.int64,
+    "num_generated": np.int64,
+}
+
+
+def _record_columns(recs: list[BatchRecord]) -> dict[str, np.ndarray]:
+    k = len(recs)
+
+    def column(get: Callable[[BatchRecord], float], dtype: type) -> np.ndarray:
+        return np.fromiter((get(r) for r in recs), dtype=dtype, count=k)
+
+    out = {
+        name: column(lambda r, name=name: getattr(r, name), dtype)
+        for name, dtype in _COLUMNS.items()
+        if name != "num_generated"
+    }
+    out["num_generated"] = column(lambda r: r.generated.size, np.int64)
+    return out
+
+
+def _run_columns(r: RunRecord) -> dict[str, np.ndarray]:
+    k, n = r.repeat, r.requests.size
+    steps = np.arange(1, k + 1, dtype=np.int64)
+    starts = r.run.starts()
+    full = np.full(k, n, dtype=np.int64)
+    return {
+        "index": r.index + steps - 1,
+        "start": starts,
+        "end": starts + r.run.durations,
+        "num_items": full,
+        "num_tokens": full,
+        "prefill_tokens": np.zeros(k, dtype=np.int64),
+        "num_decodes": full,
+        "kv_tokens": r.kv_tokens + n * steps,
+        "kv_blocks": r.kv_blocks_during(),
+        "num_running": np.full(k, r.num_running, dtype=np.int64),
+        "num_evicted": np.zeros(k, dtype=np.int64),
+        "num_generated": full,
+    }
+
+
+def _batch_columns(trace: Trace) -> dict[str, np.ndarray]:
+    """The per-batch columns of :func:`batch_metrics`; runs are laid out with numpy, not expanded."""
+    parts: list[dict[str, np.ndarray]] = []
+    pending: list[BatchRecord] = []
+    for e in trace.entries:
+        if type(e) is RunRecord:
+            if pending:
+                parts.append(_record_columns(pending))
+                pending = []
+            parts.append(_run_columns(e))
+        else:
+            pending.append(e)
+    if pending or not parts:
+        parts.append(_record_columns(pending))
+    if len(parts) == 1:
+        return parts[0]
+    return {name: np.concatenate([p[name] for p in parts]) for name in _COLUMNS}
 
 
 # ----------------------------------------------------------------------- run

@@ -13,21 +13,37 @@ from dataclasses import dataclass, field
 from kvsched.costmodel import CostModel, make_cost_model
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import BatchRecord, EngineState, ScheduleError, Violation
-from kvsched.schedule.ir import Schedule
+from kvsched.schedule.ir import Run, Schedule
+from kvsched.schedule.records import RunRecord, expand_records
 
 
 @dataclass(eq=False)
 class Trace:
-    """The outcome of replaying a schedule: final state, per-batch records, violations."""
+    """The outcome of replaying a schedule: final state, per-batch and per-run records, violations.
+
+    ``entries`` holds one :class:`BatchRecord` per batch and one :class:`RunRecord`
+    per coalesced run, in order; :attr:`records` spells the runs out.
+    """
 
     instance: Instance
     state: EngineState
-    records: list[BatchRecord] = field(default_factory=list)
+    entries: list[BatchRecord | RunRecord] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
         return not self.violations
+
+    @property
+    def records(self) -> list[BatchRecord]:
+        """One record per batch (runs expanded: built on each call, so read it once)."""
+        if not any(type(e) is RunRecord for e in self.entries):
+            return self.entries  # type: ignore[return-value]
+        return expand_records(self.entries)
+
+    @property
+    def num_batches(self) -> int:
+        return sum(e.repeat if type(e) is RunRecord else 1 for e in self.entries)
 
 
 def instance_cost_model(instance: Instance) -> CostModel:
@@ -61,13 +77,28 @@ def replay(
         cost_model = instance_cost_model(instance)
     state = EngineState(instance, cost_model if check_durations else None)
     trace = Trace(instance, state)
-    for k, batch in enumerate(schedule.batches):
-        found = state.check(batch, k)
+    k = 0  # index of the next batch
+    for entry in schedule.entries:
+        if type(entry) is Run:
+            found = state.check_run(entry, k)
+            if not found:
+                trace.entries.append(state.apply_run(entry))
+                k += entry.repeat
+                continue
+            if strict:
+                raise ScheduleError(found)
+            trace.violations.extend(found)
+            for batch in entry.batches():  # keep replaying an illegal run batch by batch
+                trace.entries.append(state.apply(batch))
+            k += entry.repeat
+            continue
+        found = state.check(entry, k)
         if found:
             if strict:
                 raise ScheduleError(found)
             trace.violations.extend(found)
-        trace.records.append(state.apply(batch))
+        trace.entries.append(state.apply(entry))
+        k += 1
     unfinished = state.finish()
     if unfinished and strict:
         raise ScheduleError(unfinished)

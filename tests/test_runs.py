@@ -1,0 +1,179 @@
+"""Coalesced decode runs: the same batches as batch-by-batch simulation, checked by the core.
+
+A policy that opts in (``repeat_decodes``) lets the simulator store a steady
+stretch of decode-only batches as one :class:`~kvsched.schedule.ir.Run`. Here
+every opted-in policy runs with and without coalescing on instances with
+arrivals over time, paged blocks, budgets and evictions, and the two must give
+bit-identical batches, records, final states and metrics; the validator must
+accept the coalesced schedule on its own; the cost models' closed forms must
+equal their per-batch prices; and an illegal run must be reported exactly as
+its batches would be.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kvsched.costmodel import REGISTRY, BatchView, make_cost_model
+from kvsched.costmodel.base import decode_run_times
+from kvsched.costmodel.coeffile import resolve_cost_model
+from kvsched.errors import InputError
+from kvsched.heuristics import list_policies, make_policy, simulate
+from kvsched.heuristics.base import steady_decodes
+from kvsched.instances.generators import LogNormal, Poisson, SemiOnline, synthetic
+from kvsched.instances.model import Limits, TimeModel
+from kvsched.schedule.core import EngineState, Rule, ScheduleError
+from kvsched.schedule.io import load_schedule, save_schedule
+from kvsched.schedule.ir import Run, Schedule
+from kvsched.schedule.metrics import batch_metrics, request_metrics, run_metrics
+from kvsched.schedule.validate import replay, validate
+from tests.test_simulator_equivalence import assert_same_state
+
+STEADY = [s.name for s in list_policies() if steady_decodes(make_policy(s.name)) is not None]
+
+
+def _instances():
+    calibrated = TimeModel(*resolve_cost_model("llama-2-7b_a100-80gb_tp1"))
+    lengths = dict(
+        prompt=LogNormal.from_mean(150, sigma=0.8, max=500),
+        output=LogNormal.from_mean(60, sigma=1.0, max=400),
+    )
+    return {
+        "poisson-calibrated": synthetic(
+            60, 1, Limits(2500, 1, 1024), calibrated, arrival=Poisson(6.0), **lengths
+        ),
+        "paged-budgets": synthetic(
+            60,
+            2,
+            Limits(1800, 16, 256, max_prefill_tokens=128, max_running=12),
+            TimeModel("infermax-linear"),
+            arrival=Poisson(40.0),
+            predict_sigma=0.5,
+            **lengths,
+        ),
+        "tight-unit": synthetic(
+            50, 3, Limits(1500, 1, 1024), TimeModel("unit"), arrival=SemiOnline(), **lengths
+        ),
+    }
+
+
+INSTANCES = _instances()
+
+
+def test_the_infermax_family_opts_in():
+    assert {"sarathi", "vllm", "sarathi-ef", "rank-i", "infermax-sec6"} <= set(STEADY)
+    assert steady_decodes(make_policy("mcsf-alg1")) is None  # the default is "no"
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCES))
+@pytest.mark.parametrize("policy", STEADY)
+def test_coalesced_runs_give_the_same_batches_records_and_state(name, policy):
+    inst = INSTANCES[name]
+    try:
+        plain = simulate(inst, make_policy(policy), coalesce=False)
+    except ScheduleError:
+        raise
+    except Exception as exc:  # a policy that cannot run this instance fails the same way coalesced
+        with pytest.raises(type(exc)):
+            simulate(inst, make_policy(policy))
+        return
+    fast = simulate(inst, make_policy(policy))
+    assert fast.schedule.same_as(plain.schedule, tol=0.0)
+    assert len(fast.schedule) == len(plain.schedule)
+    assert fast.schedule.meta == plain.schedule.meta
+    for a, b in zip(fast.trace.records, plain.trace.records, strict=True):
+        for field in ("index", "start", "end", "num_items", "num_tokens", "prefill_tokens", "num_decodes"):
+            assert getattr(a, field) == getattr(b, field), field
+        for field in ("kv_tokens", "kv_blocks", "num_running", "num_evicted"):
+            assert getattr(a, field) == getattr(b, field), field
+        np.testing.assert_array_equal(a.generated, b.generated)
+        np.testing.assert_array_equal(a.completed, b.completed)
+    assert_same_state(fast.trace.state, plain.trace.state)
+    # Metrics straight from the runs equal those of the batches.
+    assert run_metrics(fast.trace) == run_metrics(plain.trace)
+    assert batch_metrics(fast.trace).equals(batch_metrics(plain.trace))
+    assert request_metrics(fast.trace).equals(request_metrics(plain.trace))
+    # The validator accepts the coalesced schedule on its own and rebuilds the same state.
+    again = replay(inst, fast.schedule)
+    assert_same_state(again.state, plain.trace.state)
+    assert again.num_batches == len(plain.schedule)
+
+
+def test_runs_actually_coalesce():
+    result = simulate(INSTANCES["poisson-calibrated"], make_policy("sarathi"))
+    runs = [e for e in result.schedule.entries if type(e) is Run]
+    assert runs and len(result.schedule.entries) < len(result.schedule) / 2
+
+
+@pytest.mark.parametrize("model", sorted(REGISTRY))
+def test_closed_form_run_times_equal_the_batch_times_bit_for_bit(model):
+    params = dict(resolve_cost_model("llama-2-7b_a100-80gb_tp1")[1]) if model == "calibrated" else {}
+    cost = make_cost_model(model, params)
+    rng = np.random.default_rng(7)
+    for n in (1, 5, 64):
+        context = rng.integers(1, 3000, n)
+        fast = decode_run_times(cost, context, 40)
+        ones, phases = np.ones(n, dtype=np.int64), np.ones(n, dtype=np.int8)
+        slow = [cost.batch_time(BatchView(ones, context + j, phases)) for j in range(40)]
+        np.testing.assert_array_equal(fast, np.array(slow))
+
+
+def _run_fixture():
+    inst = INSTANCES["tight-unit"]
+    result = simulate(inst, make_policy("sarathi"))
+    k = next(i for i, e in enumerate(result.schedule.entries) if type(e) is Run)
+    return inst, result.schedule, k
+
+
+def _replace(schedule: Schedule, k: int, entry) -> Schedule:
+    entries = list(schedule.entries)
+    entries[k] = entry
+    return Schedule(tuple(entries), schedule.meta)
+
+
+def test_a_run_with_wrong_durations_is_located_like_its_batches():
+    inst, sched, k = _run_fixture()
+    run = sched.entries[k]
+    durations = np.array(run.durations)
+    durations[-1] += 0.5
+    bad = _replace(sched, k, Run.of(run.start, durations, run.requests))
+    first = sum(e.repeat if type(e) is Run else 1 for e in sched.entries[:k])
+    found = [v for v in validate(inst, bad).violations if v.rule == Rule.WRONG_DURATION]
+    assert [v.batch for v in found] == [first + run.repeat - 1]
+
+
+def test_a_run_past_a_completion_is_rejected():
+    inst, sched, k = _run_fixture()
+    run = sched.entries[k]
+    state = EngineState(inst, make_cost_model("unit"))
+    for entry in sched.entries[:k]:
+        if type(entry) is Run:
+            state.step_run(entry)
+        else:
+            state.step(entry)
+    too_long = state.run_limit(run.requests) + 1
+    with pytest.raises(ScheduleError) as err:
+        state.step_run(Run.of(run.start, np.ones(too_long), run.requests))
+    assert {v.rule for v in err.value.violations} & {Rule.AFTER_COMPLETION, Rule.KV_CAPACITY}
+
+
+def test_npz_round_trip_keeps_runs_and_json_spells_them_out(tmp_path):
+    inst, sched, _ = _run_fixture()
+    save_schedule(sched, inst, tmp_path / "s.npz")
+    back = load_schedule(tmp_path / "s.npz", inst)
+    assert len(back.entries) == len(sched.entries) and back.same_as(sched, tol=0.0)
+    save_schedule(sched, inst, tmp_path / "s.json")
+    spelled = load_schedule(tmp_path / "s.json", inst)
+    assert not spelled.has_runs and spelled.same_as(sched, tol=0.0)
+
+
+def test_a_bad_npz_is_one_clear_error(tmp_path):
+    inst, sched, _ = _run_fixture()
+    (tmp_path / "junk.npz").write_bytes(b"not a zip")
+    with pytest.raises(InputError, match="not a readable"):
+        load_schedule(tmp_path / "junk.npz", inst)
+    other = INSTANCES["paged-budgets"]
+    save_schedule(sched, inst, tmp_path / "s.npz")
+    with pytest.raises(InputError, match="other requests"):
+        load_schedule(tmp_path / "s.npz", other)
