@@ -130,8 +130,9 @@ def test_tokens_equal_each_request_run_alone(model, policy, kind, covers):
 
 
 def test_chunk_groups_give_the_same_tokens(model, monkeypatch):
-    """However the multi-token chunks of a batch are grouped into attention calls, the tokens are exact."""
-    from kvsched.executor import batch
+    """However the gather path groups a batch's multi-token chunks into attention calls, the tokens are exact."""
+    from kvsched.executor import batch, gather
+    from kvsched.executor.engine import EngineOptions
 
     seen: list[tuple[int, int]] = []  # (groups, chunks) per batch with chunks
     plan = batch.plan_batch
@@ -143,15 +144,16 @@ def test_chunk_groups_give_the_same_tokens(model, monkeypatch):
             seen.append((len(chunks), sum(g.rows.shape[0] for g in chunks)))
         return out
 
-    monkeypatch.setattr("kvsched.executor.runner.plan_batch", counting)
+    monkeypatch.setattr("kvsched.executor.engine.plan_batch", counting)
     # Prompts of very different lengths prefilled together, so the default grouping splits some batches.
     instance = synthetic(12, 4, Limits(kv_capacity=4000), UNIT, prompt=Uniform(2, 300), output=Uniform(1, 4))
     schedule = simulate(instance, make_policy("vllm")).schedule
     counts = {}
-    for slack in (-(1 << 40), batch.GROUP_SLACK, 1 << 40):  # every chunk alone, the default, one group
-        monkeypatch.setattr(batch, "GROUP_SLACK", slack)
+    for slack in (-(1 << 40), gather.GROUP_SLACK, 1 << 40):  # every chunk alone, the default, one group
+        monkeypatch.setattr(gather, "GROUP_SLACK", slack)
         seen.clear()
-        report = oracle(model, instance, run(model, instance, schedule))
+        result = run(model, instance, schedule, options=EngineOptions(attention="gather"))
+        report = oracle(model, instance, result)
         assert report.ok, report.summary()
         counts[slack] = sum(g for g, _ in seen)
         chunks = sum(c for _, c in seen)

@@ -1,4 +1,4 @@
-"""One batch's tensor work: paged attention and one forward pass over every item.
+"""One batch's tensor work: allocate its KV, build its tensors, one forward pass over every item.
 
 An item processes the tokens at positions ``start .. start + c - 1`` of one
 request, on top of the ``start`` KV tokens the request holds; what the item is
@@ -6,43 +6,34 @@ request, on top of the ``start`` KV tokens the request holds; what the item is
 module's -- here every item is "append c tokens to a cache of start tokens".
 
 All items go through each layer's matmuls together (the input is packed: T =
-sum of c rows). Attention runs over KV gathered from the pool, in groups of
-items of similar size, each group in one padded scaled-dot-product-attention
-call:
+sum of c rows, the one-token items first, then the chunks). Attention is one
+of two implementations (:data:`ATTENTION`):
 
-* decodes (and other one-token items) are grouped among themselves, chunks of
-  several tokens among themselves;
-* a group's mask is causal from the lower right: token j of an item over m
-  cached tokens sees keys 0 .. m + j, and no padding. An item alone in its
-  group gets the ``causal_lower_right`` bias instead, which lets CUDA pick the
-  flash kernel;
-* the query heads of a KV head are laid along the query axis, so grouped-query
-  attention copies no KV.
-
-Grouping bounds both costs of an eager engine: every call is a launch (a
-vLLM-style prefill batch of 180 short prompts would otherwise be 180 calls per
-layer), and every padded key is KV copied for nothing (one padded call for 150
-decodes reading 50 to 3,500 tokens would gather 150 x 3,500). Items join a group
-while its padded area (items x longest item x longest KV) stays within twice
-the area they need, plus :data:`GROUP_SLACK`.
+* ``paged`` (default): the KV pool is read in place through per-sequence slot
+  tables, one call for all one-token items and one for all chunks
+  (:mod:`kvsched.executor.paged`, with torch references or Triton kernels);
+* ``gather``: the first GPU run's attention, KV gathered into padded groups
+  (:mod:`kvsched.executor.gather`), kept for comparison.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
+from typing import Literal
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from torch.nn.attention.bias import causal_lower_right
 
+from kvsched.errors import InputError
+from kvsched.executor.gather import GatherAttention, ItemGroup, item_groups
 from kvsched.executor.kvcache import KVPool
-from kvsched.executor.model import Decoder
+from kvsched.executor.model import AttendFn, Decoder
+from kvsched.executor.paged import AttentionKernels, InPlaceAttention, SlotTable, slot_table
 
-#: Padded query x key cells a group may waste beyond twice what it needs (small items always merge).
-GROUP_SLACK = 1 << 12
+Attention = Literal["paged", "gather"]
+#: Attention implementations, by name.
+ATTENTION = ("paged", "gather")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -72,164 +63,94 @@ class ItemWork:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class BatchPlan:
-    """The device tensors of one batch (built, and its KV slots allocated, by :func:`plan_batch`)."""
+    """The device tensors of one batch (built, and its KV slots allocated, by :func:`plan_batch`).
 
-    ids: torch.Tensor  # (T,) token ids, items back to back
+    Rows are packed one-token items first, then chunks, each in item order;
+    ``logit_rows`` lists the sampled rows in item order.
+    """
+
+    ids: torch.Tensor  # (T,) token ids
     positions: torch.Tensor  # (T,)
     write_slots: torch.Tensor  # (T,) pool slot of each new token
     logit_rows: torch.Tensor  # (R,) rows whose logits are sampled
-    groups: tuple[ItemGroup, ...]  # every item, in groups attended together
     num_tokens: int
+    attention: Attention
+    decodes: SlotTable  # the one-token items (rows 0 .. n - 1)
+    chunks: SlotTable  # the chunks (rows n .. T - 1)
+    groups: tuple[ItemGroup, ...] = ()  # the gather path's groups
+
+    @property
+    def decode_only(self) -> bool:
+        return self.chunks.size == 0
 
 
-@dataclass(frozen=True, slots=True, eq=False)
-class ItemGroup:
-    """Items attended in one call, padded to the longest item and the longest KV."""
-
-    rows: torch.Tensor  # (n, C) packed row of each item token; padding repeats a real row
-    take: torch.Tensor  # (K,) the real tokens' places in the flattened (n * C) padded block
-    dest: torch.Tensor  # (K,) their packed rows
-    slots: torch.Tensor  # (n, L) KV slots; padding repeats a real slot
-    mask: torch.Tensor | None  # (n, 1, C, L) True where a query sees a key; None for a lone item (causal)
-
-
-def _group(items: list[tuple[int, int, np.ndarray]]) -> list[list[tuple[int, int, np.ndarray]]]:
-    """Greedy grouping of (row, tokens, slots) items by KV length, bounded padded area."""
-    groups: list[list[tuple[int, int, np.ndarray]]] = []
-    area = max_c = max_l = 0
-    for ch in sorted(items, key=lambda ch: (ch[2].size, ch[1])):
-        c, length = ch[1], ch[2].size
-        n = len(groups[-1]) if groups else 0
-        padded = (n + 1) * max(max_c, c) * max(max_l, length)
-        if groups and padded <= 2 * (area + c * length) + GROUP_SLACK:
-            groups[-1].append(ch)
-            area, max_c, max_l = area + c * length, max(max_c, c), max(max_l, length)
-        else:
-            groups.append([ch])
-            area, max_c, max_l = c * length, c, length
-    return groups
-
-
-def _item_group(group: list[tuple[int, int, np.ndarray]], device: torch.device) -> ItemGroup:
-    n = len(group)
-    width = max(c for _, c, _ in group)
-    length = max(s.size for _, _, s in group)
-    rows = np.zeros((n, width), dtype=np.int64)
-    valid = np.zeros((n, width), dtype=bool)
-    slots = np.zeros((n, length), dtype=np.int64)
-    # A lone item needs no mask (attention uses the causal bias). Padded queries see every key, so no
-    # softmax row is empty.
-    mask = np.ones((n, 1, width, length), dtype=bool) if n > 1 else None
-    keys = np.arange(length)
-    for g, (row, c, s) in enumerate(group):
-        rows[g, :] = row
-        rows[g, :c] = np.arange(row, row + c)
-        valid[g, :c] = True
-        slots[g, : s.size] = s
-        slots[g, s.size :] = s[0]
-        if mask is not None:
-            mask[g, 0, :c, :] = keys[None, :] <= s.size - c + np.arange(c)[:, None]
-    tensor = partial(torch.as_tensor, device=device)
-    # Index tensors, not a boolean mask: a boolean index would make the host wait for the device every layer.
-    take = np.flatnonzero(valid)
-    return ItemGroup(
-        tensor(rows),
-        tensor(take),
-        tensor(rows.reshape(-1)[take]),
-        tensor(slots),
-        None if mask is None else tensor(mask),
-    )
-
-
-def plan_batch(pool: KVPool, items: Sequence[ItemWork], device: torch.device) -> BatchPlan:
+def plan_batch(
+    pool: KVPool, items: Sequence[ItemWork], device: torch.device, attention: Attention = "paged"
+) -> BatchPlan:
     """Allocate the items' new KV in ``pool`` and build the batch's tensors.
 
     Raises :class:`~kvsched.executor.kvcache.KvPoolError` when the pool cannot hold them.
     """
-    ids, positions, writes, logit_rows = [], [], [], []
-    singles, chunks = [], []
-    row = 0
-    for it in items:
-        c = int(it.ids.size)
+    if attention not in ATTENTION:
+        raise InputError(f"--attention: expected one of {', '.join(ATTENTION)}, got {attention!r}")
+    single, multi = [], []
+    for k, it in enumerate(items):
         if pool.held(it.owner) != it.start:
             raise RuntimeError(
                 f"executor bug: request {it.label or it.owner} holds {pool.held(it.owner)} KV tokens in the "
                 f"pool but the schedule's state says {it.start}"
             )
-        writes.append(pool.append(it.owner, c, it.label))
+        writes = pool.append(it.owner, int(it.ids.size), it.label)
+        (single if it.ids.size == 1 else multi).append((k, it, writes))
+    ids, positions, writes, last = [], [], [], {}
+    row = 0
+    for k, it, w in single + multi:
+        c = int(it.ids.size)
         ids.append(it.ids)
         positions.append(np.arange(it.start, it.start + c, dtype=np.int64))
-        slots = pool.slots(it.owner)
-        (singles if c == 1 else chunks).append((row, c, slots))
-        if it.sample:
-            logit_rows.append(row + c - 1)
+        writes.append(w)
+        last[k] = row + c - 1
         row += c
+    logit_rows = np.array([last[k] for k, it in enumerate(items) if it.sample], dtype=np.int64)
 
     def tensor(parts: list[np.ndarray]) -> torch.Tensor:
         return torch.as_tensor(np.concatenate(parts) if parts else np.zeros(0, np.int64), device=device)
 
+    seq = {k: pool.slots(it.owner) for k, it, _ in single + multi}
+    decodes = slot_table([seq[k] for k, _, _ in single], [1] * len(single), 0, device)
+    chunks = slot_table(
+        [seq[k] for k, _, _ in multi], [int(it.ids.size) for _, it, _ in multi], len(single), device
+    )
+    groups: tuple[ItemGroup, ...] = ()
+    if attention == "gather":
+        rows = np.cumsum([0] + [int(it.ids.size) for _, it, _ in single + multi])
+        entries = [(int(rows[j]), int(it.ids.size), seq[k]) for j, (k, it, _) in enumerate(single + multi)]
+        groups = item_groups(entries[: len(single)], entries[len(single) :], device)
     return BatchPlan(
         ids=tensor(ids),
         positions=tensor(positions),
         write_slots=tensor(writes),
-        logit_rows=torch.as_tensor(np.array(logit_rows, dtype=np.int64), device=device),
-        groups=tuple(_item_group(g, device) for g in _group(singles) + _group(chunks)),
+        logit_rows=torch.as_tensor(logit_rows, device=device),
         num_tokens=row,
+        attention=attention,
+        decodes=decodes,
+        chunks=chunks,
+        groups=groups,
     )
 
 
-class PagedAttention:
-    """The attend function of one batch: write the new KV into the pool, attend over the cache."""
-
-    def __init__(self, pool: KVPool, plan: BatchPlan) -> None:
-        self.pool = pool
-        self.plan = plan
-        self._masks: dict[tuple[int, int, int], torch.Tensor] = {}
-
-    def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        plan = self.plan
-        self.pool.write(layer, plan.write_slots, k, v)
-        heads, dim = q.shape[1], q.shape[2]
-        kv_heads = k.shape[1]
-        group = heads // kv_heads
-        out = torch.empty_like(q)
-        for g in plan.groups:
-            n, width = g.rows.shape
-            length = g.slots.shape[1]
-            keys, values = self.pool.gather(layer, g.slots)  # (n, L, kv_heads, d)
-            keys, values = keys.transpose(1, 2), values.transpose(1, 2)
-            # A KV head's query heads go along the query axis: (n, kv_heads, group * C, d), no KV copied.
-            qc = q[g.rows].reshape(n, width, kv_heads, group, dim).permute(0, 2, 3, 1, 4)
-            qc = qc.reshape(n, kv_heads, group * width, dim)
-            if g.mask is None:
-                # One item: causal from the lower right, in the block of queries of each head of a group.
-                mask = (
-                    causal_lower_right(width, length) if group == 1 else self._lone_mask(width, length, group)
-                )
-            else:
-                mask = (
-                    g.mask if group == 1 else g.mask.expand(n, group, width, length).reshape(n, 1, -1, length)
-                )
-            o = F.scaled_dot_product_attention(qc, keys, values, attn_mask=mask)
-            o = (
-                o.reshape(n, kv_heads, group, width, dim)
-                .permute(0, 3, 1, 2, 4)
-                .reshape(n * width, heads, dim)
-            )
-            out[g.dest] = o[g.take]
-        return out
-
-    def _lone_mask(self, width: int, length: int, group: int) -> torch.Tensor:
-        """The lower-right causal mask of one chunk, repeated for each query head of a KV head (built once)."""
-        key = (width, length, group)
-        if key not in self._masks:
-            keys = torch.arange(length, device=self.plan.ids.device)
-            queries = torch.arange(width, device=keys.device) + (length - width)
-            self._masks[key] = (keys[None, :] <= queries[:, None]).repeat(group, 1)[None, None]
-        return self._masks[key]
+def attend_fn(pool: KVPool, plan: BatchPlan, kernels: AttentionKernels | None = None) -> AttendFn:
+    """The attend function of the planned batch (writes its KV, attends over the pool)."""
+    if plan.attention == "gather":
+        return GatherAttention(pool, plan.write_slots, plan.groups)
+    attend = InPlaceAttention(pool, plan.decodes, plan.chunks, kernels or AttentionKernels())
+    attend.write_slots = plan.write_slots
+    return attend
 
 
-def run_batch(model: Decoder, pool: KVPool, plan: BatchPlan) -> torch.Tensor:
+def run_batch(
+    model: Decoder, pool: KVPool, plan: BatchPlan, kernels: AttentionKernels | None = None
+) -> torch.Tensor:
     """One forward pass over the planned batch; greedy next tokens of the sampled rows (on the device)."""
-    logits = model(plan.ids, plan.positions, PagedAttention(pool, plan), plan.logit_rows)
+    logits = model(plan.ids, plan.positions, attend_fn(pool, plan, kernels), plan.logit_rows)
     return logits.argmax(dim=-1)

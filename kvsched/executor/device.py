@@ -128,8 +128,4 @@ def environment(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
         }
     else:
         env["device_name"] = platform.processor() or platform.machine()
-    env["attention"] = (
-        "torch sdpa: decodes in one padded call with a key mask over KV gathered from the paged pool; "
-        "each multi-token chunk in its own call with a lower-right causal bias"
-    )
     return env

@@ -55,7 +55,9 @@ class KVPool:
         self.block_size = block_size
         self.num_blocks = capacity // block_size
         self.num_slots = self.num_blocks * block_size
-        shape = (layers, self.num_slots, kv_heads, head_dim)
+        #: The row padding tokens write to; never allocated, never read by a real token.
+        self.scratch = self.num_slots
+        shape = (layers, self.num_slots + 1, kv_heads, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self._free: list[int] = []

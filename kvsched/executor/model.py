@@ -30,6 +30,7 @@ from torch import nn
 
 from kvsched.costmodel.presets import MODELS, ModelSpec, get_model
 from kvsched.errors import InputError
+from kvsched.executor.fused import EAGER, SmallOps
 
 #: attend(layer index, q (T, heads, d), k (T, kv_heads, d), v (T, kv_heads, d)) -> (T, heads, d).
 AttendFn = Callable[[int, torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
@@ -113,13 +114,6 @@ def decoder_config(
 
 
 # ------------------------------------------------------------------ pieces
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """RMSNorm, computed in float32 as the Llama reference does."""
-    x32 = x.float()
-    normed = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
-    return normed.to(x.dtype) * weight
-
-
 def rope_tables(
     positions: torch.Tensor, head_dim: int, theta: float, dtype: torch.dtype
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -130,13 +124,6 @@ def rope_tables(
     freqs = positions.to(torch.float32)[:, None] * inv_freq[None, :]
     emb = torch.cat((freqs, freqs), dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
-
-
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate ``x`` (T, heads, d) by the angles of its tokens' positions (rotate-half form)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos[:, None, :] + rotated * sin[:, None, :]
 
 
 class DecoderLayer(nn.Module):
@@ -153,9 +140,10 @@ class DecoderLayer(nn.Module):
         self.norm_post = weight((s.hidden,), 0)
         self.w_gate_up = weight((2 * s.ffn, s.hidden), s.hidden)
         self.w_down = weight((s.hidden, s.ffn), s.ffn)
+        self.ops = EAGER
 
     def input_layernorm(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.norm_in, self.eps)
+        return self.ops.rms_norm(x, self.norm_in, self.eps)
 
     def attn_pre_proj(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         qkv = F.linear(h, self.w_qkv)
@@ -171,31 +159,39 @@ class DecoderLayer(nn.Module):
     def attn_rope(
         self, q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return self.ops.rope_qk(q, k, cos, sin)
 
     def attn_post_proj(self, a: torch.Tensor) -> torch.Tensor:
         return F.linear(a.reshape(a.shape[0], -1), self.w_o)
 
     def post_attention_layernorm(self, x: torch.Tensor) -> torch.Tensor:
-        return rms_norm(x, self.norm_post, self.eps)
+        return self.ops.rms_norm(x, self.norm_post, self.eps)
 
     def mlp_up_proj(self, h: torch.Tensor) -> torch.Tensor:
         return F.linear(h, self.w_gate_up)
 
     def mlp_act(self, gate_up: torch.Tensor) -> torch.Tensor:
-        gate, up = gate_up.chunk(2, dim=-1)
-        return F.silu(gate) * up
+        return self.ops.silu_mul(gate_up)
 
     def mlp_down_proj(self, h: torch.Tensor) -> torch.Tensor:
         return F.linear(h, self.w_down)
 
     def forward(
-        self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attend: AttendFn, index: int
-    ) -> torch.Tensor:
-        q, k, v = self.attn_pre_proj(self.input_layernorm(x))
+        self,
+        x: torch.Tensor,
+        residual: torch.Tensor | None,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+        attend: AttendFn,
+        index: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The layer's output and the residual stream before it (added by the next norm, fused)."""
+        h, residual = self.ops.add_rms_norm(x, residual, self.norm_in, self.eps)
+        q, k, v = self.attn_pre_proj(h)
         q, k = self.attn_rope(q, k, cos, sin)
-        x = x + self.attn_post_proj(attend(index, q, k, v))
-        return x + self.mlp_down_proj(self.mlp_act(self.mlp_up_proj(self.post_attention_layernorm(x))))
+        a = self.attn_post_proj(attend(index, q, k, v))
+        h, residual = self.ops.add_rms_norm(a, residual, self.norm_post, self.eps)
+        return self.mlp_down_proj(self.mlp_act(self.mlp_up_proj(h))), residual
 
 
 class Decoder(nn.Module):
@@ -246,8 +242,18 @@ class Decoder(nn.Module):
             Rows of the packed input whose next-token logits are wanted.
         """
         cos, sin = rope_tables(positions, self.cfg.shape.head_dim, self.cfg.rope_theta, self.dtype)
-        x = self.emb(ids)
+        x, residual = self.emb(ids), None
         for index, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, attend, index)
-        x = rms_norm(x[logit_rows], self.norm, self.cfg.norm_eps)
+            x, residual = layer(x, residual, cos, sin, attend, index)
+        x = x[logit_rows] + residual[logit_rows] if residual is not None else x[logit_rows]
+        x = self.ops.rms_norm(x, self.norm, self.cfg.norm_eps)
         return F.linear(x, self.lm_head).float()
+
+    @property
+    def ops(self) -> SmallOps:
+        return self.layers[0].ops if len(self.layers) else EAGER
+
+    def use_ops(self, ops: SmallOps) -> None:
+        """Run the small operators through ``ops`` (e.g. :meth:`SmallOps.compiled`)."""
+        for layer in self.layers:
+            layer.ops = ops

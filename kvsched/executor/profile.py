@@ -34,11 +34,12 @@ import torch
 
 from kvsched.costmodel import BatchView, CostModel
 from kvsched.costmodel.profiles import LAYER_OPS
-from kvsched.executor.batch import ItemWork, PagedAttention, plan_batch, run_batch
+from kvsched.executor.batch import ItemWork, attend_fn, plan_batch
 from kvsched.executor.device import Timer, environment, synchronize
+from kvsched.executor.engine import Engine, EngineOptions, engine_options
 from kvsched.executor.measure import REPLAY_COLUMNS, batch_row, write_replay
 from kvsched.executor.model import Decoder, rope_tables
-from kvsched.executor.runner import new_pool, warm_up
+from kvsched.executor.runner import describe_attention, new_pool, warm_up
 from kvsched.schedule.ir import Batch, Phase
 
 MS = 1e3
@@ -107,8 +108,9 @@ class ProfileResult:
 class _Bench:
     """Shared state of one profiling run: model, timer, repetitions, random ids."""
 
-    def __init__(self, model: Decoder, repeat: int) -> None:
+    def __init__(self, model: Decoder, repeat: int, options: EngineOptions) -> None:
         self.model = model
+        self.options = options
         self.timer = Timer(model.device)
         self.repeat = repeat
         self.rng = np.random.default_rng(0)
@@ -193,14 +195,14 @@ def profile_attention(bench: _Bench, grid: Grid, pool_tokens: int) -> tuple[pd.D
             ItemWork(i, kv, bench.ids(c), False)
             for i, (kv, c) in enumerate(zip(contexts, tokens, strict=True))
         ]
-        plan = plan_batch(pool, items, m.device)
+        plan = plan_batch(pool, items, m.device, bench.options.attention)  # type: ignore[arg-type]
         t = plan.num_tokens
         q, k, v = (
             bench.randn(t, s.heads, s.head_dim),
             bench.randn(t, s.kv_heads, s.head_dim),
             bench.randn(t, s.kv_heads, s.head_dim),
         )
-        attend = PagedAttention(pool, plan)
+        attend = attend_fn(pool, plan, bench.options.kernels)
         return bench.median_ms(lambda: attend(0, q, k, v))
 
     for b in grid.decode_batch:
@@ -245,8 +247,11 @@ def profile_batches(
     """Whole-batch times in the replay table's columns, and the rows skipped for pool size."""
     m = bench.model
     pool = new_pool(m, pool_tokens, BLOCK_SIZE)
+    specs = _batch_specs(grid)
+    longest = max(kv + c for ctx, tok, _ in specs for kv, c in zip(ctx, tok, strict=True))
+    engine = Engine(m, pool, bench.options, longest)
     rows, skipped = [], 0
-    for contexts, tokens, phases in _batch_specs(grid):
+    for contexts, tokens, phases in specs:
         need = sum(-(-(kv + c) // BLOCK_SIZE) for kv, c in zip(contexts, tokens, strict=True))
         if need > pool.num_blocks:
             skipped += 1
@@ -256,9 +261,9 @@ def profile_batches(
             ItemWork(i, kv, bench.ids(c), True)
             for i, (kv, c) in enumerate(zip(contexts, tokens, strict=True))
         ]
-        (plan, prep) = bench.timer.time(lambda items=items: plan_batch(pool, items, m.device))
-        ms = bench.median_ms(lambda plan=plan: run_batch(m, pool, plan).tolist())
-        secs = ms / MS
+        (plan, prep) = bench.timer.time(lambda items=items: engine.plan(items))
+        engine.step(plan)  # first run outside the timing: per-shape kernel selection, graph capture
+        _, secs = engine.step(plan, bench.repeat)
         n = len(tokens)
         batch = Batch.of(0.0, 0.0, np.arange(n), tokens, phases)
         view = BatchView(batch.tokens, np.asarray(contexts, dtype=np.int64), batch.phases)
@@ -301,14 +306,19 @@ def run_profile(
     pool_tokens: int | None = None,
     predict: CostModel | None = None,
     warmup: int = 2,
+    options: EngineOptions | None = None,
 ) -> ProfileResult:
-    """Run every microbenchmark and write the three tables into ``out_dir``."""
+    """Run every microbenchmark and write the three tables into ``out_dir``.
+
+    ``options`` say how batches run (default: the device's, as in a replay).
+    """
+    options = options or engine_options(model.device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pool_tokens = pool_tokens or default_pool_tokens(model, grid)
     with torch.inference_mode():
-        warm_up(model, warmup)
-        bench = _Bench(model, repeat)
+        warm_up(model, warmup, options)
+        bench = _Bench(model, repeat, options)
         compute = profile_compute(bench, grid)
         attention, skip_att = profile_attention(bench, grid, pool_tokens)
         # The one-layer attention pool is freed before the whole-model pool is made.
@@ -331,6 +341,8 @@ def run_profile(
         "grid": asdict(grid),
         "predicted_with": {"name": predict.name} if predict is not None else None,
         **environment(model.device, model.dtype),
+        "engine": options.describe(),
+        "attention": describe_attention(options),
     }
     write_replay(batches, meta, paths[2])
     return ProfileResult(

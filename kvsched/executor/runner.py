@@ -25,8 +25,9 @@ import pandas as pd
 import torch
 
 from kvsched.costmodel import BatchView, CostModel
-from kvsched.executor.batch import ItemWork, plan_batch, run_batch
+from kvsched.executor.batch import ItemWork
 from kvsched.executor.device import Timer, environment, synchronize
+from kvsched.executor.engine import Engine, EngineOptions, engine_options
 from kvsched.executor.kvcache import KVPool, KvPoolError
 from kvsched.executor.measure import batch_row
 from kvsched.executor.model import Decoder
@@ -80,17 +81,18 @@ def new_pool(model: Decoder, capacity: int, block_size: int, layers: int | None 
     )
 
 
-def warm_up(model: Decoder, rounds: int) -> None:
+def warm_up(model: Decoder, rounds: int, options: EngineOptions | None = None) -> None:
     """Run a small prefill and a decode ``rounds`` times on a scratch pool (kernel loading, autotuning)."""
     if rounds <= 0:
         return
     pool = new_pool(model, 64, 16)
+    engine = Engine(model, pool, options or engine_options(model.device), 64)
     rng = np.random.default_rng(0)
     ids = rng.integers(0, model.cfg.shape.vocab, 17)
     for _ in range(rounds):
         pool.reset()
-        run_batch(model, pool, plan_batch(pool, [ItemWork(0, 0, ids[:16], True)], model.device))
-        run_batch(model, pool, plan_batch(pool, [ItemWork(0, 16, ids[16:], True)], model.device))
+        engine.step(engine.plan([ItemWork(0, 0, ids[:16], True)]))
+        engine.step(engine.plan([ItemWork(0, 16, ids[16:], True)]))
     synchronize(model.device)
 
 
@@ -105,6 +107,7 @@ def replay_on_model(
     warmup: int = 1,
     seed: int = 0,
     progress: bool = False,
+    options: EngineOptions | None = None,
 ) -> ReplayResult:
     """Replay ``schedule`` on ``model`` and measure every batch.
 
@@ -123,6 +126,8 @@ def replay_on_model(
         Warm-up rounds before the first measured batch.
     seed
         Seed of the prompt token ids.
+    options
+        How batches run (default: :func:`~kvsched.executor.engine.engine_options` of the model's device).
 
     Raises
     ------
@@ -132,7 +137,18 @@ def replay_on_model(
         When a batch needs more KV blocks than the pool has free.
     """
     with torch.inference_mode():
-        return _replay(model, instance, schedule, predict, pool_capacity, repeat, warmup, seed, progress)
+        return _replay(
+            model,
+            instance,
+            schedule,
+            predict,
+            pool_capacity,
+            repeat,
+            warmup,
+            seed,
+            progress,
+            options or engine_options(model.device),
+        )
 
 
 def _replay(
@@ -145,6 +161,7 @@ def _replay(
     warmup: int,
     seed: int,
     progress: bool,
+    options: EngineOptions,
 ) -> ReplayResult:
     lim = instance.limits
     state = EngineState(instance, instance_cost_model(instance))
@@ -154,7 +171,8 @@ def _replay(
     seqs = [p.tolist() for p in prompts]  # known tokens per request: prompt, then generated
     timer = Timer(model.device)
     scale = model.cfg.layer_scale
-    warm_up(model, warmup)
+    engine = Engine(model, pool, options, max((r.prompt + r.output for r in instance.requests), default=1))
+    warm_up(model, warmup, options)
 
     rows = []
     for k, batch in _progress(schedule.batches, progress):
@@ -179,10 +197,10 @@ def _replay(
                     f"executor bug: batch {k}, request {it.label}: sampling disagrees with the core"
                 )
         try:
-            (plan, prep) = timer.time(lambda items=items: plan_batch(pool, items, model.device))
+            (plan, prep) = timer.time(lambda items=items: engine.plan(items))
         except KvPoolError as exc:
             raise KvPoolError(f"batch {k}: {exc}") from None
-        tokens, secs = timer.median(lambda plan=plan: run_batch(model, pool, plan).tolist(), repeat)
+        tokens, secs = engine.step(plan, repeat)
         for it, tok in zip((it for it in items if it.sample), tokens, strict=True):
             seqs[it.owner].append(int(tok))
         for pos in record.completed:
@@ -216,8 +234,20 @@ def _replay(
         "pool_tokens": pool.num_slots,
         "predicted_with": {"name": predict.name},
         **environment(model.device, model.dtype),
+        "engine": options.describe(),
+        "graphed_batches": engine.graphed,
     }
+    meta["attention"] = describe_attention(options)
     return ReplayResult(pd.DataFrame(rows), prompts, generated, meta)
+
+
+def describe_attention(options: EngineOptions) -> str:
+    """One line saying how attention ran (for the replay's metadata)."""
+    if options.attention == "gather":
+        return "torch sdpa over KV gathered from the pool, items in padded groups of similar size"
+    k = options.kernels
+    graphs = "; decode-only batches in CUDA graphs per bucket" if options.graphs else ""
+    return f"in place over slot tables: decodes {k.decode}, chunks {k.prefill}{graphs}"
 
 
 def _progress(batches: Iterable, show: bool) -> Iterable:  # type: ignore[type-arg]

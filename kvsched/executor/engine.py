@@ -1,0 +1,142 @@
+"""The engine settings and the object that plans, runs and times batches with them.
+
+:class:`EngineOptions` says how a batch runs: which attention (in place or
+gathered), which kernels, whether decode-only batches go through CUDA graphs
+and whether the small operators are compiled. :func:`engine_options` fills in
+the defaults of a device: on CUDA everything fast (Triton decode, flash varlen
+prefill, graphs, compiled small operators); on CPU the torch references,
+eager, so tests neither compile nor need triton. :class:`Engine` is what the
+replay and the profiler drive.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import torch
+
+from kvsched.errors import InputError
+from kvsched.executor.batch import ATTENTION, BatchPlan, ItemWork, plan_batch, run_batch
+from kvsched.executor.device import Timer
+from kvsched.executor.fused import SmallOps
+from kvsched.executor.graphs import DecodeGraphs
+from kvsched.executor.kvcache import KVPool
+from kvsched.executor.model import Decoder
+from kvsched.executor.paged import AttentionKernels
+
+KERNELS = ("torch", "triton")
+PREFILL = ("torch", "triton", "varlen")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOptions:
+    """How batches run.
+
+    Parameters
+    ----------
+    attention
+        ``paged`` (in place) or ``gather`` (the first GPU run's padded groups).
+    kernels
+        Decode and prefill implementations of the in-place attention.
+    graphs
+        Decode-only batches through static bucketed buffers (CUDA graphs on CUDA).
+    compile
+        The small operators through ``torch.compile``.
+    """
+
+    attention: str = "paged"
+    kernels: AttentionKernels = field(default_factory=AttentionKernels)
+    graphs: bool = False
+    compile: bool = False
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "attention": self.attention,
+            "kernels": asdict(self.kernels),
+            "graphs": self.graphs,
+            "compile": self.compile,
+        }
+
+
+def engine_options(
+    device: torch.device,
+    *,
+    attention: str | None = None,
+    kernels: str | None = None,
+    prefill: str | None = None,
+    graphs: bool | None = None,
+    compile: bool | None = None,
+) -> EngineOptions:
+    """The options for ``device``, each None taking the device's default (fast on CUDA, reference on CPU)."""
+    cuda = device.type == "cuda"
+    attention = attention or "paged"
+    kernels = kernels or ("triton" if cuda else "torch")
+    prefill = prefill or ("varlen" if cuda else kernels)
+    for flag, value, known in (
+        ("--attention", attention, ATTENTION),
+        ("--kernels", kernels, KERNELS),
+        ("--prefill", prefill, PREFILL),
+    ):
+        if value not in known:
+            raise InputError(f"{flag}: expected one of {', '.join(known)}, got {value!r}")
+    if prefill == "varlen" and not cuda:
+        raise InputError("--prefill varlen: torch's flash varlen attention runs on CUDA only")
+    if "triton" in (kernels, prefill):
+        _check_triton(cuda)
+    paged = attention == "paged"
+    return EngineOptions(
+        attention,
+        AttentionKernels(decode=kernels, prefill=prefill),  # type: ignore[arg-type]
+        graphs=(cuda and paged) if graphs is None else graphs and paged,
+        compile=cuda if compile is None else compile,
+    )
+
+
+def _check_triton(cuda: bool) -> None:
+    """Triton kernels need triton, and on CPU its interpreter (switched on before the kernels load)."""
+    # Looked up, not imported: importing triton before TRITON_INTERPRET is set would fix its mode.
+    if importlib.util.find_spec("triton") is None:
+        raise InputError("the Triton kernels need triton: pip install triton (Linux)")
+    if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
+        raise InputError("Triton kernels on CPU run in Triton's interpreter: set TRITON_INTERPRET=1")
+
+
+class Engine:
+    """Plans, runs and times batches on one model and KV pool.
+
+    Parameters
+    ----------
+    max_len
+        The longest sequence a decode may reach (the graphs' slot-table width).
+    """
+
+    def __init__(self, model: Decoder, pool: KVPool, options: EngineOptions, max_len: int) -> None:
+        self.model, self.pool, self.options = model, pool, options
+        self.timer = Timer(model.device)
+        if options.compile and not model.ops.compiled_:
+            model.use_ops(SmallOps.compiled())
+        width = -(-max(max_len, 1) // 64) * 64
+        self.graphs = DecodeGraphs(model, pool, options.kernels, width) if options.graphs else None
+
+    def plan(self, items: Sequence[ItemWork]) -> BatchPlan:
+        """Allocate the items' KV and build the batch's tensors."""
+        return plan_batch(self.pool, items, self.model.device, self.options.attention)  # type: ignore[arg-type]
+
+    def run(self, plan: BatchPlan) -> list[int]:
+        """The batch's sampled tokens, untimed."""
+        return run_batch(self.model, self.pool, plan, self.options.kernels).tolist()
+
+    def step(self, plan: BatchPlan, repeat: int = 1) -> tuple[list[int], float]:
+        """Run the batch ``repeat`` times: its sampled tokens (item order) and the median time in seconds."""
+        if self.graphs is not None and self.graphs.fits(plan):
+            return self.graphs.run(plan, self.timer, repeat)
+        return self.timer.median(lambda: self.run(plan), repeat)
+
+    @property
+    def graphed(self) -> int:
+        """Batches that ran through the bucketed buffers."""
+        return self.graphs.replays if self.graphs is not None else 0

@@ -1,0 +1,149 @@
+"""Decode-only batches at bucketed sizes over static buffers: CUDA graphs on a GPU.
+
+A decode-only batch of n requests is padded to the smallest of vLLM's capture
+sizes (:data:`CAPTURE_SIZES`) that holds it, and runs over static buffers of
+that size: token ids, positions, KV write slots, slot table and lengths. The
+padding rows are no-ops: their length is 0, so attention gives them zeros and
+reads nothing, and their KV goes to the pool's scratch row, which no request
+owns. Real rows do not see them (every other operator works row by row).
+
+On CUDA, the forward pass over a bucket's buffers is captured once as a CUDA
+graph (after one warm-up call) and replayed; the batch time is measured with
+CUDA events around the replay alone, so the host's kernel launches drop out
+of it. Elsewhere (CPU tests) the same buffers run eagerly: padding, buckets
+and buffers are tested there, and only the capture is CUDA-only
+(:meth:`DecodeGraphs._graph`).
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+import torch
+
+from kvsched.executor.batch import BatchPlan
+from kvsched.executor.device import Timer
+from kvsched.executor.kvcache import KVPool
+from kvsched.executor.model import Decoder
+from kvsched.executor.paged import AttentionKernels, InPlaceAttention, SlotTable
+
+#: vLLM's CUDA-graph capture sizes (its V1 default up to 512): 1, 2, 4, steps of 8 to 256, steps of 16 to 512.
+CAPTURE_SIZES = (1, 2, 4, *range(8, 256, 8), *range(256, 513, 16))
+
+
+def bucket_for(n: int, sizes: tuple[int, ...] = CAPTURE_SIZES) -> int | None:
+    """The smallest size that holds n rows, or None when n is larger than every size."""
+    k = bisect.bisect_left(sizes, n)
+    return sizes[k] if k < len(sizes) else None
+
+
+class DecodeGraphs:
+    """Decode-only batches over static buffers, padded to buckets; captured as CUDA graphs on CUDA.
+
+    Parameters
+    ----------
+    model, pool
+        The decoder and its KV pool.
+    kernels
+        The attention implementation inside the graphs.
+    width
+        Slot-table width: the longest sequence a decode may have (longer batches run eagerly).
+    sizes
+        Bucket sizes.
+    capture
+        Capture CUDA graphs (default: on CUDA); without, the buffers run eagerly.
+    """
+
+    def __init__(
+        self,
+        model: Decoder,
+        pool: KVPool,
+        kernels: AttentionKernels,
+        width: int,
+        sizes: tuple[int, ...] = CAPTURE_SIZES,
+        capture: bool | None = None,
+    ) -> None:
+        self.model, self.pool, self.kernels = model, pool, kernels
+        self.width, self.sizes = width, sizes
+        self.capture = model.device.type == "cuda" if capture is None else capture
+        dev, top = model.device, sizes[-1]
+        i64, i32 = torch.int64, torch.int32
+        self.ids = torch.zeros(top, dtype=i64, device=dev)
+        self.positions = torch.zeros(top, dtype=i64, device=dev)
+        self.write_slots = torch.full((top,), pool.scratch, dtype=i64, device=dev)
+        self.table = torch.zeros((top, width), dtype=i32, device=dev)
+        self.lens = torch.zeros(top, dtype=i32, device=dev)
+        self.rows = torch.arange(top, dtype=i64, device=dev)
+        self.cu_q = torch.arange(top + 1, dtype=i32, device=dev)
+        self.tokens = torch.zeros(top, dtype=i64, device=dev)
+        self.graphs: dict[int, Any] = {}
+        self._mempool: Any = None
+        self.replays = 0
+
+    def fits(self, plan: BatchPlan) -> bool:
+        """Whether the batch can run here: decode-only, in place, within a bucket and the table width."""
+        d = plan.decodes
+        return (
+            plan.attention == "paged"
+            and plan.decode_only
+            and d.size > 0
+            and bucket_for(d.size, self.sizes) is not None
+            and d.max_k <= self.width
+        )
+
+    def load(self, plan: BatchPlan) -> int:
+        """Copy the batch into the buffers' first rows, make the rest padding; the bucket size."""
+        n = plan.decodes.size
+        b = bucket_for(n, self.sizes)
+        assert b is not None and self.fits(plan)
+        w = plan.decodes.table.shape[1]
+        self.ids[:n].copy_(plan.ids, non_blocking=True)
+        self.positions[:n].copy_(plan.positions, non_blocking=True)
+        self.write_slots[:n].copy_(plan.write_slots, non_blocking=True)
+        self.table[:n, :w].copy_(plan.decodes.table, non_blocking=True)
+        self.lens[:n].copy_(plan.decodes.lens, non_blocking=True)
+        self.ids[n:b].zero_()
+        self.positions[n:b].zero_()
+        self.write_slots[n:b].fill_(self.pool.scratch)
+        self.lens[n:b].zero_()
+        return b
+
+    def forward(self, b: int) -> None:
+        """The forward pass and greedy sampling of the first b buffer rows (what a graph captures)."""
+        empty = torch.zeros(1, dtype=torch.int32, device=self.ids.device)
+        decodes = SlotTable(
+            self.table[:b], self.lens[:b], self.cu_q[: b + 1], 1, self.width, 0, self.rows[:0], empty
+        )
+        chunks = SlotTable(self.table[:0], self.lens[:0], empty, 0, 0, b, self.rows[:0], empty)
+        attend = InPlaceAttention(self.pool, decodes, chunks, self.kernels)
+        attend.write_slots = self.write_slots[:b]
+        logits = self.model(self.ids[:b], self.positions[:b], attend, self.rows[:b])
+        self.tokens[:b] = logits.argmax(dim=-1)
+
+    def _graph(self, b: int) -> Any:
+        """The CUDA graph of bucket b, captured on first use (after one warm-up call on a side stream)."""
+        if b not in self.graphs:
+            cuda = torch.cuda
+            side = cuda.Stream()
+            side.wait_stream(cuda.current_stream())
+            with cuda.stream(side):
+                self.forward(b)  # compiles, autotunes, allocates: nothing of it may happen in capture
+            cuda.current_stream().wait_stream(side)
+            graph = cuda.CUDAGraph()
+            with cuda.graph(graph, pool=self._mempool):
+                self.forward(b)
+            self._mempool = graph.pool()
+            self.graphs[b] = graph
+        return self.graphs[b]
+
+    def run(self, plan: BatchPlan, timer: Timer, repeat: int) -> tuple[list[int], float]:
+        """Run the batch; its sampled tokens (item order) and the median time of the forward pass."""
+        b = self.load(plan)
+        if self.capture:
+            graph = self._graph(b)
+            _, secs = timer.median(graph.replay, repeat)
+        else:
+            _, secs = timer.median(lambda: self.forward(b), repeat)
+        self.replays += 1
+        return self.tokens[:b][plan.logit_rows].tolist(), secs

@@ -1,0 +1,158 @@
+"""The engine's paths on CPU: every attention path gives exact tokens; bucketed decode buffers pad with no-ops.
+
+The CUDA-graph capture itself runs only on a GPU; here the same static buffers,
+buckets and padding run eagerly (``DecodeGraphs(capture=False)``). The Triton
+path runs in Triton's interpreter and skips without triton.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from kvsched.errors import InputError
+from kvsched.heuristics import make_policy, simulate
+from kvsched.instances.generators import Uniform, synthetic
+from kvsched.instances.model import Limits, TimeModel
+from tests.test_executor import instances, schedule_of
+
+torch = pytest.importorskip("torch")
+if not torch.cuda.is_available():
+    # Triton fixes its mode when it is first imported: the interpreter must be on before (CPU tensors).
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@pytest.fixture(scope="module")
+def model():
+    from kvsched.executor.model import Decoder, decoder_config
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield Decoder(decoder_config("tiny"))
+    torch.set_num_threads(threads)
+
+
+def test_buckets_are_vllms_capture_sizes():
+    from kvsched.executor.graphs import CAPTURE_SIZES, bucket_for
+
+    assert CAPTURE_SIZES[:5] == (1, 2, 4, 8, 16) and CAPTURE_SIZES[-1] == 512
+    assert [bucket_for(n) for n in (1, 3, 5, 9, 248, 249, 256, 257, 512, 513)] == [
+        1,
+        4,
+        8,
+        16,
+        248,
+        256,
+        256,
+        272,
+        512,
+        None,
+    ]
+
+
+def test_device_defaults_and_bad_options():
+    from kvsched.executor.engine import engine_options
+
+    cpu = engine_options(torch.device("cpu"))
+    assert (cpu.attention, cpu.kernels.decode, cpu.kernels.prefill, cpu.graphs, cpu.compile) == (
+        "paged",
+        "torch",
+        "torch",
+        False,
+        False,
+    )
+    assert not engine_options(torch.device("cpu"), attention="gather", graphs=True).graphs
+    with pytest.raises(InputError, match="varlen attention runs on CUDA only"):
+        engine_options(torch.device("cpu"), prefill="varlen")
+    with pytest.raises(InputError, match="--kernels: expected one of torch, triton"):
+        engine_options(torch.device("cpu"), kernels="cuda")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.delenv("TRITON_INTERPRET", raising=False)
+        with pytest.raises(InputError, match=r"TRITON_INTERPRET=1|pip install triton"):
+            engine_options(torch.device("cpu"), kernels="triton")
+
+
+def _options(path: str):
+    from kvsched.executor.engine import EngineOptions
+    from kvsched.executor.paged import AttentionKernels
+
+    if path == "triton":
+        pytest.importorskip("triton", reason="triton is not installed: pip install triton (Linux)")
+        # Small tiles: the tiny model's sequences span several, and the decode splits.
+        return EngineOptions(kernels=AttentionKernels("triton", "triton", splits=2, block_n=16, block_m=16))
+    return {
+        "gather": EngineOptions(attention="gather"),
+        "graphs": EngineOptions(graphs=True),
+        # torch's flash varlen call is CUDA-only: its torch stand-in checks the packing of the chunks' KV.
+        "varlen": EngineOptions(kernels=AttentionKernels(prefill="varlen")),
+    }[path]
+
+
+@pytest.mark.parametrize("path", ["gather", "graphs", "varlen", "triton"])
+def test_every_path_gives_each_request_its_solo_tokens(model, path):
+    from kvsched.executor.oracle import check_oracle
+    from kvsched.executor.runner import replay_on_model
+
+    if path == "triton":  # the interpreter runs a kernel program by program: a small instance
+        limits = Limits(kv_capacity=40, block_size=1, max_prefill_tokens=8)
+        instance = synthetic(4, 5, limits, TimeModel("unit"), prompt=Uniform(3, 12), output=Uniform(1, 4))
+        schedule = simulate(instance, make_policy("sarathi")).schedule
+        assert any(len(set(b.tokens.tolist()) - {1}) for b in schedule.batches)  # chunks as well as decodes
+    else:
+        instance, schedule = instances()["chunked"], schedule_of("sarathi", "chunked")
+    result = replay_on_model(model, instance, schedule, warmup=0, options=_options(path))
+    report = check_oracle(model, instance, result.prompts, result.generated)
+    assert report.ok, report.summary()
+    assert result.meta["engine"]["attention"] == ("gather" if path == "gather" else "paged")
+    if path == "graphs":
+        decode_only = sum(all(int(c) == 1 for c in b.tokens) for b in schedule.batches)
+        assert result.meta["graphed_batches"] == decode_only > 0
+
+
+def test_padding_rows_change_neither_real_rows_nor_the_pool(model):
+    from kvsched.executor.batch import ItemWork, plan_batch, run_batch
+    from kvsched.executor.device import Timer
+    from kvsched.executor.graphs import DecodeGraphs
+    from kvsched.executor.paged import AttentionKernels
+    from kvsched.executor.runner import new_pool
+
+    rng = np.random.default_rng(0)
+    contexts = [3, 17, 1, 30, 8]  # 5 decodes: bucket 8, 3 padding rows
+    prompts = [rng.integers(0, 128, kv) for kv in contexts]
+    pools = []
+    for _ in range(2):  # the same cached KV in both pools
+        pool = new_pool(model, 200, 1)
+        for owner, ids in enumerate(prompts):
+            run_batch(model, pool, plan_batch(pool, [ItemWork(owner, 0, ids, False)], model.device))
+        pools.append(pool)
+    new = rng.integers(0, 128, len(contexts))
+    items = [ItemWork(i, kv, new[i : i + 1], True) for i, kv in enumerate(contexts)]
+    eager_pool, graph_pool = pools
+    eager = run_batch(model, eager_pool, plan_batch(eager_pool, items, model.device)).tolist()
+    graphs = DecodeGraphs(model, graph_pool, AttentionKernels(), width=64, capture=False)
+    plan = plan_batch(graph_pool, items, model.device)
+    assert graphs.fits(plan) and graphs.load(plan) == 8
+    tokens, _ = graphs.run(plan, Timer(model.device), repeat=2)
+    assert tokens == eager
+    scratch = graph_pool.scratch
+    torch.testing.assert_close(graph_pool.k[:, :scratch], eager_pool.k[:, :scratch], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(graph_pool.v[:, :scratch], eager_pool.v[:, :scratch], rtol=1e-6, atol=1e-6)
+    assert graph_pool.k[:, scratch].abs().sum() > 0  # the padding rows wrote there, and only there
+    assert eager_pool.k[:, scratch].abs().sum() == 0
+    # A batch with a chunk, or longer than the table, runs eagerly.
+    longer = DecodeGraphs(model, graph_pool, AttentionKernels(), width=16, capture=False)
+    assert not longer.fits(plan)
+
+
+def test_fused_small_ops_compute_the_unfused_operators():
+    from kvsched.executor.fused import SmallOps, add_rms_norm, rms_norm, silu_mul
+
+    gen = torch.Generator().manual_seed(0)
+    x, r, w = (torch.randn(5, 8, generator=gen) for _ in range(3))
+    h, stream = add_rms_norm(x, r, w[0], 1e-5)
+    assert torch.equal(stream, x + r) and torch.equal(h, rms_norm(x + r, w[0], 1e-5))
+    gu = torch.randn(5, 8, generator=gen)
+    assert torch.equal(silu_mul(gu), torch.nn.functional.silu(gu[:, :4]) * gu[:, 4:])
+    assert not SmallOps().compiled_  # eager unless asked: CPU tests never compile
