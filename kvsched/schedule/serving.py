@@ -1,0 +1,363 @@
+"""Serving metrics named as vLLM's benchmark script names them: TTFT, TPOT, ITL, E2EL and goodput.
+
+Everything is read off what :mod:`kvsched.schedule.metrics` computes from a
+replayed :class:`~kvsched.schedule.validate.Trace` (the per-request frame and
+the token emission events); nothing here re-simulates a batch.
+
+* **TTFT**: arrival to the emission of the first token (per request);
+* **TPOT**: ``(E2EL - TTFT) / (O - 1)``, the mean time per output token after
+  the first (per request with O > 1);
+* **ITL**: every gap between two consecutive tokens of one request (all gaps of
+  all requests pooled, as vLLM's ``itls``);
+* **E2EL**: arrival to the emission of the last token (per request).
+
+Each comes with mean, median, standard deviation and the 50th, 90th and 99th
+percentiles (linear interpolation, as ``numpy.percentile``, which vLLM uses);
+the 99.9th only from 1,000 samples on (below that it is ``None``: the sample
+cannot tell it apart from the maximum). Statistics are over completed
+requests. Times are in the instance's time unit; throughputs and goodput under
+vLLM's names (``output_throughput``, ``request_goodput``, ...) are per second
+and given only when that unit is seconds: the ``*_per_time_unit`` fields carry
+the same figures in any unit.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from rich.table import Table
+
+from kvsched.errors import InputError
+from kvsched.instances.model import Instance
+from kvsched.schedule.core import TIME_TOL
+from kvsched.schedule.metrics import QUANTILE_METHOD, _generation_events, request_metrics
+from kvsched.schedule.validate import Trace
+
+#: The distributions measured, by vLLM's short name.
+SERVING_METRICS = ("ttft", "tpot", "itl", "e2el")
+#: Samples from which the 99.9th percentile is reported.
+P999_MIN_SAMPLES = 1000
+_SLO_KEYS = ("ttft", "tpot", "e2el")
+_UNIT_SCALE = {"ms": 1e-3, "s": 1.0}
+
+
+def time_unit(instance: Instance) -> str:
+    """The label of an instance's time unit: ``slot`` under the unit model, ``s`` otherwise."""
+    return "slot" if instance.time_model.name == "unit" else "s"
+
+
+# ----------------------------------------------------------------------------- SLOs
+@dataclass(frozen=True, slots=True)
+class SLO:
+    """Service-level objectives applied to every request, in the instance's time unit.
+
+    A request is *good* when it completed and meets every objective given: TTFT,
+    TPOT (a one-token output meets it: it has no time per output token, as in
+    vLLM where its TPOT is 0) and end-to-end latency. Values on the objective
+    meet it (within the core's time tolerance).
+    """
+
+    ttft: float | None = None
+    tpot: float | None = None
+    e2el: float | None = None
+
+    def __post_init__(self) -> None:
+        for key in _SLO_KEYS:
+            value = getattr(self, key)
+            if value is not None and not (math.isfinite(value) and value > 0):
+                raise InputError(f"slo: {key}: must be a positive finite number, got {value!r}")
+        if self.ttft is None and self.tpot is None and self.e2el is None:
+            raise InputError("slo: give at least one of ttft, tpot, e2el")
+
+    def to_dict(self) -> dict[str, float | None]:
+        return {f"slo_{k}": getattr(self, k) for k in _SLO_KEYS}
+
+
+def parse_slo(text: str, unit: str, flag: str = "--slo") -> SLO:
+    """``ttft=V,tpot=V,e2el=V`` as an :class:`SLO` in the time unit ``unit``.
+
+    A value is a number in the instance's unit, or, for an instance in seconds,
+    a number with ``ms`` or ``s`` (``ttft=200ms``, as vLLM's ``--goodput`` takes
+    milliseconds).
+    """
+    values: dict[str, float] = {}
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        key, sep, raw = part.partition("=")
+        key, raw = key.strip().lower(), raw.strip().lower()
+        if not sep or key not in _SLO_KEYS:
+            raise InputError(f"{flag}: expected ttft=V, tpot=V or e2el=V, got {part!r}")
+        if key in values:
+            raise InputError(f"{flag}: {key} given twice")
+        m = re.fullmatch(r"([0-9.eE+-]+)\s*(ms|s)?", raw)
+        try:
+            number = float(m.group(1)) if m else float("nan")
+        except ValueError:
+            number = float("nan")
+        if not (math.isfinite(number) and number > 0):
+            raise InputError(f"{flag}: {key}: {raw!r} is not a positive number")
+        suffix = m.group(2) if m else None
+        if suffix is not None:
+            if unit != "s":
+                raise InputError(
+                    f"{flag}: {key}: {raw!r} has a unit, but this instance's time is in {unit}s; "
+                    "give a plain number"
+                )
+            number *= _UNIT_SCALE[suffix]
+        values[key] = number
+    if not values:
+        raise InputError(f"{flag}: give at least one of ttft=V, tpot=V, e2el=V")
+    return SLO(**values)
+
+
+# ----------------------------------------------------------------------------- distributions
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """Summary of one metric's samples (NaN statistics when there are none)."""
+
+    n: int
+    mean: float
+    median: float
+    std: float
+    p50: float
+    p90: float
+    p99: float
+    p999: float | None  # only from P999_MIN_SAMPLES samples on
+
+    @classmethod
+    def of(cls, values: np.ndarray | pd.Series) -> Distribution:
+        arr = np.asarray(values, dtype=np.float64)
+        arr = arr[~np.isnan(arr)]
+        if not arr.size:
+            nan = float("nan")
+            return cls(0, nan, nan, nan, nan, nan, nan, None)
+        q = np.quantile(arr, [0.5, 0.9, 0.99, 0.999], method=QUANTILE_METHOD)
+        return cls(
+            n=int(arr.size),
+            mean=float(arr.mean()),
+            median=float(q[0]),
+            std=float(arr.std()),
+            p50=float(q[0]),
+            p90=float(q[1]),
+            p99=float(q[2]),
+            p999=float(q[3]) if arr.size >= P999_MIN_SAMPLES else None,
+        )
+
+    def items(self, name: str) -> dict[str, float | int | None]:
+        """``mean_<name>``, ``median_<name>``, ..., ``p99.9_<name>`` (vLLM's key names, without ``_ms``)."""
+        return {
+            f"n_{name}": self.n,
+            f"mean_{name}": self.mean,
+            f"median_{name}": self.median,
+            f"std_{name}": self.std,
+            f"p50_{name}": self.p50,
+            f"p90_{name}": self.p90,
+            f"p99_{name}": self.p99,
+            f"p99.9_{name}": self.p999,
+        }
+
+
+# ----------------------------------------------------------------------------- metrics
+@dataclass(frozen=True, slots=True)
+class ServingMetrics:
+    """vLLM-style serving metrics of one run (or of several engines' runs pooled).
+
+    ``duration`` is the makespan (the end of the last batch; the schedule starts
+    at time 0, as a benchmark run starts with its first request). The
+    ``*_per_time_unit`` rates are over it; ``request_throughput``,
+    ``output_throughput``, ``total_token_throughput`` and ``request_goodput``
+    are the same rates when the time unit is seconds and ``None`` otherwise.
+    ``good_requests`` counts completed requests meeting the SLOs: those of
+    ``slo`` when given (for every request), else each request's own
+    (``ttft_slo``, ``tbt_slo`` judged on its p99 gap, as
+    :func:`~kvsched.schedule.metrics.request_metrics`; a request without one is
+    good once complete); ``None`` when there are no SLOs at all.
+    """
+
+    time_unit: str
+    num_requests: int
+    completed: int
+    duration: float
+    total_input_tokens: int
+    total_output_tokens: int
+    ttft: Distribution
+    tpot: Distribution
+    itl: Distribution
+    e2el: Distribution
+    slo: SLO | None
+    good_requests: int | None
+
+    @property
+    def in_seconds(self) -> bool:
+        return self.time_unit == "s"
+
+    def _rate(self, count: float | None) -> float | None:
+        if count is None:
+            return None
+        return count / self.duration if self.duration > 0 else float("nan")
+
+    @property
+    def goodput_fraction(self) -> float | None:
+        """Good requests over all requests (``None`` without SLOs)."""
+        if self.good_requests is None or not self.num_requests:
+            return None
+        return self.good_requests / self.num_requests
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat dict: ``time_unit``, counts, ``mean_ttft`` ... ``p99.9_e2el``, throughputs, goodput."""
+        out: dict[str, Any] = {
+            "time_unit": self.time_unit,
+            "num_requests": self.num_requests,
+            "completed": self.completed,
+            "duration": self.duration,
+            "total_input_tokens": self.total_input_tokens,
+            "total_output_tokens": self.total_output_tokens,
+        }
+        for name in SERVING_METRICS:
+            out.update(getattr(self, name).items(name))
+        per_unit = {
+            "requests_per_time_unit": self._rate(self.completed),
+            "output_tokens_per_time_unit": self._rate(self.total_output_tokens),
+            "total_tokens_per_time_unit": self._rate(self.total_input_tokens + self.total_output_tokens),
+            "goodput_per_time_unit": self._rate(self.good_requests),
+        }
+        out.update(per_unit)
+        sec = self.in_seconds
+        out["request_throughput"] = per_unit["requests_per_time_unit"] if sec else None
+        out["output_throughput"] = per_unit["output_tokens_per_time_unit"] if sec else None
+        out["total_token_throughput"] = per_unit["total_tokens_per_time_unit"] if sec else None
+        out["request_goodput"] = per_unit["goodput_per_time_unit"] if sec else None
+        out["good_requests"] = self.good_requests
+        out["goodput_fraction"] = self.goodput_fraction
+        out.update(self.slo.to_dict() if self.slo else dict.fromkeys(f"slo_{k}" for k in _SLO_KEYS))
+        return out
+
+
+def _as_traces(traces: Trace | Iterable[Trace | None]) -> list[Trace]:
+    if isinstance(traces, Trace):
+        return [traces]
+    out = [t for t in traces if t is not None]
+    if not out:
+        raise InputError("serving metrics: no trace to measure")
+    return out
+
+
+def _completed_gaps(trace: Trace, done: np.ndarray) -> np.ndarray:
+    """Every inter-token gap of the completed requests of ``trace``."""
+    pos, times = _generation_events(trace)
+    same = (pos[1:] == pos[:-1]) & done[pos[1:]]
+    return np.diff(times)[same]
+
+
+def _good(frame: pd.DataFrame, slo: SLO | None) -> np.ndarray | None:
+    done = frame["complete"].to_numpy(dtype=bool)
+    if slo is None:
+        flags = frame["slo_met"]
+        if not flags.notna().any():
+            return None
+        # Requests without their own SLO count as good once complete.
+        return done & flags.fillna(True).to_numpy(dtype=bool)
+    good = done.copy()
+    with np.errstate(invalid="ignore"):
+        if slo.ttft is not None:
+            good &= frame["ttft"].to_numpy() <= slo.ttft + TIME_TOL
+        if slo.tpot is not None:
+            tpot = frame["tpot"].to_numpy()
+            good &= (frame["output"].to_numpy() == 1) | (tpot <= slo.tpot + TIME_TOL)
+        if slo.e2el is not None:
+            good &= frame["latency"].to_numpy() <= slo.e2el + TIME_TOL
+    return good
+
+
+def serving_metrics(
+    traces: Trace | Sequence[Trace | None], slo: SLO | None = None, *, unit: str | None = None
+) -> ServingMetrics:
+    """The serving metrics of one trace, or of several (engines of one run) pooled.
+
+    Parameters
+    ----------
+    traces
+        A replayed trace, or several (``None`` entries, engines that ran nothing, are skipped).
+    slo
+        Objectives for every request (goodput); by default each request's own SLOs.
+    unit
+        The time unit's label; by default :func:`time_unit` of the first trace's instance.
+    """
+    found = _as_traces(traces)
+    frames = [request_metrics(t) for t in found]
+    frame = pd.concat(frames) if len(frames) > 1 else frames[0]
+    gaps = [
+        _completed_gaps(t, f["complete"].to_numpy(dtype=bool)) for t, f in zip(found, frames, strict=True)
+    ]
+    done = frame["complete"].to_numpy(dtype=bool)
+    good = _good(frame, slo)
+    return ServingMetrics(
+        time_unit=unit or time_unit(found[0].instance),
+        num_requests=len(frame),
+        completed=int(done.sum()),
+        duration=max(float(t.state.clock) for t in found),
+        total_input_tokens=int(frame["prompt"].to_numpy()[done].sum()),
+        total_output_tokens=int(frame["generated"].to_numpy()[done].sum()),
+        ttft=Distribution.of(frame["ttft"]),
+        tpot=Distribution.of(frame["tpot"]),
+        itl=Distribution.of(np.concatenate(gaps)),
+        e2el=Distribution.of(frame["latency"]),
+        slo=slo,
+        good_requests=None if good is None else int(good.sum()),
+    )
+
+
+# ----------------------------------------------------------------------------- display
+def _cell(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return "-" if math.isnan(value) else f"{value:.4g}"
+
+
+def _describe(slo: SLO) -> str:
+    return ", ".join(f"{k} <= {getattr(slo, k):g}" for k in _SLO_KEYS if getattr(slo, k) is not None)
+
+
+def serving_table(m: ServingMetrics, title: str = "Serving metrics") -> Table:
+    """TTFT, TPOT, ITL and E2EL with mean, median, p90, p99, p99.9; throughput and goodput below."""
+    unit = m.time_unit
+    table = Table(title=f"{title} ({unit})")
+    for col in ("metric", "n", "mean", "median", "p90", "p99", "p99.9"):
+        table.add_column(col, justify="left" if col == "metric" else "right")
+    for name in SERVING_METRICS:
+        d: Distribution = getattr(m, name)
+        table.add_row(name.upper(), f"{d.n:,}", *(_cell(v) for v in (d.mean, d.median, d.p90, d.p99, d.p999)))
+    rates = m.to_dict()
+    per = "s" if m.in_seconds else unit
+    notes = [
+        f"output tokens / {per}: {_cell(rates['output_tokens_per_time_unit'])}",
+        f"requests / {per}: {_cell(rates['requests_per_time_unit'])}",
+    ]
+    if m.good_requests is not None:
+        which = _describe(m.slo) if m.slo else "each request's own SLOs"
+        notes.append(
+            f"goodput ({which}): {m.good_requests:,} of {m.num_requests:,} requests, "
+            f"{_cell(rates['goodput_per_time_unit'])} / {per}"
+        )
+    table.caption = "; ".join(notes)
+    return table
+
+
+__all__ = [
+    "P999_MIN_SAMPLES",
+    "SERVING_METRICS",
+    "SLO",
+    "Distribution",
+    "ServingMetrics",
+    "parse_slo",
+    "serving_metrics",
+    "serving_table",
+    "time_unit",
+]

@@ -1,0 +1,100 @@
+"""The Chrome/Perfetto trace export: tracks, slices and the KV counter agree with the replayed schedule."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from itertools import pairwise
+
+import pytest
+
+from kvsched.heuristics import make_policy, simulate
+from kvsched.instances.io import load_instance
+from kvsched.schedule.metrics import batch_metrics, request_metrics
+from kvsched.schedule.perfetto import ENGINE_PID, REQUESTS_PID, US_PER_UNIT, chrome_trace, write_chrome_trace
+from kvsched.schedule.validate import replay
+from tests.test_examples import EXAMPLES
+
+FIG15 = load_instance(EXAMPLES / "figure15.json")
+SHAREGPT = load_instance(EXAMPLES / "sharegpt-small.json")
+
+
+def _slices(doc, pid):
+    out = defaultdict(list)
+    for e in doc["traceEvents"]:
+        if e["pid"] == pid and e["ph"] in ("X", "i"):
+            out[e.get("tid")].append(e)
+    return out
+
+
+def test_figure15_vllm_tracks():
+    sched = simulate(FIG15, make_policy("vllm")).schedule
+    doc = chrome_trace(FIG15, sched)
+    assert doc["otherData"]["time_unit"] == "slot"
+    names = {e["tid"]: e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"}
+    assert [names[k + 1] for k in range(4)] == [r.id for r in FIG15.requests]
+    req = _slices(doc, REQUESTS_PID)
+    us = US_PER_UNIT["slot"]
+    # r1 (track 2): prefill [0, 1), evicted [1, 4), refill [4, 5), decodes [5, 7) (seed 003 Fig. 15).
+    kinds = [(e["name"], e["ts"] / us, e.get("dur", 0) / us) for e in req[2]]
+    assert kinds == [
+        ("prefill", 0, 1),
+        ("eviction", 1, 0),
+        ("evicted", 1, 3),
+        ("refill", 4, 1),
+        ("decode", 5, 2),
+    ]
+    # r2 waits (queued) from its arrival until its prefill at 7.
+    assert (req[3][0]["name"], req[3][0]["args"]["reason"], req[3][0]["dur"] / us) == ("waiting", "queued", 7)
+
+
+@pytest.mark.parametrize(
+    ("instance", "policy"), [(FIG15, "sarathi"), (SHAREGPT, "sarathi"), (SHAREGPT, "vllm")]
+)
+def test_slices_cover_each_request_from_arrival_to_completion(instance, policy):
+    sched = simulate(instance, make_policy(policy)).schedule
+    trace = replay(instance, sched)
+    frame = request_metrics(trace)
+    doc = chrome_trace(instance, sched)
+    us = doc["otherData"]["trace_us_per_time_unit"]
+    req = _slices(doc, REQUESTS_PID)
+    for k, r in enumerate(instance.requests):
+        spans = sorted((e for e in req[k + 1] if e["ph"] == "X"), key=lambda e: e["ts"])
+        # Back to back, from arrival to completion, no overlap.
+        assert spans[0]["ts"] / us == pytest.approx(r.arrival, abs=1e-9)
+        for a, b in pairwise(spans):
+            assert (a["ts"] + a["dur"]) == pytest.approx(b["ts"], abs=1e-6)
+        end = spans[-1]["ts"] + spans[-1]["dur"]
+        assert end / us == pytest.approx(frame.loc[r.id, "completion"], abs=1e-9)
+        # Tokens: prompt once per prefill/refill pass, one per decode.
+        tokens = defaultdict(int)
+        for e in spans:
+            tokens[e["name"]] += e["args"].get("tokens", 0)
+        assert tokens["prefill"] + tokens["refill"] + tokens["decode"] == frame.loc[r.id, "processed"]
+        evictions = sum(e["name"] == "eviction" for e in req[k + 1])
+        assert evictions == frame.loc[r.id, "evictions"]
+
+
+def test_kv_counter_matches_the_batch_metrics():
+    sched = simulate(SHAREGPT, make_policy("sarathi")).schedule
+    assert sched.has_runs  # the runs are spelled out on the counter
+    doc = chrome_trace(SHAREGPT, sched)
+    us = doc["otherData"]["trace_us_per_time_unit"]
+    bm = batch_metrics(replay(SHAREGPT, sched))
+    counters = [e for e in doc["traceEvents"] if e["ph"] == "C"]
+    during = {}
+    for e in counters:  # the last value at a timestamp wins, as in the viewer; "during" is set at the start
+        during.setdefault(round(e["ts"] / us, 9), []).append(e["args"]["held"])
+    for start, kv in zip(bm["start"], bm["kv_tokens"], strict=True):
+        assert during[round(start, 9)][-1] == kv
+    assert counters[-1]["args"]["held"] == 0  # everything released at the end
+    assert all(e["args"]["capacity"] == SHAREGPT.limits.kv_capacity for e in counters)
+    batches = [e for e in doc["traceEvents"] if e["pid"] == ENGINE_PID and e["ph"] == "X"]
+    assert sum(e["args"].get("batches", 1) for e in batches) == len(sched)
+
+
+def test_written_file_is_json(tmp_path):
+    sched = simulate(FIG15, make_policy("vllm")).schedule
+    path = write_chrome_trace(FIG15, sched, tmp_path / "t.json")
+    doc = json.loads(path.read_text())
+    assert doc["traceEvents"] and doc["displayTimeUnit"] == "ms"

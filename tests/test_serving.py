@@ -1,0 +1,152 @@
+"""vLLM-style serving metrics (TTFT, TPOT, ITL, E2EL, goodput), checked against token times read off the records."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from kvsched.errors import InputError
+from kvsched.heuristics import make_policy, simulate
+from kvsched.instances.io import load_instance
+from kvsched.schedule.metrics import request_metrics, run_metrics
+from kvsched.schedule.serving import (
+    P999_MIN_SAMPLES,
+    SLO,
+    Distribution,
+    parse_slo,
+    serving_metrics,
+    serving_table,
+)
+from kvsched.schedule.validate import replay
+from tests.test_examples import EXAMPLES
+
+FIG15 = load_instance(EXAMPLES / "figure15.json")
+SHAREGPT = load_instance(EXAMPLES / "sharegpt-small.json")
+
+
+def _trace(instance, policy="vllm"):
+    return replay(instance, simulate(instance, make_policy(policy)).schedule)
+
+
+def _token_times(trace) -> dict[int, list[float]]:
+    """Each request's token emission times, one batch record at a time (runs spelled out)."""
+    times: dict[int, list[float]] = {}
+    for rec in trace.records:
+        for r in rec.generated.tolist():
+            times.setdefault(r, []).append(rec.end)
+    return times
+
+
+@pytest.mark.parametrize(("instance", "policy"), [(FIG15, "vllm"), (SHAREGPT, "sarathi"), (SHAREGPT, "vllm")])
+def test_distributions_match_the_token_times(instance, policy):
+    trace = _trace(instance, policy)
+    m = serving_metrics(trace)
+    times = _token_times(trace)
+    arrival = np.array([r.arrival for r in instance.requests])
+    ttft = np.array([times[r][0] - arrival[r] for r in range(len(instance))])
+    e2el = np.array([times[r][-1] - arrival[r] for r in range(len(instance))])
+    itl = np.concatenate([np.diff(times[r]) for r in range(len(instance))])
+    tpot = np.array(
+        [(e2el[r] - ttft[r]) / (len(times[r]) - 1) for r in range(len(instance)) if len(times[r]) > 1]
+    )
+    for name, values in (("ttft", ttft), ("e2el", e2el), ("itl", itl), ("tpot", tpot)):
+        d = getattr(m, name)
+        assert d.n == values.size
+        assert d.mean == pytest.approx(values.mean())
+        assert d.median == d.p50 == pytest.approx(np.percentile(values, 50))
+        assert d.p90 == pytest.approx(np.percentile(values, 90))
+        assert d.p99 == pytest.approx(np.percentile(values, 99))
+        if values.size < 1000:
+            assert d.p999 is None
+        else:
+            assert d.p999 == pytest.approx(np.percentile(values, 99.9))
+    # The same figures the run summary reports.
+    run = run_metrics(trace)
+    assert m.ttft.mean == pytest.approx(run.mean_ttft) and m.e2el.p99 == pytest.approx(run.p99_latency)
+    assert m.total_output_tokens == run.generated_tokens and m.duration == pytest.approx(run.makespan)
+
+
+def test_figure15_by_hand():
+    m = serving_metrics(_trace(FIG15)).to_dict()
+    # vllm on Figure 15: TTFT 1, 1, 8, 8 and latencies 4, 7, 11, 14 (seed 003 Fig. 15).
+    assert m["mean_ttft"] == pytest.approx(4.5) and m["p50_ttft"] == pytest.approx(4.5)
+    assert m["mean_e2el"] == pytest.approx(9.0) and m["n_itl"] == 12
+    assert m["time_unit"] == "slot" and m["good_requests"] is None
+
+
+def test_p999_from_a_thousand_samples():
+    rng = np.random.default_rng(0)
+    few, many = rng.random(P999_MIN_SAMPLES - 1), rng.random(P999_MIN_SAMPLES)
+    assert Distribution.of(few).p999 is None
+    assert Distribution.of(many).p999 == pytest.approx(np.percentile(many, 99.9))
+    empty = Distribution.of(np.array([np.nan]))
+    assert empty.n == 0 and math.isnan(empty.mean)
+
+
+def test_throughput_only_in_seconds():
+    slots = serving_metrics(_trace(FIG15)).to_dict()
+    assert slots["output_throughput"] is None and slots["request_throughput"] is None
+    assert slots["output_tokens_per_time_unit"] == pytest.approx(16 / 14)
+    secs = serving_metrics(_trace(SHAREGPT)).to_dict()
+    assert secs["time_unit"] == "s"
+    assert secs["output_throughput"] == pytest.approx(secs["total_output_tokens"] / secs["duration"])
+
+
+def test_goodput_counts_requests_meeting_every_slo():
+    trace = _trace(FIG15)
+    frame = request_metrics(trace)
+    m = serving_metrics(trace, SLO(ttft=5, tpot=2))
+    expected = int(((frame["ttft"] <= 5) & (frame["tpot"] <= 2)).sum())
+    assert m.good_requests == expected == 2
+    d = m.to_dict()
+    assert d["goodput_per_time_unit"] == pytest.approx(2 / 14) and d["goodput_fraction"] == 0.5
+    assert d["slo_ttft"] == 5 and d["slo_e2el"] is None
+    assert serving_metrics(trace, SLO(e2el=100)).good_requests == 4
+
+
+def test_pooled_engines():
+    a, b = _trace(FIG15), _trace(FIG15, "sarathi")
+    pooled = serving_metrics([a, None, b])
+    assert pooled.num_requests == 8 and pooled.itl.n == 24
+
+
+@pytest.mark.parametrize(
+    ("text", "unit", "expected"),
+    [
+        ("ttft=200ms,tpot=50ms", "s", SLO(ttft=0.2, tpot=0.05)),
+        ("ttft=0.5, e2el=3s", "s", SLO(ttft=0.5, e2el=3.0)),
+        ("TTFT=4", "slot", SLO(ttft=4.0)),
+    ],
+)
+def test_parse_slo(text, unit, expected):
+    got = parse_slo(text, unit)
+    for key in ("ttft", "tpot", "e2el"):
+        assert getattr(got, key) == pytest.approx(getattr(expected, key)) or getattr(expected, key) is None
+
+
+@pytest.mark.parametrize(
+    ("text", "unit", "message"),
+    [
+        ("ttft=200ms", "slot", "has a unit"),
+        ("itl=3", "s", "expected ttft=V"),
+        ("ttft=nan", "s", "not a positive number"),
+        ("ttft=-1", "s", "not a positive number"),
+        ("ttft=1,ttft=2", "s", "given twice"),
+        ("", "s", "at least one"),
+    ],
+)
+def test_parse_slo_errors_name_the_flag(text, unit, message):
+    with pytest.raises(InputError, match=message) as info:
+        parse_slo(text, unit)
+    assert str(info.value).startswith("--slo")
+
+
+def test_table_renders():
+    from rich.console import Console
+
+    console = Console(record=True, width=120)
+    console.print(serving_table(serving_metrics(_trace(FIG15), SLO(ttft=5))))
+    text = console.export_text()
+    assert "TTFT" in text and "ITL" in text and "goodput" in text and "2 of 4" in text
