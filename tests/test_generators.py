@@ -301,7 +301,14 @@ def test_typed_building_blocks_reject_bad_values() -> None:
 
 
 def test_every_registered_kind_documents_its_keys() -> None:
-    assert set(GENERATORS) == {"synthetic", "infermax-grid", "infermax-mix", "sharegpt"}
+    assert set(GENERATORS) == {
+        "synthetic",
+        "infermax-grid",
+        "infermax-mix",
+        "sharegpt",
+        "azure-conv",
+        "azure-code",
+    }
     for spec in GENERATORS.values():
         assert spec.summary and all(spec.keys.values())
 

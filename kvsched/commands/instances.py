@@ -89,19 +89,32 @@ def cmd_info(args: argparse.Namespace) -> int:
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's commands to the ``kvsched`` parser."""
+    from kvsched.instances.generators import GENERATORS, describe
+
     p = sub.add_parser(
         "generate",
         help="generate an instance file",
-        description="Generate a seeded instance: synthetic, InferMax grids and mixes, or real ShareGPT traces.",
+        description="Generate a seeded instance: synthetic, InferMax grids and mixes, real ShareGPT pairs or "
+        "Azure production traces. kvsched generate KIND --help lists KIND's parameters.",
     )
-    p.add_argument("kind", help="generator: synthetic, infermax-grid, infermax-mix or sharegpt")
-    p.add_argument("--n", type=positive_int, default=100, help="number of requests (default 100)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--param", action="append", metavar="K=V", help="generator parameter (repeatable)")
-    p.add_argument("--out", "-o", help="output file (default KIND.json)")
-    add_limit_args(p, default_kv=DEFAULT_KV_CAPACITY)
-    add_cost_args(p)
-    p.set_defaults(func=cmd_generate)
+    kinds = p.add_subparsers(dest="kind", metavar="KIND", required=True)
+    for kind, spec in GENERATORS.items():
+        k = kinds.add_parser(
+            kind,
+            help=spec.summary,
+            description=f"Generate a {kind} instance.",
+            epilog=describe(kind),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        k.add_argument("--n", type=positive_int, default=100, help="number of requests (default 100)")
+        k.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+        k.add_argument(
+            "--param", action="append", metavar="K=V", help="generator parameter (repeatable; listed below)"
+        )
+        k.add_argument("--out", "-o", help="output file (default: the instance's name .json)")
+        add_limit_args(k, default_kv=DEFAULT_KV_CAPACITY)
+        add_cost_args(k)
+        k.set_defaults(func=cmd_generate)
 
     p = sub.add_parser(
         "info", help="summarise an instance", description="Summarise an instance file or CSV trace."

@@ -1,26 +1,23 @@
-"""Seeded instance generators: synthetic workloads, the InferMax grids and mixes, ShareGPT.
+"""Seeded instance generators: synthetic workloads, the InferMax grids and mixes, ShareGPT, Azure.
 
 Two layers:
 
-* typed building blocks: arrival processes (:class:`SemiOnline`, :class:`Poisson`,
-  :class:`Gamma`) and length distributions (:class:`Fixed`, :class:`Uniform`,
-  :class:`LogNormal`, :class:`Zipf`), each a frozen dataclass with
-  ``sample(rng, n)``, and the generator functions :func:`synthetic`,
-  :func:`infermax_grid` and :func:`infermax_mix` (ShareGPT lives in
-  :mod:`kvsched.instances.sharegpt`);
+* typed building blocks, in :mod:`kvsched.instances.laws` and re-exported here:
+  arrival processes (:class:`SemiOnline`, :class:`Poisson`, :class:`Gamma`) and
+  length distributions (:class:`Fixed`, :class:`Uniform`, :class:`LogNormal`,
+  :class:`Zipf`), each a frozen dataclass with ``sample(rng, n)``; and the
+  generator functions :func:`synthetic`, :func:`infermax_grid` and
+  :func:`infermax_mix` (ShareGPT lives in :mod:`kvsched.instances.sharegpt`, the
+  Azure traces in :mod:`kvsched.instances.azure`);
 * a flat ``key=value`` front end for the command line: :func:`parse_params`
   turns strings into checked values and :func:`generate` builds the instance of
-  a registered kind (see :data:`GENERATORS`).
+  a registered kind (see :data:`GENERATORS`; :func:`describe` is the help text
+  ``kvsched generate KIND --help`` prints).
 
 Every instance records how to rebuild it: ``meta = {"kind", "n", "seed",
 "params"}`` where ``params`` holds the flat parameters actually used (defaults
 filled in), so ``generate(meta["kind"], n=meta["n"], seed=meta["seed"],
 limits=..., time_model=..., **meta["params"])`` gives the same requests.
-
-Randomness: one :class:`numpy.random.SeedSequence` per seed, split into
-independent streams for arrivals, prompt lengths, output lengths, predictions and
-the shuffle. Changing the arrival process therefore leaves the lengths as they
-were (common random numbers across experiments).
 
 Generated instances are not checked for feasibility (a synthetic length may
 exceed the KV capacity); call :meth:`Instance.check_feasible`.
@@ -29,6 +26,7 @@ exceed the KV capacity); call :meth:`Instance.check_feasible`.
 from __future__ import annotations
 
 import math
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,253 +34,52 @@ from typing import Any
 import numpy as np
 
 from kvsched.errors import InputError
-from kvsched.instances.model import Instance, Limits, Request, TimeModel
-
-# --------------------------------------------------------------------------- randomness
-
-_STREAMS = ("arrival", "prompt", "output", "predict", "order")
-
-
-def streams(seed: int) -> dict[str, np.random.Generator]:
-    """Independent random generators, one per purpose, all derived from ``seed``."""
-    children = np.random.SeedSequence(seed).spawn(len(_STREAMS))
-    return {name: np.random.default_rng(child) for name, child in zip(_STREAMS, children, strict=True)}
-
-
-# --------------------------------------------------------------------------- arrivals
-
-
-@dataclass(frozen=True, slots=True)
-class SemiOnline:
-    """Every request arrives at time 0 (the offline / semi-online setting)."""
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.zeros(n)
-
-    def to_params(self) -> dict[str, Any]:
-        return {"arrival": "semi-online"}
-
-
-@dataclass(frozen=True, slots=True)
-class Poisson:
-    """Poisson arrivals: exponential inter-arrival times with mean ``1 / rate``.
-
-    The first request arrives at 0, so the trace starts when the instance does.
-    """
-
-    rate: float
-
-    def __post_init__(self) -> None:
-        _require(self.rate > 0 and math.isfinite(self.rate), f"rate must be > 0, got {self.rate}")
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return _from_gaps(rng.exponential(1.0 / self.rate, size=max(n - 1, 0)))
-
-    def to_params(self) -> dict[str, Any]:
-        return {"arrival": "poisson", "rate": self.rate}
-
-
-@dataclass(frozen=True, slots=True)
-class Gamma:
-    """Bursty arrivals: gamma inter-arrival times with mean ``1 / rate`` and coefficient of variation ``cv``.
-
-    ``cv = 1`` is Poisson; ``cv > 1`` is burstier (shape ``1 / cv**2``), the usual
-    knob in serving benchmarks.
-    """
-
-    rate: float
-    cv: float
-
-    def __post_init__(self) -> None:
-        _require(self.rate > 0 and math.isfinite(self.rate), f"rate must be > 0, got {self.rate}")
-        _require(self.cv > 0 and math.isfinite(self.cv), f"cv must be > 0, got {self.cv}")
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        shape = 1.0 / self.cv**2
-        gaps = rng.gamma(shape, 1.0 / (self.rate * shape), size=max(n - 1, 0))
-        return _from_gaps(gaps)
-
-    def to_params(self) -> dict[str, Any]:
-        return {"arrival": "gamma", "rate": self.rate, "cv": self.cv}
-
-
-ArrivalProcess = SemiOnline | Poisson | Gamma
-
-
-def _from_gaps(gaps: np.ndarray) -> np.ndarray:
-    return np.concatenate([[0.0], np.cumsum(gaps)])
-
-
-# --------------------------------------------------------------------------- lengths
-
-
-@dataclass(frozen=True, slots=True)
-class Fixed:
-    """Every request has the same length."""
-
-    value: int
-
-    def __post_init__(self) -> None:
-        _require(self.value >= 1, f"length must be >= 1, got {self.value}")
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.full(n, self.value, dtype=np.int64)
-
-    def to_params(self, side: str) -> dict[str, Any]:
-        return {side: "fixed", f"{side}_value": self.value}
-
-
-@dataclass(frozen=True, slots=True)
-class Uniform:
-    """Integer lengths uniform on ``[lo, hi]`` (both included)."""
-
-    lo: int
-    hi: int
-
-    def __post_init__(self) -> None:
-        _require(1 <= self.lo <= self.hi, f"need 1 <= lo <= hi, got lo={self.lo}, hi={self.hi}")
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return rng.integers(self.lo, self.hi + 1, size=n, dtype=np.int64)
-
-    def to_params(self, side: str) -> dict[str, Any]:
-        return {side: "uniform", f"{side}_lo": self.lo, f"{side}_hi": self.hi}
-
-
-@dataclass(frozen=True, slots=True)
-class LogNormal:
-    """Lognormal lengths ``round(median * exp(sigma * Z))``, clipped to ``[1, max]``.
-
-    Heavy right tails like real prompt and output lengths. Use
-    :meth:`from_mean` to give the (unclipped) mean instead of the median.
-    """
-
-    median: float
-    sigma: float = 1.0
-    max: int = 4096
-
-    def __post_init__(self) -> None:
-        _require(self.median > 0 and math.isfinite(self.median), f"median must be > 0, got {self.median}")
-        _require(self.sigma >= 0 and math.isfinite(self.sigma), f"sigma must be >= 0, got {self.sigma}")
-        _require(self.max >= 1, f"max must be >= 1, got {self.max}")
-
-    @classmethod
-    def from_mean(cls, mean: float, sigma: float = 1.0, max: int = 4096) -> LogNormal:
-        """The lognormal with the given mean: median = mean * exp(-sigma^2 / 2)."""
-        _require(mean > 0 and math.isfinite(mean), f"mean must be > 0, got {mean}")
-        return cls(mean * math.exp(-(sigma**2) / 2), sigma, max)
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        x = np.rint(self.median * np.exp(self.sigma * rng.standard_normal(n)))
-        return np.clip(x, 1, self.max).astype(np.int64)
-
-    def to_params(self, side: str) -> dict[str, Any]:
-        return {
-            side: "lognormal",
-            f"{side}_median": self.median,
-            f"{side}_sigma": self.sigma,
-            f"{side}_max": self.max,
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class Zipf:
-    """Zipf lengths: P(k) proportional to k^(-a) for k >= 1 (a > 1), clipped to ``max``."""
-
-    a: float
-    max: int = 4096
-
-    def __post_init__(self) -> None:
-        _require(self.a > 1 and math.isfinite(self.a), f"Zipf exponent a must be > 1, got {self.a}")
-        _require(self.max >= 1, f"max must be >= 1, got {self.max}")
-
-    def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        return np.minimum(rng.zipf(self.a, size=n), self.max).astype(np.int64)
-
-    def to_params(self, side: str) -> dict[str, Any]:
-        return {side: "zipf", f"{side}_a": self.a, f"{side}_max": self.max}
-
-
-LengthDist = Fixed | Uniform | LogNormal | Zipf
-
-
-def noisy_predictions(rng: np.random.Generator, outputs: np.ndarray, sigma: float) -> np.ndarray:
-    """Predicted output lengths ``max(1, round(O * exp(sigma * Z)))``.
-
-    Multiplicative lognormal noise with median 1: a prediction is as likely to
-    be too long as too short by the same factor. ``sigma = 0`` is an exact oracle.
-    """
-    _require(sigma >= 0 and math.isfinite(sigma), f"predict_sigma must be >= 0, got {sigma}")
-    noisy = np.rint(outputs * np.exp(sigma * rng.standard_normal(len(outputs))))
-    return np.maximum(noisy, 1).astype(np.int64)
-
-
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise InputError(message)
-
-
-# --------------------------------------------------------------------------- assembling
-
-
-def assemble(
-    *,
-    kind: str,
-    n: int,
-    seed: int,
-    limits: Limits,
-    time_model: TimeModel,
-    arrivals: np.ndarray,
-    prompts: np.ndarray,
-    outputs: np.ndarray,
-    params: dict[str, Any],
-    predict_sigma: float | None = None,
-    tick: float | None = None,
-    rng: dict[str, np.random.Generator] | None = None,
-    extra_meta: Mapping[str, Any] | None = None,
-) -> Instance:
-    """Turn sampled columns into an :class:`Instance` (shared by every generator).
-
-    Arrivals are snapped up to multiples of ``tick`` when it is given (e.g. 1
-    for whole slots); requests are then ordered by arrival (stably, so
-    simultaneous arrivals keep their sampled order) and named ``r0, r1, ...``.
-    ``params`` is recorded in ``meta`` as given, plus ``predict_sigma`` and
-    ``tick`` when set.
-    """
-    rng = rng if rng is not None else streams(seed)
-    arrivals = np.asarray(arrivals, dtype=np.float64)
-    if tick is not None:
-        _require(tick > 0 and math.isfinite(tick), f"tick must be > 0, got {tick}")
-        arrivals = np.ceil(arrivals / tick) * tick
-    predicted = None
-    if predict_sigma is not None:
-        predicted = noisy_predictions(rng["predict"], np.asarray(outputs), predict_sigma)
-    order = np.argsort(arrivals, kind="stable")
-    requests = tuple(
-        Request(
-            id=f"r{k}",
-            arrival=float(arrivals[j]),
-            prompt=int(prompts[j]),
-            output=int(outputs[j]),
-            predicted_output=None if predicted is None else int(predicted[j]),
-        )
-        for k, j in enumerate(order)
-    )
-    recorded = dict(params)
-    if predict_sigma is not None:
-        recorded["predict_sigma"] = float(predict_sigma)
-    if tick is not None:
-        recorded["tick"] = float(tick)
-    meta: dict[str, Any] = {"kind": kind, "n": int(n), "seed": int(seed), "params": recorded}
-    meta.update(extra_meta or {})
-    return Instance(requests, limits, time_model, f"{kind}-n{n}-seed{seed}", meta)
-
-
-def check_n_seed(n: int, seed: int) -> None:
-    """Raise :class:`InputError` unless ``n >= 1`` and ``seed >= 0`` are integers."""
-    _require(isinstance(n, int | np.integer) and n >= 1, f"n must be an integer >= 1, got {n!r}")
-    _require(isinstance(seed, int | np.integer) and seed >= 0, f"seed must be an integer >= 0, got {seed!r}")
-
+from kvsched.instances import azure, sharegpt
+from kvsched.instances.laws import (
+    ArrivalProcess,
+    Fixed,
+    Gamma,
+    LengthDist,
+    LogNormal,
+    Poisson,
+    SemiOnline,
+    Uniform,
+    Zipf,
+    assemble,
+    check_n_seed,
+    noisy_predictions,
+    streams,
+)
+from kvsched.instances.laws import require as _require
+from kvsched.instances.model import Instance, Limits, TimeModel
+
+__all__ = [
+    "GENERATORS",
+    "LARGE",
+    "MIX_GROUPS",
+    "SMALL",
+    "ArrivalProcess",
+    "Fixed",
+    "Gamma",
+    "GeneratorSpec",
+    "LengthDist",
+    "LogNormal",
+    "Poisson",
+    "SemiOnline",
+    "Uniform",
+    "Zipf",
+    "assemble",
+    "check_n_seed",
+    "describe",
+    "figure15_limits",
+    "generate",
+    "infermax_grid",
+    "infermax_mix",
+    "noisy_predictions",
+    "parse_params",
+    "streams",
+    "synthetic",
+]
 
 # --------------------------------------------------------------------------- generators
 
@@ -622,9 +419,7 @@ def _read_mix(p: _Params) -> dict[str, Any]:
 
 
 def _read_sharegpt(p: _Params) -> dict[str, Any]:
-    # Imported here: the ShareGPT module imports this one for the arrival classes.
-    from kvsched.instances import sharegpt as sg
-
+    sg = sharegpt
     out = _read_common(p)
     out["rule"] = p.get("rule", str, sg.DEFAULT_RULE, choices=sg.RULES)
     if out["rule"] == "chars":
@@ -645,9 +440,7 @@ def _make_mix(n: int, seed: int, limits: Limits, time_model: TimeModel, **kw: An
 
 
 def _make_sharegpt(n: int, seed: int, limits: Limits, time_model: TimeModel, **kw: Any) -> Instance:
-    from kvsched.instances.sharegpt import sharegpt
-
-    return sharegpt(n, seed, limits, time_model, **kw)
+    return sharegpt.sharegpt(n, seed, limits, time_model, **kw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -666,6 +459,8 @@ class GeneratorSpec:
         Checks flat parameters and returns the keyword arguments of ``make``.
     make
         ``make(n, seed, limits, time_model, **kwargs) -> Instance``.
+    notes
+        What ``kvsched generate KIND --help`` says beyond the parameters (data, estimates).
     """
 
     kind: str
@@ -673,7 +468,51 @@ class GeneratorSpec:
     keys: dict[str, str]
     read: Callable[[_Params], dict[str, Any]]
     make: Callable[..., Instance]
+    notes: str = ""
 
+
+def _read_azure(p: _Params) -> dict[str, Any]:
+    return {
+        "start": p.get("start", float, 0.0, low=0),
+        "duration": p.get("duration", float, None, low=0, strict=True),
+        "sample": p.get("sample", str, azure.DEFAULT_SAMPLE, choices=azure.SAMPLES),
+        "rate_scale": p.get("rate_scale", float, 1.0, low=0, strict=True),
+        "units_per_second": p.get("units_per_second", float, 1.0, low=0, strict=True),
+        "predict_sigma": p.get("predict_sigma", float, None, low=0),
+        "tick": p.get("tick", float, None, low=0, strict=True),
+    }
+
+
+def _azure_maker(service: str) -> Callable[..., Instance]:
+    def make(n: int, seed: int, limits: Limits, time_model: TimeModel, **kw: Any) -> Instance:
+        return azure.azure_trace(service, n, seed, limits, time_model, **kw)
+
+    return make
+
+
+_AZURE_KEYS = {
+    "start": "window start, seconds from the trace's start (default 0)",
+    "duration": "window length in seconds (default: to the trace's end)",
+    "sample": "first (the window's first n requests, default: real burstiness) or random (n of the window, "
+    "seeded)",
+    "rate_scale": "arrival-rate multiplier: inter-arrival times divided by it (default 1)",
+    "units_per_second": "instance time units per trace second (default 1: seconds; for unit time, slots per s)",
+    "tick": _ARRIVAL_KEYS["tick"],
+    "predict_sigma": _ARRIVAL_KEYS["predict_sigma"],
+}
+_AZURE_NOTES = (
+    "Real production requests with their arrival times (seconds) and token counts counted by the service's "
+    "tokenizer (Azure LLM inference trace 2023, as shipped by Splitwise/Vidur; see "
+    "kvsched/instances/data/azure/README.md). Arrivals are shifted to start at 0. Requests whose peak KV "
+    "I + O - 1 does not fit M are skipped."
+)
+_SHAREGPT_NOTES = (
+    "Lengths are estimated from the text, without a tokenizer: rule=chars counts ceil(characters / "
+    "chars_per_token) (4 characters per token, close to the Llama tokenizer's lengths on ShareGPT: mean "
+    "I/O about 174/345 against the vLLM paper's 161/338); rule=words counts whitespace-separated words "
+    "(seed 004's rule, about 0.6x). Pairs whose peak KV does not fit M are dropped. See "
+    "kvsched.instances.sharegpt."
+)
 
 _SHAREGPT_KEYS = {
     "rule": "tokens from text: chars (ceil(chars / chars_per_token), default) or words (MC-SF)",
@@ -711,8 +550,31 @@ GENERATORS: dict[str, GeneratorSpec] = {
         {**_SHAREGPT_KEYS, **_ARRIVAL_KEYS},
         _read_sharegpt,
         _make_sharegpt,
+        _SHAREGPT_NOTES,
     ),
+    **{
+        f"azure-{service}": GeneratorSpec(
+            f"azure-{service}",
+            f"a window of the Azure LLM inference trace of a {label} service (real arrivals and lengths)",
+            dict(_AZURE_KEYS),
+            _read_azure,
+            _azure_maker(service),
+            _AZURE_NOTES,
+        )
+        for service, label in (("conv", "conversation"), ("code", "coding"))
+    },
 }
+
+
+def describe(kind: str) -> str:
+    """The parameters of generator ``kind``, one per line with its meaning and default, and its notes."""
+    spec = _spec(kind)
+    width = max(len(k) for k in spec.keys) + 2
+    lines = [f"{kind}: {spec.summary}", "", "parameters (--param KEY=VALUE):"]
+    lines += [f"  {key.ljust(width)}{text}" for key, text in spec.keys.items()]
+    if spec.notes:
+        lines += ["", textwrap.fill(spec.notes, 100)]
+    return "\n".join(lines)
 
 
 def _spec(kind: str) -> GeneratorSpec:

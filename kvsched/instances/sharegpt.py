@@ -66,7 +66,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from kvsched.errors import InputError
-from kvsched.instances.generators import ArrivalProcess, SemiOnline, assemble, check_n_seed, streams
+from kvsched.instances.laws import ArrivalProcess, SemiOnline, assemble, check_n_seed, streams
 from kvsched.instances.model import Instance, Limits, TimeModel
 
 RULES = ("chars", "words")
