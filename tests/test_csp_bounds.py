@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from kvsched.costmodel import BatchView, make_cost_model
 from kvsched.csp import SolverOptions, solve
-from kvsched.csp.bounds import best, lower_bounds, portfolio, seconds_report, separable_forms
+from kvsched.csp.bounds import best, lower_bounds, mbt, portfolio, seconds_report, separable_forms
 from kvsched.csp.bounds.mbt import preemptive_mean_busy
 from kvsched.csp.bounds.separable import minorant_lines
 from kvsched.csp.certificate import Scope
@@ -25,7 +25,7 @@ from kvsched.instances.generators import Uniform, synthetic
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.conventions import mcsf_instance
 from kvsched.schedule.validate import instance_cost_model, replay
-from kvsched.stop import Deadline
+from kvsched.stop import Deadline, DeadlineReached
 from tests.brute import brute_force
 from tests.strategies import build_legal_schedule, instances, legal_schedules
 
@@ -199,6 +199,27 @@ def test_preemptive_mean_busy_with_release_dates():
     assert mean[0] == pytest.approx((0.5 * 1 + 3.5 * 3) / 4)
     slotted = preemptive_mean_busy(np.array([4.0, 1.0]), np.array([0.0, 1.0]), slotted=True)
     assert slotted.tolist() == pytest.approx([(0 * 1 + 2 + 3 + 4) / 4, 1.0])
+
+
+@pytest.mark.parametrize("slotted", [True, False])
+def test_event_loop_agrees_with_the_closed_form_when_everything_arrives_at_once(slotted):
+    rng = np.random.default_rng(1)
+    work = rng.uniform(0.1, 3.0, 200)
+    release = np.full(200, 2.0)
+    closed = preemptive_mean_busy(work, release, slotted=slotted)
+    g = mbt._slotted_scalar if slotted else mbt._continuous_scalar
+    acc, done = mbt._preemptive(work, release, g, by_remaining=False)
+    assert acc / work == pytest.approx(closed)
+    assert np.sort(done) == pytest.approx(mbt.srpt_completions(work, release))
+
+
+def test_event_loops_stop_at_the_deadline():
+    work = np.ones(10_000)
+    release = np.arange(10_000, dtype=float)
+    with pytest.raises(DeadlineReached):
+        preemptive_mean_busy(work, release, slotted=True, deadline=Deadline.after(1e-9))
+    with pytest.raises(DeadlineReached):
+        mbt.srpt_completions(work, release, Deadline.after(1e-9))
 
 
 def test_ten_thousand_sharegpt_mean_busy_time_is_reproduced():

@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvsched.instances.model import Instance
+from kvsched.stop import Deadline
 
 #: Shares of (memory, token budget, prefill budget) tried for the mixed machine: the pure
 #: resources and an even mixture (the bound holds for each; the portfolio keeps the largest).
@@ -62,7 +63,9 @@ def _continuous_scalar(x: float) -> float:
     return x * x / 2.0
 
 
-def preemptive_mean_busy(work: np.ndarray, release: np.ndarray, *, slotted: bool) -> np.ndarray:
+def preemptive_mean_busy(
+    work: np.ndarray, release: np.ndarray, *, slotted: bool, deadline: Deadline | None = None
+) -> np.ndarray:
     """Each job's mean busy time in the preemptive smallest-work-first schedule on a unit-rate machine.
 
     This schedule minimises ``sum_j MB_j`` over all preemptive schedules with
@@ -78,6 +81,8 @@ def preemptive_mean_busy(work: np.ndarray, release: np.ndarray, *, slotted: bool
     slotted
         Machine time ``[t, t + 1)`` is slot t and work there counts at t (the
         slot's start) rather than at its own position.
+    deadline
+        Checked every few thousand events; :class:`~kvsched.stop.DeadlineReached` once it has passed.
     """
     out = release.astype(np.float64).copy()
     idx = np.flatnonzero(work > 0)
@@ -93,12 +98,13 @@ def preemptive_mean_busy(work: np.ndarray, release: np.ndarray, *, slotted: bool
         mean[order] = (integral(ends) - integral(starts)) / w[order]
         out[idx] = mean
         return out
-    acc, _ = _preemptive(w, r, _slotted_scalar if slotted else _continuous_scalar, by_remaining=False)
+    g = _slotted_scalar if slotted else _continuous_scalar
+    acc, _ = _preemptive(w, r, g, by_remaining=False, deadline=deadline)
     out[idx] = acc / w
     return out
 
 
-def srpt_completions(work: np.ndarray, release: np.ndarray) -> np.ndarray:
+def srpt_completions(work: np.ndarray, release: np.ndarray, deadline: Deadline | None = None) -> np.ndarray:
     """Completion times of preemptive shortest-remaining-work-first on a unit-rate machine, sorted.
 
     SRPT completes at least as many jobs by every time as any preemptive schedule
@@ -107,12 +113,12 @@ def srpt_completions(work: np.ndarray, release: np.ndarray) -> np.ndarray:
     """
     if np.all(release == release[0]):
         return release[0] + np.cumsum(np.sort(work))
-    _, done = _preemptive(work, release, _continuous_scalar, by_remaining=True)
+    _, done = _preemptive(work, release, _continuous_scalar, by_remaining=True, deadline=deadline)
     return np.sort(done)
 
 
 def _preemptive(
-    work: np.ndarray, release: np.ndarray, g, *, by_remaining: bool
+    work: np.ndarray, release: np.ndarray, g, *, by_remaining: bool, deadline: Deadline | None = None
 ) -> tuple[np.ndarray, np.ndarray]:
     """One preemptive schedule (event loop over releases): per job the integral of ``g``'s
     derivative over its pieces, and its completion time. Priority: the job's work, or its
@@ -127,7 +133,11 @@ def _preemptive(
     t = rel[0]
     i = 0
     push, pop = heapq.heappush, heapq.heappop
+    events = 0
     while i < n or heap:
+        events += 1
+        if deadline is not None and not events & 4095:
+            deadline.check()
         if not heap:
             t = max(t, rel[i])
         while i < n and rel[i] <= t:
@@ -234,14 +244,14 @@ def first_token_jobs(req: RequestArrays, mix: tuple[float, float, float], caps: 
     return MachineJobs(load, load.copy(), np.floor(req.arrival))
 
 
-def mbt_sum(jobs: MachineJobs) -> float:
+def mbt_sum(jobs: MachineJobs, deadline: Deadline | None = None) -> float:
     """``sum_j (MB_j + delta_j)`` with MB from the slotted preemptive smallest-load-first schedule."""
-    mean = preemptive_mean_busy(jobs.load, jobs.release, slotted=True)
+    mean = preemptive_mean_busy(jobs.load, jobs.release, slotted=True, deadline=deadline)
     delta = np.divide(jobs.tail, jobs.load, out=np.ones_like(jobs.load), where=jobs.load > 0)
     return float((mean + delta).sum())
 
 
-def slotted_area(jobs: MachineJobs) -> np.ndarray:
+def slotted_area(jobs: MachineJobs, deadline: Deadline | None = None) -> np.ndarray:
     """Sorted lower bounds on the completions, in slots: ceil of SRPT's completions on the mixed machine.
 
     A real completion is an integer number of slots after ... its last slot's start, and the job's load
@@ -249,7 +259,7 @@ def slotted_area(jobs: MachineJobs) -> np.ndarray:
     least the k-th SRPT completion, rounded up.
     """
     # Tolerance: a load that sums to an integer up to rounding must not round up a whole slot.
-    return np.ceil(srpt_completions(jobs.load, jobs.release) - 1e-9)
+    return np.ceil(srpt_completions(jobs.load, jobs.release, deadline) - 1e-9)
 
 
 def slotted_makespan(jobs: MachineJobs) -> float:

@@ -26,7 +26,7 @@ from kvsched.csp.certificate import Bound, Scope
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.schedule.validate import instance_cost_model
-from kvsched.stop import Deadline
+from kvsched.stop import Deadline, DeadlineReached
 
 OBJECTIVE_NAMES = ("total-latency", "makespan", "sum-ttft")
 
@@ -62,7 +62,7 @@ def seconds_report(instance: Instance, deadline: Deadline | None = None) -> Seco
     for form in forms:
         if tried and deadline.expired():
             break
-        got = seconds_bounds(form, tok)
+        got = seconds_bounds(form, tok, deadline=deadline)
         first = first or got
         tried += 1
         for name in fields:
@@ -85,25 +85,40 @@ def _unit_bounds(instance: Instance, objective: str, slot: float, deadline: Dead
     caps = mbt.budgets(instance)
     arrivals = float(req.arrival.sum()) * slot
     for mix in mbt.MIXTURES:
-        if deadline.expired():
+        try:
+            _mixture_bounds(out, req, caps, mix, objective, slot, arrivals, deadline)
+        except DeadlineReached:  # this stage would overrun: keep the bounds already proven
             break
-        if objective == "sum-ttft":
-            jobs = mbt.first_token_jobs(req, mix, caps)
-        else:
-            jobs = mbt.completion_jobs(req, mix, caps)
-        if jobs is None:
-            continue
-        suffix = "" if mix == (1.0, 0.0, 0.0) else f" {_mix_name(mix)}"
-        if objective == "makespan":
-            out.append(Bound(slot * mbt.slotted_makespan(jobs), "area" + suffix))
-            continue
-        out.append(Bound(slot * mbt.mbt_sum(jobs) - arrivals, "mean-busy-time" + suffix))
-        if objective == "total-latency":
-            # Sorted completions: SRPT on the machine with release dates, against each request alone.
-            sorted_alone = np.sort(req.alone)
-            area = np.maximum(mbt.slotted_area(jobs), sorted_alone)
-            out.append(Bound(slot * float(area.sum()) - arrivals, "area (release dates)" + suffix))
     return out
+
+
+def _mixture_bounds(
+    out: list[Bound],
+    req: mbt.RequestArrays,
+    caps: tuple,
+    mix: tuple[float, float, float],
+    objective: str,
+    slot: float,
+    arrivals: float,
+    deadline: Deadline,
+) -> None:
+    """Append the bounds of one resource mixture to ``out`` as each is proven (DeadlineReached may interrupt)."""
+    deadline.check()
+    if objective == "sum-ttft":
+        jobs = mbt.first_token_jobs(req, mix, caps)
+    else:
+        jobs = mbt.completion_jobs(req, mix, caps)
+    if jobs is None:
+        return
+    suffix = "" if mix == (1.0, 0.0, 0.0) else f" {_mix_name(mix)}"
+    if objective == "makespan":
+        out.append(Bound(slot * mbt.slotted_makespan(jobs), "area" + suffix))
+        return
+    out.append(Bound(slot * mbt.mbt_sum(jobs, deadline) - arrivals, "mean-busy-time" + suffix))
+    if objective == "total-latency":
+        # Sorted completions: SRPT on the machine with release dates, against each request alone.
+        area = np.maximum(mbt.slotted_area(jobs, deadline), np.sort(req.alone))
+        out.append(Bound(slot * float(area.sum()) - arrivals, "area (release dates)" + suffix))
 
 
 def _mix_name(mix: tuple[float, float, float]) -> str:

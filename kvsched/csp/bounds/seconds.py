@@ -40,6 +40,7 @@ import numpy as np
 from kvsched.csp.bounds.mbt import preemptive_mean_busy, srpt_completions
 from kvsched.csp.bounds.separable import Separable
 from kvsched.instances.model import Instance
+from kvsched.stop import Deadline, DeadlineReached
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,8 +147,11 @@ def _shares(tok: Tokens) -> list[tuple[float, float, float]]:
     return out
 
 
-def seconds_bounds(f: Separable, tok: Tokens, mixtures: list | None = None) -> SecondsBounds:
-    """Every seconds-based bound of this module under the separable form ``f``."""
+def seconds_bounds(
+    f: Separable, tok: Tokens, mixtures: list | None = None, deadline: Deadline | None = None
+) -> SecondsBounds:
+    """Every seconds-based bound of this module under the separable form ``f`` (``deadline``: see
+    :func:`~kvsched.csp.bounds.mbt.preemptive_mean_busy`)."""
     n = tok.prompt.size
     a = tok.arrival
     s = tok.grid
@@ -160,46 +164,54 @@ def seconds_bounds(f: Separable, tok: Tokens, mixtures: list | None = None) -> S
     best_mbt, best_ttft, best_mix, best_area = -math.inf, -math.inf, (1.0, 0.0, 0.0), -math.inf
     makespan = float(np.max(a + alone))
     for lam_m, lam_c, lam_r in mixtures or _shares(tok):
+        try:
 
-        def share(w: np.ndarray, c: np.ndarray | float, lam_m=lam_m, lam_c=lam_c, lam_r=lam_r) -> np.ndarray:
-            out = lam_m * w / tok.capacity
-            if lam_c:
-                out = out + lam_c * c / tok.c_cap
-            if lam_r:
-                out = out + lam_r / tok.r_cap
-            return out
+            def share(
+                w: np.ndarray, c: np.ndarray | float, lam_m=lam_m, lam_c=lam_c, lam_r=lam_r
+            ) -> np.ndarray:
+                out = lam_m * w / tok.capacity
+                if lam_c:
+                    out = out + lam_c * c / tok.c_cap
+                if lam_r:
+                    out = out + lam_r / tok.r_cap
+                return out
 
-        p1 = (
-            (f.fixed + f.fixed_prefill) * share(i, i)
-            + (f.per_token + f.prefill_token + f.prefill_sq) * i
-            + f.prefill
-            + f.prefill_quad * i * i
-        )
-        decode = (f.fixed + f.fixed_decode) * share(s, 1.0) + f.per_token + f.decode + f.decode_kv * (s - 1)
-        refill = (
-            (f.fixed + f.fixed_prefill) * share(s, s)
-            + (f.per_token + f.prefill_token + f.prefill_sq) * s
-            + f.prefill
-            + f.prefill_quad * s * s
-        )
-        p = np.minimum(decode, refill)
-        p_cum = _exclusive_cumsum(p)
-        work = p1 + tok.over_tokens(p_cum)
-        # sum_u p (p/2 + tail) with tail = b_cum[hi + 1] - b_cum[S + 1].
-        own = tok.over_tokens(_exclusive_cumsum(p * p / 2 - p * b_cum[1:]))
-        moment = p1 * (p1 / 2 + chain) + own + b_cum[tok.hi + 1] * (work - p1)
-        mean = preemptive_mean_busy(work, a, slotted=False)
-        delta = np.divide(moment, work, out=np.zeros(n), where=work > 0)
-        mbt = float((mean + delta).sum() - a.sum())
-        if mbt > best_mbt:
-            best_mbt, best_mix = mbt, (lam_m, lam_c, lam_r)
-        ttft_mean = preemptive_mean_busy(p1, a, slotted=False)
-        best_ttft = max(best_ttft, float((ttft_mean + p1 / 2).sum() - a.sum()))
-        # Sorted work: the k-th completion is no earlier than SRPT's k-th on the machine (release dates).
-        by_work = srpt_completions(work, a)
-        best_area = max(best_area, float(np.maximum(np.sort(a + alone), by_work).sum() - a.sum()))
-        order = np.argsort(-a, kind="stable")
-        makespan = max(makespan, float(np.max(a[order] + np.cumsum(work[order]))))
+            p1 = (
+                (f.fixed + f.fixed_prefill) * share(i, i)
+                + (f.per_token + f.prefill_token + f.prefill_sq) * i
+                + f.prefill
+                + f.prefill_quad * i * i
+            )
+            decode = (
+                (f.fixed + f.fixed_decode) * share(s, 1.0) + f.per_token + f.decode + f.decode_kv * (s - 1)
+            )
+            refill = (
+                (f.fixed + f.fixed_prefill) * share(s, s)
+                + (f.per_token + f.prefill_token + f.prefill_sq) * s
+                + f.prefill
+                + f.prefill_quad * s * s
+            )
+            p = np.minimum(decode, refill)
+            p_cum = _exclusive_cumsum(p)
+            work = p1 + tok.over_tokens(p_cum)
+            # sum_u p (p/2 + tail) with tail = b_cum[hi + 1] - b_cum[S + 1].
+            own = tok.over_tokens(_exclusive_cumsum(p * p / 2 - p * b_cum[1:]))
+            moment = p1 * (p1 / 2 + chain) + own + b_cum[tok.hi + 1] * (work - p1)
+            mean = preemptive_mean_busy(work, a, slotted=False, deadline=deadline)
+            delta = np.divide(moment, work, out=np.zeros(n), where=work > 0)
+            mbt = float((mean + delta).sum() - a.sum())
+            if mbt > best_mbt:
+                best_mbt, best_mix = mbt, (lam_m, lam_c, lam_r)
+            ttft_mean = preemptive_mean_busy(p1, a, slotted=False, deadline=deadline)
+            best_ttft = max(best_ttft, float((ttft_mean + p1 / 2).sum() - a.sum()))
+            # Sorted work: the k-th completion is no earlier than SRPT's k-th on the machine (release dates).
+            by_work = srpt_completions(work, a, deadline)
+            best_area = max(best_area, float(np.maximum(np.sort(a + alone), by_work).sum() - a.sum()))
+            order = np.argsort(-a, kind="stable")
+            makespan = max(makespan, float(np.max(a[order] + np.cumsum(work[order]))))
+        except DeadlineReached:  # keep what is done: the isolated bounds and the finished mixtures
+            break
+
     return SecondsBounds(
         isolated=isolated,
         work_area=best_area,
