@@ -1,21 +1,23 @@
-"""Calibrate on one GPU replay, check on the others (run by hand, not a test; no GPU needed).
+"""Calibrate on one GPU replay, check on the others, and write the run's summary (by hand; no GPU needed).
 
 Usage::
 
-    python benchmarks/executor_calibration.py                 # the committed H100 tables
+    python benchmarks/executor_calibration.py                 # the first run's H100 tables
     python benchmarks/executor_calibration.py --fit vllm --form linear
+    python benchmarks/executor_calibration.py --data benchmarks/data/executor_h100_inplace --write-summary
 
-The replay tables in ``benchmarks/data/executor_h100/`` were measured with
-``kvsched replay ... --model llama-2-7b-shape --device cuda --repeat 3`` (the
-vLLM table with ``--repeat 2``); each ``.json`` beside a table records the GPU,
-torch and CUDA versions and the attention backend. The cases:
+A run's directory holds one replay table per case (``<case>.csv`` with its
+``.json``), measured with ``kvsched replay ... --model llama-2-7b-shape --device
+cuda``. The instances and the exact solver's schedule are read from the
+directory, or from ``benchmarks/data/executor_h100/`` where the first run keeps
+them. The cases:
 
 * ``sarathi``, ``vllm``: 200 ShareGPT requests (``sg200.json``, full lengths,
   M = 60,000) scheduled by Sarathi-Serve and vLLM;
 * ``opt_d10``: the exact solver's schedule of the same 200 requests with
   lengths / 10 and M at 30% of the summed peaks (``sg200d10.json``): the
   time-indexed model's best schedule in unit time (gap 0.28%), retimed under
-  the instance's cost model;
+  the instance's cost model (``opt_d10.schedule.json``);
 * ``sarathi_d10``: Sarathi-Serve on that instance.
 
 The cost model is fitted to the ``--fit`` case's measured batches (the same
@@ -24,24 +26,41 @@ predicts every case. Per case it prints the relative batch-time error before
 (the instance's own vLLM-profiled model) and after, and the end-to-end error
 (mean latency, makespan) of the timeline retimed with predicted durations
 against the one retimed with measured durations.
+
+``--write-summary`` writes ``summary.json`` into the directory (issue 17's schema):
+
+* ``date``, ``device``: from the tables' metadata (``--date`` for tables without one);
+* ``cases``: per case ``name``, ``batches``, ``measured_s`` and ``model_s`` (sums of
+  the measured and of the vLLM-profiled model's batch times) and ``ratio_median``
+  (median over batches of measured / model);
+* ``transfer``: ``fit_on``, ``per_batch_mean_error`` (mean relative batch error of
+  the fitted model, per case) and ``end_to_end_error`` (per case, the larger of the
+  mean-latency and makespan errors);
+* ``identical_batch_spread_p90``: the 90th percentile of the spread (max - min) /
+  median of identical batches: a batch's ``--repeat`` runs (column
+  ``measured_spread``) and batches of equal batch sums across the tables. None
+  when the tables hold no identical batches (the first run kept no repeats).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from kvsched.executor.measure import ErrorSummary, end_to_end, fit_replay, read_replay
+from kvsched.executor.measure import FEATURES, ErrorSummary, end_to_end, fit_replay, read_replay
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.io import load_instance
 from kvsched.schedule.io import load_schedule
 from kvsched.schedule.validate import replay
 
-DATA = Path(__file__).parent / "data" / "executor_h100"
+FIRST_RUN = Path(__file__).parent / "data" / "executor_h100"
 #: case -> (instance file, policy name or schedule file)
 CASES = {
     "sarathi": ("sg200.json", "sarathi"),
@@ -51,22 +70,52 @@ CASES = {
 }
 
 
-def case_schedule(instance, source: str):
+def _input(data: Path, name: str) -> Path:
+    """An input file of the run's directory, or of the first run's."""
+    return data / name if (data / name).is_file() else FIRST_RUN / name
+
+
+def case_schedule(data: Path, instance, source: str):
     if source.endswith(".json"):
-        schedule = load_schedule(DATA / source, instance)
+        schedule = load_schedule(_input(data, source), instance)
     else:
         schedule = simulate(instance, make_policy(source)).schedule
     replay(instance, schedule)  # every schedule is validated
     return schedule
 
 
+def spreads(data: Path) -> np.ndarray:
+    """Spreads (max - min) / median of identical batches: repeats of a batch, and equal batch sums."""
+    frames = [pd.read_csv(data / f"{name}.csv") for name in CASES if (data / f"{name}.csv").is_file()]
+    df = pd.concat(frames, ignore_index=True)
+    out = []
+    if "measured_spread" in df.columns:
+        out.extend(df["measured_spread"].dropna().tolist())
+    groups = df.groupby([*FEATURES, "num_items"])["measured_s"]
+    for _, t in groups:
+        if t.size > 1:
+            out.append((t.max() - t.min()) / t.median())
+    return np.asarray(out, dtype=np.float64)
+
+
+def _fraction(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else round(float(x), 6)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument(
+        "--data", type=Path, default=FIRST_RUN, help="the run's directory (default: the first run)"
+    )
     ap.add_argument("--fit", default="sarathi", choices=sorted(CASES), help="case the model is fitted to")
     ap.add_argument("--form", default="stepped", choices=("stepped", "linear"))
+    ap.add_argument("--write-summary", action="store_true", help="write summary.json into --data")
+    ap.add_argument("--date", help="date of the run, for tables whose metadata has none")
+    ap.add_argument("--label", help="a note stored in summary.json (e.g. which engine ran)")
     args = ap.parse_args()
+    data: Path = args.data
 
-    fit = fit_replay(DATA / f"{args.fit}.csv", form=args.form)
+    fit = fit_replay(data / f"{args.fit}.csv", form=args.form)
     console = Console()
     console.print(
         f"fitted to {args.fit} ({fit.table.measured.size} batches, {args.form}): R² {fit.r2:.3f}, "
@@ -81,37 +130,76 @@ def main() -> None:
     for col in (
         "case",
         "batches",
+        "measured s",
+        "model s",
+        "ratio p50",
         "before mean",
         "after mean",
-        "after p50",
         "after p90",
         "mean latency",
         "makespan",
     ):
         table.add_column(col, justify="right")
+    cases, per_batch, e2e_err = [], {}, {}
     for name, (inst_file, source) in CASES.items():
-        rt = read_replay(DATA / f"{name}.csv")
-        instance = load_instance(DATA / inst_file)
-        schedule = case_schedule(instance, source)
+        rt = read_replay(data / f"{name}.csv")
+        instance = load_instance(_input(data, inst_file))
+        schedule = case_schedule(data, instance, source)
         if len(schedule) != rt.measured.size:
             raise SystemExit(
                 f"{name}: {len(schedule)} batches in the schedule, {rt.measured.size} in the table"
             )
+        if rt.predicted is None:
+            raise SystemExit(f"{name}: the table has no predicted_s (replay with the instance's model)")
         predicted = np.array([fit.cost.time_of(f) for f in rt.features])
         before = ErrorSummary.of(rt.measured, rt.predicted)
         after = ErrorSummary.of(rt.measured, predicted)
         e2e = end_to_end(instance, schedule, rt.measured, predicted)
+        lat, mk = float(e2e.loc["mean_latency", "rel_err"]), float(e2e.loc["makespan", "rel_err"])
+        ratio = float(np.median(rt.measured / rt.predicted))
+        cases.append(
+            {
+                "name": name,
+                "batches": int(rt.measured.size),
+                "measured_s": round(float(rt.measured.sum()), 4),
+                "model_s": round(float(rt.predicted.sum()), 4),
+                "ratio_median": round(ratio, 4),
+            }
+        )
+        per_batch[name] = _fraction(after.mean)
+        e2e_err[name] = _fraction(max(lat, mk))
         table.add_row(
             name + (" (fit)" if name == args.fit else ""),
             str(after.n),
+            f"{rt.measured.sum():.2f}",
+            f"{rt.predicted.sum():.2f}",
+            f"{ratio:.2f}",
             f"{100 * before.mean:.1f}%",
             f"{100 * after.mean:.1f}%",
-            f"{100 * after.p50:.1f}%",
             f"{100 * after.p90:.1f}%",
-            f"{100 * e2e.loc['mean_latency', 'rel_err']:.1f}%",
-            f"{100 * e2e.loc['makespan', 'rel_err']:.1f}%",
+            f"{100 * lat:.1f}%",
+            f"{100 * mk:.1f}%",
         )
     console.print(table)
+    sp = spreads(data)
+    p90 = float(np.percentile(sp, 90)) if sp.size else None
+    console.print(
+        f"identical batches: {sp.size} spreads, p90 "
+        + (f"{100 * p90:.1f}%" if p90 is not None else "not measured (no repeats or equal batches)")
+    )
+    if args.write_summary:
+        summary = {
+            "date": meta.get("date", args.date),
+            "device": meta.get("device_name"),
+            "cases": cases,
+            "transfer": {"fit_on": args.fit, "per_batch_mean_error": per_batch, "end_to_end_error": e2e_err},
+            "identical_batch_spread_p90": _fraction(p90) if p90 is not None else None,
+        }
+        if args.label:
+            summary["label"] = args.label
+        out = data / "summary.json"
+        out.write_text(json.dumps(summary, indent=1) + "\n")
+        console.print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -75,6 +75,8 @@ class Timer:
     def __init__(self, device: torch.device) -> None:
         self.device = device
         self._torch = require_torch()
+        #: The durations of the last :meth:`median` call, sorted.
+        self.times: list[float] = []
 
     def time(self, fn: Callable[[], T]) -> tuple[T, float]:
         """Run ``fn`` once; return its result and its duration in seconds."""
@@ -100,9 +102,19 @@ class Timer:
             out, secs = self.time(fn)
             times.append(secs)
         times.sort()
+        self.times = times
         mid = len(times) // 2
         median = times[mid] if len(times) % 2 else 0.5 * (times[mid - 1] + times[mid])
         return out, median
+
+    def spread(self) -> float:
+        """(max - min) / median of the last :meth:`median` call's durations; NaN for a single run."""
+        t = self.times
+        if len(t) < 2:
+            return float("nan")
+        mid = len(t) // 2
+        median = t[mid] if len(t) % 2 else 0.5 * (t[mid - 1] + t[mid])
+        return (t[-1] - t[0]) / median if median > 0 else float("nan")
 
 
 def environment(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:

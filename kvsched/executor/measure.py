@@ -57,6 +57,7 @@ REPLAY_COLUMNS = (
     "host_prep_s",
     "measured_raw_s",
     "measured_s",
+    "measured_spread",
     "predicted_s",
     "rel_err",
 )
@@ -85,8 +86,9 @@ def batch_row(
     predicted: float,
     host_prep: float,
     kv_blocks: int,
+    spread: float = math.nan,
 ) -> dict[str, Any]:
-    """One replay-table row."""
+    """One replay-table row (``spread``: (max - min) / median of the batch's repeated runs)."""
     return {
         "batch": index,
         "start": batch.start,
@@ -98,6 +100,7 @@ def batch_row(
         "host_prep_s": host_prep,
         "measured_raw_s": measured_raw,
         "measured_s": measured,
+        "measured_spread": spread,
         "predicted_s": predicted,
         "rel_err": abs(predicted - measured) / measured if measured > 0 else math.nan,
     }

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -277,6 +278,7 @@ def profile_batches(
                 predicted=predict.batch_time(view) if predict is not None else float("nan"),
                 host_prep=prep,
                 kv_blocks=pool.used_blocks,
+                spread=engine.timer.spread(),
             )
         )
     return pd.DataFrame(rows, columns=list(REPLAY_COLUMNS)), skipped
@@ -329,6 +331,7 @@ def run_profile(
     attention.to_csv(paths[1], index=False)
     meta = {
         "kind": "kvsched.profile",
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "model": model.cfg.name,
         "layers": model.cfg.layers,
         "full_layers": model.cfg.shape.layers,

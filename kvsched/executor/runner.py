@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -216,6 +217,7 @@ def _replay(
                 predicted=predict.batch_time(view),
                 host_prep=prep,
                 kv_blocks=pool.used_blocks,
+                spread=engine.timer.spread(),
             )
         )
     unfinished = state.finish()
@@ -223,6 +225,7 @@ def _replay(
         raise ScheduleError(unfinished)
     generated = [seq[len(p) :] for seq, p in zip(seqs, prompts, strict=True)]
     meta = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         "model": model.cfg.name,
         "layers": model.cfg.layers,
         "full_layers": model.cfg.shape.layers,
