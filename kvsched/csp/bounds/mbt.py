@@ -252,14 +252,19 @@ def mbt_sum(jobs: MachineJobs, deadline: Deadline | None = None) -> float:
 
 
 def slotted_area(jobs: MachineJobs, deadline: Deadline | None = None) -> np.ndarray:
-    """Sorted lower bounds on the completions, in slots: ceil of SRPT's completions on the mixed machine.
+    """Sorted lower bounds on the completions, in slots: SRPT's completions on the mixed machine, rounded up.
 
-    A real completion is an integer number of slots after ... its last slot's start, and the job's load
-    lies in slots up to that one, so the k-th smallest real completion (in slots, floored arrivals) is at
-    least the k-th SRPT completion, rounded up.
+    Request j completes at ``C_j >= floor(s) + 1`` where s is the start of its last batch, and its whole
+    load lies in slots up to ``floor(s)``: on the relaxed machine it is done by the integer ``floor(s) + 1``.
+    SRPT completes at least as many jobs by every time, so the k-th smallest ``floor(s) + 1`` is at
+    least SRPT's k-th completion, rounded up.
     """
-    # Tolerance: a load that sums to an integer up to rounding must not round up a whole slot.
-    return np.ceil(srpt_completions(jobs.load, jobs.release, deadline) - 1e-9)
+    return _ceil(srpt_completions(jobs.load, jobs.release, deadline))
+
+
+def _ceil(x: np.ndarray) -> np.ndarray:
+    # Float sums that should land on an integer may overshoot it by a few ulps: never round those up a slot.
+    return np.ceil(x - 1e-9 * np.maximum(1.0, np.abs(x)))
 
 
 def slotted_makespan(jobs: MachineJobs) -> float:
@@ -267,8 +272,7 @@ def slotted_makespan(jobs: MachineJobs) -> float:
     order = np.argsort(-jobs.release, kind="stable")
     rel = jobs.release[order]
     suffix = np.cumsum(jobs.load[order])
-    # Tolerance: a load that sums to an integer up to rounding must not round up a whole slot.
-    return float(np.max(rel + np.ceil(suffix - 1e-9)))
+    return float(np.max(rel + _ceil(suffix)))
 
 
 def budgets(instance: Instance) -> tuple[float, float | None, float | None]:
