@@ -28,3 +28,4 @@ __all__ = [
     "seconds_report",
     "separable_forms",
 ]
+from kvsched.csp.bounds.chain import ChainLagrangian as ChainLagrangian, chain_lagrangian as chain_lagrangian  # noqa: I001

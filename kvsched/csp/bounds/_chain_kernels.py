@@ -1,0 +1,297 @@
+"""Op-chain pricing kernels for :mod:`kvsched.csp.bounds.chain`: a numba kernel and a numpy reference.
+
+Both compute, for every request ``j`` and multipliers ``y`` (memory rows) and ``z``
+(token-budget rows), the cheapest chain of its ``O_j`` generating ops in strictly
+increasing slots (see the module docstring of :mod:`kvsched.csp.bounds.chain` for
+the relaxation). The numba kernel evaluates the dynamic programme only on the
+diagonal band of slots that a chain cheaper than a known one can use (exact, see
+:func:`price_chains`); the numpy reference evaluates it on every slot up to the
+padded horizon, so the two agreeing checks the band as well as the compiled code.
+
+Arrays (one entry per request): ``release`` (first slot it may use), ``earliest``
+(first slot its first token may be generated in), ``output`` (O), ``prompt`` (I),
+``arrival`` (in slots, real), ``offset`` (start of its chain in the flat chain
+array, the cumulative sum of ``output``). ``y`` and ``z`` are padded with zeros
+past the dual horizon so that every slot a chain may use has a price.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+#: Objective codes (the chain cost charged to the priced op).
+LATENCY = 0  # completion - arrival: the last op's slot + 1 - a
+TTFT = 1  # first token - arrival: the first op's slot + 1 - a
+#: Slack on the band's edge against float round-off (a wider band is always exact).
+BAND_TOL = 1e-7
+
+
+@nb.njit(cache=True, inline="always")
+def _weight(prompt: int, u: int, block: int) -> float:
+    """Blocks held while generating token ``u`` (1-based): I + u - 1 tokens, rounded up to blocks."""
+    return float((prompt + u - 1 + block - 1) // block)
+
+
+@nb.njit(cache=True)
+def _price_one(
+    j,
+    release,
+    earliest,
+    output,
+    prompt,
+    arrival,
+    offset,
+    block,
+    y,
+    z,
+    has_z,
+    objective,
+    prev,
+    use_prev,
+    chains,
+    pslot,
+):  # pragma: no cover - compiled
+    e = earliest[j]
+    o = output[j]
+    a = arrival[j]
+    big = y.size  # every slot >= the padded length is priced 0 (the arrays end in zeros)
+    # Prompt tokens under the budget rows: z_t for the token generating in slot t, and the I - 1
+    # others in the cheapest slot of [release, t] (the per-slot cap q dropped: a relaxation).
+    pre_min = np.inf
+    pre_arg = release[j]
+    if has_z:
+        for s in range(release[j], min(e, big)):
+            if z[s] < pre_min:
+                pre_min = z[s]
+                pre_arg = s
+    rest = float(prompt[j] - 1)
+    # An upper bound on the optimum price: the cheapest of three feasible chains.
+    ub = np.inf
+    # (1) contiguous from e
+    c = 0.0
+    m = pre_min
+    if has_z and e < big:
+        m = min(m, z[e])
+        c += z[e] + rest * m
+    for u in range(1, o + 1):
+        t = e + u - 1
+        if t < big:
+            c += _weight(prompt[j], u, block) * y[t]
+            if has_z and u > 1:
+                c += z[t]
+    if objective == LATENCY:
+        c += e + o - a
+    else:
+        c += e + 1 - a
+    ub = min(ub, c)
+    # (2) every op past the padded horizon, where nothing is priced
+    t0 = max(big, e)
+    ub = min(ub, t0 + (o if objective == LATENCY else 1) - a)
+    # (3) the previous optimum chain, re-priced
+    if use_prev and prev[offset[j]] >= 0:
+        c = 0.0
+        last = 0
+        for u in range(1, o + 1):
+            t = prev[offset[j] + u - 1]
+            if t < 0:  # ops past the horizon (first-token objective)
+                break
+            last = t
+            if t < big:
+                c += _weight(prompt[j], u, block) * y[t]
+                if has_z and u > 1:
+                    c += z[t]
+        t1 = prev[offset[j]]
+        if has_z:
+            mm = pre_min
+            for s in range(e, min(t1 + 1, big)):
+                mm = min(mm, z[s])
+            if t1 < big:
+                c += z[t1] + rest * mm
+        if objective == LATENCY:
+            c += last + 1 - a
+        else:
+            c += t1 + 1 - a
+        ub = min(ub, c)
+
+    # Any chain costs at least its objective term (prices are >= 0): only slots that a chain of
+    # cost <= ub can use are evaluated. Op u of such a chain lies in [e + u - 1, e + u - 1 + width).
+    if objective == LATENCY:
+        width = int(np.floor(a + ub - o - e + BAND_TOL)) + 1
+    else:
+        width = int(np.floor(a + ub - 1 - e + BAND_TOL)) + 1
+    width = max(width, 1)
+
+    f = np.empty(width)
+    p1 = np.empty(width, dtype=np.int64)  # where the other prompt tokens go, per first-op slot
+    m = pre_min
+    marg = pre_arg
+    for d in range(width):
+        t = e + d
+        v = 0.0
+        if t < big:
+            v = _weight(prompt[j], 1, block) * y[t]
+            if has_z:
+                if z[t] < m:
+                    m = z[t]
+                    marg = t
+                v += z[t] + rest * m
+        f[d] = v
+        p1[d] = marg
+    if objective == TTFT:
+        best = np.inf
+        bd = 0
+        for d in range(width):
+            v = f[d] + e + d + 1 - a
+            if v < best:
+                best = v
+                bd = d
+        chains[offset[j]] = e + bd
+        for u in range(2, o + 1):
+            chains[offset[j] + u - 1] = -1
+        pslot[j] = p1[bd]
+        return best
+
+    arg = np.empty((o, width), dtype=np.int32)
+    for u in range(2, o + 1):
+        run = np.inf
+        ra = 0
+        wu = _weight(prompt[j], u, block)
+        base = e + u - 1
+        for d in range(width):
+            if f[d] < run:
+                run = f[d]
+                ra = d
+            arg[u - 2, d] = ra
+            t = base + d
+            v = run
+            if t < big:
+                v += wu * y[t]
+                if has_z:
+                    v += z[t]
+            f[d] = v
+    best = np.inf
+    bd = 0
+    for d in range(width):
+        v = f[d] + e + o - 1 + d + 1 - a
+        if v < best:
+            best = v
+            bd = d
+    # Backtrack: op u sits at band index d_u; op u - 1 at arg[u - 2, d_u].
+    d = bd
+    for u in range(o, 0, -1):
+        chains[offset[j] + u - 1] = e + u - 1 + d
+        if u > 1:
+            d = arg[u - 2, d]
+    pslot[j] = p1[d]
+    return best
+
+
+@nb.njit(cache=True, parallel=True)
+def price_chains(
+    release,
+    earliest,
+    output,
+    prompt,
+    arrival,
+    offset,
+    block,
+    y,
+    z,
+    objective,
+    prev,
+    use_prev,
+):  # pragma: no cover - compiled
+    """Each request's cheapest chain under ``(y, z)``: prices, flat chain slots, prompt slots.
+
+    Exact: a chain costing more than a known chain (contiguous from the earliest
+    slot, all past the horizon, or last call's optimum ``prev``) is never
+    optimal, and every chain costs at least its objective term, so op ``u`` of
+    an optimal chain lies in a band of slots ``[e + u - 1, e + u - 1 + width)``.
+    """
+    n = output.size
+    price = np.empty(n)
+    chains = np.empty(offset[n - 1] + output[n - 1], dtype=np.int64)
+    pslot = np.empty(n, dtype=np.int64)
+    has_z = z.size > 0
+    for j in nb.prange(n):
+        price[j] = _price_one(
+            j,
+            release,
+            earliest,
+            output,
+            prompt,
+            arrival,
+            offset,
+            block,
+            y,
+            z,
+            has_z,
+            objective,
+            prev,
+            use_prev,
+            chains,
+            pslot,
+        )
+    return price, chains, pslot
+
+
+@nb.njit(cache=True)
+def chain_loads(output, prompt, offset, block, chains, pslot, horizon, with_tokens):  # pragma: no cover
+    """Blocks (and tokens) the chains put in each slot ``< horizon``."""
+    load = np.zeros(horizon)
+    tokens = np.zeros(horizon if with_tokens else 0)
+    for j in range(output.size):
+        for u in range(1, output[j] + 1):
+            t = chains[offset[j] + u - 1]
+            if 0 <= t < horizon:
+                load[t] += _weight(prompt[j], u, block)
+                if with_tokens:
+                    tokens[t] += 1.0
+        if with_tokens and pslot[j] < horizon:
+            tokens[pslot[j]] += prompt[j] - 1
+    return load, tokens
+
+
+def price_chains_numpy(
+    release: np.ndarray,
+    earliest: np.ndarray,
+    output: np.ndarray,
+    prompt: np.ndarray,
+    arrival: np.ndarray,
+    block: int,
+    y: np.ndarray,
+    z: np.ndarray,
+    objective: int,
+) -> np.ndarray:
+    """The reference: each request's optimum chain price by the full dynamic programme (no band).
+
+    Slots run from ``earliest`` to the padded length of ``y`` plus ``O``
+    (past the padding every price is 0, so no chain ends later and gains).
+    """
+    big = y.size
+    prices = np.empty(output.size)
+    for j in range(output.size):
+        e, o, a, i_j = int(earliest[j]), int(output[j]), float(arrival[j]), int(prompt[j])
+        slots = np.arange(e, max(big, e) + o + 1)
+        yy = np.where(slots < big, y[np.minimum(slots, big - 1)], 0.0)
+        f = -(-i_j // block) * yy
+        if z.size:
+            zz = np.where(slots < big, z[np.minimum(slots, big - 1)], 0.0)
+            before = z[release[j] : e].min(initial=np.inf) if e > release[j] else np.inf
+            f = f + zz + (i_j - 1) * np.minimum(np.minimum.accumulate(zz), before)
+        if objective == TTFT:
+            prices[j] = float(np.min(f + slots + 1 - a))
+            continue
+        for u in range(2, o + 1):
+            run = np.minimum.accumulate(f)  # the previous op in any earlier slot
+            step = -(-(i_j + u - 1) // block) * yy[1:]
+            if z.size:
+                step = step + zz[1:]
+            f = run[:-1] + step
+            slots = slots[1:]
+            yy = yy[1:]
+            if z.size:
+                zz = zz[1:]
+        prices[j] = float(np.min(f + slots + 1 - a))
+    return prices

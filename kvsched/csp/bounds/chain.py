@@ -1,0 +1,395 @@
+"""Time-indexed Lagrangian relaxation of the memory and token-budget rows, with op-chain pricing.
+
+A lower bound on total latency (or sum of TTFT) valid for **every** legal
+schedule of a unit-time instance: chunked prefill, pauses, evictions, idling.
+
+**The relaxation.** Let a batch that starts at time ``s`` (in slots) occupy slot
+``floor(s)``. Batches last one slot and do not overlap, so distinct batches
+occupy distinct slots, in order, and a batch a request is in occupies a slot
+``>= r_j = floor(a_j)``. Request ``j`` generates token ``u`` (``u = 1..O_j``)
+in some batch; call its slot ``t_{j,u}``. These slots strictly increase in
+``u`` (one token per batch), ``t_{j,1} >= r_j + ceil(I_j / q) - 1`` (the prompt
+needs that many batches of at most ``q = min(C, P)`` tokens), and the request
+completes at ``C_j >= t_{j,O_j} + 1`` (TTFT ``>= t_{j,1} + 1``). While it
+generates token ``u`` the batch holds all its ``I_j + u - 1`` known tokens (a
+prefill, a decode and a refill all end with every known token held), so
+
+    sum over the ops (j, u) with t_{j,u} = t of  w_{j,u}  <=  M,   w_{j,u} = blocks(I_j + u - 1),  (mem_t)
+
+for every slot ``t``. Batches that only process prompt chunks, requests that
+hold KV while paused, and refills hold more: dropping them only relaxes
+(mem_t). With a token budget ``C``, the generating batch processes at least one
+of the request's tokens, and its other ``I_j - 1`` prompt tokens are processed
+in slots ``[r_j, t_{j,1}]``, so
+
+    sum_j [t_{j,u} = t, any u] + (I_j - 1) [prompt token slot = t]  <=  C    (tok_t)
+
+(the per-request chunk cap ``q`` and the refill tokens are dropped: relaxations
+again). Under unit time the objective ``sum_j (C_j - a_j)`` is at least
+``sum_j (t_{j,O_j} + 1 - a_j)``. Dualise (mem_t) with ``y_t >= 0`` and (tok_t)
+with ``z_t >= 0`` for the slots ``t < H`` (and ``y_t = z_t = 0`` beyond: any
+``y, z >= 0`` give a bound). For every schedule
+
+    objective  >=  sum_j price_j(y, z) - M sum_t y_t - C sum_t z_t  =  L(y, z),
+
+where ``price_j`` is the cheapest chain of request ``j``: the minimum over
+strictly increasing slots ``t_1 < ... < t_O`` (``t_1 >` its earliest slot)
+and a prompt slot ``p in [r_j, t_1]`` of
+
+    t_O + 1 - a_j + sum_u (w_{j,u} y_{t_u} + z_{t_u}) + (I_j - 1) z_p.
+
+Chains may run past ``H``, where nothing is priced ("the zero-price tail"):
+without it the bound would silently assume the optimum ends by ``H``. The
+price is a dynamic programme over (ops done, slot), ``O(O_j x window)``: op
+``u`` in slot ``t`` costs its price plus the running minimum of op ``u - 1``
+over the earlier slots. Every chain costs at least ``t_O + 1 - a_j`` (prices
+are ``>= 0``), so an optimal chain of request ``j`` ends by ``a_j + U_j - 1``
+for any chain cost ``U_j`` known in advance (contiguous from its earliest
+slot, wholly past ``H``, or last iteration's optimum re-priced): op ``u`` lies
+in the diagonal band ``[e_j + u - 1, e_j + u - 1 + width)``, ``width = a_j +
+U_j - O_j - e_j + 1``. The band is exact, not a restriction. The compiled
+kernel (:mod:`kvsched.csp.bounds._chain_kernels`) runs it in parallel over
+requests; a numpy path evaluates the full programme for the tests.
+
+``sum_j (t_{j,O_j} + 1)`` is an integer, so the bound on total latency is
+``ceil(L + sum a_j) - sum a_j`` (times the slot length).
+
+**Sum of TTFT.** The objective charges ``t_1`` only; the ops after the first
+can be pushed past ``H`` at zero price, so the chain price reduces to the
+first op (plus its prompt tokens). Valid, but only the first token's memory
+and tokens are priced, so this bound is weak when memory is tight.
+
+**Makespan** is not a sum over requests, so the decomposition does not apply
+directly (a feasibility version, "no ``y`` proves the chains cannot all end by
+``H``", would be a binary search over ``H``); :func:`chain_lagrangian` refuses it.
+
+**Dual method.** Projected subgradient steps with Polyak's rule towards a
+target (the incumbent's value), directions averaged as in the volume algorithm
+(Barahona and Anbil 2000), the step factor halved and the iterate sent back to
+the best multipliers after a run without improvement. Warm start ``y_t =
+N(t) / M``: ``N(t)`` requests in the system in slot ``t`` of an incumbent
+schedule. Every iterate's value is a valid bound; the best is kept, so the
+deadline can stop the ascent at any iteration.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from kvsched.costmodel import UnitCost
+from kvsched.csp.certificate import Bound, Scope
+from kvsched.errors import InputError, KvschedError
+from kvsched.heuristics import make_policy, simulate
+from kvsched.instances.model import Instance
+from kvsched.schedule.validate import Trace, instance_cost_model
+from kvsched.stop import Deadline
+
+#: Objective codes of the kernels (``_chain_LATENCY`` and ``.TTFT``).
+LATENCY, TTFT = 0, 1
+#: Objectives the chain relaxation bounds.
+OBJECTIVES = {"total-latency": LATENCY, "sum-ttft": TTFT}
+#: Policies tried in turn for an incumbent when none is given (fast; Sarathi chunks, so budgets never stall it).
+WARM_POLICIES = ("sarathi", "vllm")
+#: Slack on rounding the bound up to the next integer number of slots (float round-off).
+ROUND_TOL = 1e-6
+#: The Polyak target lies at most this share above the best bound so far.
+TARGET_SHARE = 0.05
+#: Iterations without improvement before the step factor is halved (and the iterate reset).
+PATIENCE = 15
+#: Weight of the new subgradient in the averaged direction (volume algorithm); the rest is the old one.
+SMOOTHING = 0.4
+#: Extra slots of dual horizon past the incumbent's makespan (share of it).
+HORIZON_MARGIN = 0.05
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChainData:
+    """A unit-time instance as the chain relaxation sees it (times in slots).
+
+    Parameters
+    ----------
+    release, earliest
+        First slot each request may be in a batch; first slot it may generate its first token in.
+    output, prompt, arrival
+        O, I and the arrival in slots (real).
+    offset
+        Where each request's chain starts in a flat chain array.
+    block, capacity, budget
+        Block size, KV capacity in blocks, token budget C (None: no budget rows).
+    slot
+        The time model's slot length (bounds are returned in the instance's time unit).
+    objective
+        Kernel objective code.
+    """
+
+    release: np.ndarray
+    earliest: np.ndarray
+    output: np.ndarray
+    prompt: np.ndarray
+    arrival: np.ndarray
+    offset: np.ndarray
+    block: int
+    capacity: int
+    budget: int | None
+    slot: float
+    objective: int
+
+    @classmethod
+    def from_instance(cls, instance: Instance, objective: str = "total-latency") -> ChainData:
+        cost = instance_cost_model(instance)
+        if not isinstance(cost, UnitCost):
+            raise InputError(f"the chain Lagrangian needs the unit time model, not {cost.name!r}")
+        if objective not in OBJECTIVES:
+            raise InputError(
+                f"the chain Lagrangian bounds {', '.join(OBJECTIVES)}, not {objective!r} "
+                "(makespan is not a sum over requests)"
+            )
+        if not len(instance):
+            raise InputError("the chain Lagrangian needs at least one request")
+        lim = instance.limits
+        prompt = np.array([r.prompt for r in instance.requests], dtype=np.int64)
+        output = np.array([r.output for r in instance.requests], dtype=np.int64)
+        arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64) / cost.slot
+        release = np.floor(arrival + 1e-9).astype(np.int64)
+        chunk = min(
+            (c for c in (lim.max_batch_tokens, lim.max_prefill_tokens) if c is not None), default=None
+        )
+        earliest = release.copy()
+        if chunk is not None:
+            earliest += np.maximum(1, -(-prompt // chunk)) - 1
+        offset = np.concatenate([[0], np.cumsum(output)[:-1]]).astype(np.int64)
+        return cls(
+            release=release,
+            earliest=earliest,
+            output=output,
+            prompt=prompt,
+            arrival=arrival,
+            offset=offset,
+            block=int(lim.block_size),
+            capacity=int(lim.kv_blocks),
+            budget=lim.max_batch_tokens,
+            slot=float(cost.slot),
+            objective=OBJECTIVES[objective],
+        )
+
+    @property
+    def n(self) -> int:
+        return int(self.output.size)
+
+    def to_bound(self, value: float) -> float:
+        """The objective bound (instance time unit) implied by a Lagrangian value ``value`` (slots)."""
+        if not math.isfinite(value):
+            return -math.inf
+        total = float(self.arrival.sum())
+        slots = math.ceil(value + total - ROUND_TOL * max(1.0, abs(value + total)))
+        return self.slot * (slots - total)
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChainPricing:
+    """One evaluation of ``L(y, z)``: the value (slots), the chains and the subgradient's loads."""
+
+    value: float
+    price: np.ndarray
+    chains: np.ndarray
+    prompt_slot: np.ndarray
+    load: np.ndarray  # blocks the chains put in each slot < H
+    tokens: np.ndarray  # tokens (empty without budget rows)
+
+
+def _kernels():
+    """The compiled kernels, imported on first use: numba takes about a second to import."""
+    from kvsched.csp.bounds import _chain_kernels
+
+    return _chain_kernels
+
+
+def evaluate(
+    data: ChainData,
+    y: np.ndarray,
+    z: np.ndarray | None = None,
+    *,
+    prev: np.ndarray | None = None,
+) -> ChainPricing:
+    """``L(y, z)`` and each request's optimum chain (numba kernel); ``len(y)`` is the dual horizon H."""
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    z = np.zeros(0) if z is None or data.budget is None else np.ascontiguousarray(z, dtype=np.float64)
+    use_prev = prev is not None
+    prev = prev if prev is not None else np.zeros(1, dtype=np.int64)
+    kernels = _kernels()
+    price, chains, pslot = kernels.price_chains(
+        data.release, data.earliest, data.output, data.prompt, data.arrival, data.offset, data.block,
+        y, z, data.objective, prev, use_prev,
+    )  # fmt: skip
+    load, tokens = kernels.chain_loads(
+        data.output, data.prompt, data.offset, data.block, chains, pslot, y.size, z.size > 0
+    )
+    value = float(price.sum() - data.capacity * y.sum())
+    if z.size:
+        value -= float(data.budget) * float(z.sum())
+    return ChainPricing(value, price, chains, pslot, load, tokens)
+
+
+def evaluate_numpy(data: ChainData, y: np.ndarray, z: np.ndarray | None = None) -> float:
+    """``L(y, z)`` by the numpy reference (full programme, no band): for tests on small instances."""
+    y = np.asarray(y, dtype=np.float64)
+    z = np.zeros(0) if z is None or data.budget is None else np.asarray(z, dtype=np.float64)
+    price = _kernels().price_chains_numpy(
+        data.release, data.earliest, data.output, data.prompt, data.arrival, data.block, y, z, data.objective
+    )
+    value = float(price.sum() - data.capacity * y.sum())
+    if z.size:
+        value -= float(data.budget) * float(z.sum())
+    return value
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ChainLagrangian:
+    """The chain Lagrangian bound and how it was reached.
+
+    ``value`` is the best ``L(y, z)`` in the instance's time unit before rounding
+    up; ``bound.value`` is the rounded bound. ``history`` holds ``(seconds,
+    bound)`` after each improving iteration (the anytime curve).
+    """
+
+    bound: Bound
+    value: float
+    y: np.ndarray
+    z: np.ndarray
+    iterations: int
+    seconds: float
+    incumbent: float | None
+    history: tuple[tuple[float, float], ...] = field(default=())
+
+
+def warm_incumbent(instance: Instance) -> Trace:
+    """A quick validated schedule's trace (the first of ``WARM_POLICIES`` that completes the instance)."""
+    for name in WARM_POLICIES[:-1]:
+        try:
+            return simulate(instance, make_policy(name)).trace
+        except KvschedError:
+            continue
+    return simulate(instance, make_policy(WARM_POLICIES[-1])).trace
+
+
+def in_system(data: ChainData, trace: Trace, horizon: int) -> np.ndarray:
+    """N(t): requests arrived and not complete in each slot ``t < horizon`` of ``trace``."""
+    done = np.ceil(trace.state.completion / data.slot - 1e-9).astype(np.int64)
+    count = np.zeros(horizon + 1)
+    np.add.at(count, np.clip(data.release, 0, horizon), 1.0)
+    np.add.at(count, np.clip(done, 0, horizon), -1.0)
+    return np.cumsum(count)[:horizon]
+
+
+def chain_lagrangian(
+    instance: Instance,
+    objective: str = "total-latency",
+    *,
+    incumbent: Trace | None = None,
+    deadline: Deadline | None = None,
+    max_iterations: int = 300,
+    y0: np.ndarray | None = None,
+) -> ChainLagrangian:
+    """The best chain-Lagrangian bound reached by the stabilised subgradient within ``deadline``.
+
+    Parameters
+    ----------
+    instance
+        A unit-time instance.
+    objective
+        ``"total-latency"`` or ``"sum-ttft"``.
+    incumbent
+        A validated schedule's trace: its makespan sets the dual horizon, its
+        occupancy the warm start, its value the Polyak target (default: run
+        ``WARM_POLICIES``).
+    deadline
+        Checked before every pricing; the best bound so far is returned when it expires.
+    max_iterations
+        Pricing calls at most.
+    y0
+        Warm-start memory multipliers (default ``N(t) / M``); truncated or padded to the horizon.
+    """
+    wall = time.perf_counter()
+    deadline = deadline or Deadline.never()
+    data = ChainData.from_instance(instance, objective)
+    trace = incumbent if incumbent is not None else warm_incumbent(instance)
+    completion = trace.state.completion / data.slot
+    horizon = max(1, math.ceil(float(completion.max()) * (1 + HORIZON_MARGIN)) + 1)
+    upper = float(
+        np.sum(completion - data.arrival)
+        if data.objective == LATENCY
+        else np.sum(trace.state.first_token / data.slot - data.arrival)
+    )
+    if y0 is None:
+        y = in_system(data, trace, horizon) / data.capacity
+    else:
+        y = np.zeros(horizon)
+        y[: min(horizon, len(y0))] = np.maximum(0.0, y0[:horizon])
+    z = np.zeros(horizon if data.budget is not None else 0)
+
+    best, best_y, best_z = -math.inf, y.copy(), z.copy()
+    history: list[tuple[float, float]] = []
+    factor, streak, prev = 1.0, 0, None
+    dir_y, dir_z = None, None
+    last_cost, it = 0.0, 0
+    for it in range(1, max_iterations + 1):
+        # A pricing cannot be interrupted: do not start one the deadline cannot fit.
+        if deadline.expired() or (it > 1 and deadline.remaining() < 1.2 * last_cost):
+            it -= 1
+            break
+        tic = time.perf_counter()
+        pricing = evaluate(data, y, z, prev=prev)
+        last_cost = time.perf_counter() - tic
+        prev = pricing.chains
+        if pricing.value > best:
+            gained = pricing.value - best
+            best, best_y, best_z = pricing.value, y.copy(), z.copy()
+            history.append((time.perf_counter() - wall, data.to_bound(best)))
+            streak = 0 if gained > 1e-6 * max(1.0, abs(best)) else streak + 1
+        else:
+            streak += 1
+        # Volume-style direction: the new subgradient averaged with the old direction. Steps are
+        # taken in the multipliers of the rows divided by their right-hand sides (M y and C z), so
+        # that memory and token rows move at comparable rates.
+        g_y = pricing.load / data.capacity - 1.0
+        g_z = pricing.tokens / float(data.budget) - 1.0 if z.size else z
+        dir_y = g_y if dir_y is None else (1 - SMOOTHING) * dir_y + SMOOTHING * g_y
+        dir_z = g_z if dir_z is None else (1 - SMOOTHING) * dir_z + SMOOTHING * g_z
+        if streak >= PATIENCE:
+            factor *= 0.5
+            streak = 0
+            y, z, prev = best_y.copy(), best_z.copy(), None
+            dir_y, dir_z = None, None
+            if factor < 1e-3:
+                break
+            continue
+        # Components at 0 pushed further down do not move: leave them out of the norm.
+        move_y = np.where((y > 0) | (dir_y > 0), dir_y, 0.0)
+        move_z = np.where((z > 0) | (dir_z > 0), dir_z, 0.0)
+        norm = float(move_y @ move_y + move_z @ move_z)
+        if norm <= 0.0:
+            break  # a zero subgradient: y is optimal
+        # Polyak towards the incumbent's value, but no further than TARGET_SHARE above the best bound:
+        # a poor incumbent would otherwise make every step overshoot.
+        target = min(upper, best + TARGET_SHARE * max(1.0, abs(best)))
+        target = max(target, best + 1e-4 * max(1.0, abs(best)))
+        step = factor * (target - pricing.value) / norm
+        y = np.maximum(0.0, y + step * move_y / data.capacity)
+        if z.size:
+            z = np.maximum(0.0, z + step * move_z / float(data.budget))
+    # With no pricing done, the objective's sign is the only bound (latencies are >= 0).
+    bound = max(0.0, data.to_bound(best))
+    return ChainLagrangian(
+        bound=Bound(bound, "chain-lagrangian", Scope.ALL),
+        value=data.slot * best if math.isfinite(best) else 0.0,
+        y=best_y,
+        z=best_z,
+        iterations=it,
+        seconds=time.perf_counter() - wall,
+        incumbent=data.slot * upper,
+        history=tuple(history),
+    )

@@ -1,0 +1,107 @@
+"""The chain LP: the linear programme whose optimum the chain Lagrangian reaches (a yardstick for tests).
+
+Each request's chains are the paths of a small network (nodes: ops done x slot;
+arcs: wait a slot, or run the next op in this slot), so its chain polytope is
+integral and the LP with the coupling rows (mem_t) and (tok_t) of
+:mod:`kvsched.csp.bounds.chain` added has the same optimum as the Lagrangian
+dual ``max_{y, z >= 0} L(y, z)`` over the same horizon ``H`` (slots ``>= H``
+unpriced: from node (u, H) an arc to the sink charges the contiguous finish
+``H + O - u``). Sized for small instances only: ``O(sum_j O_j H)`` columns.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from kvsched.csp.bounds.chain import LATENCY, ChainData
+from kvsched.highs import new_highs
+
+
+def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np.ndarray, np.ndarray]:
+    """The chain LP over slots ``< horizon``: its value (slots) and the row duals as ``(y, z)`` (>= 0)."""
+    import highspy
+
+    budget = data.budget is not None
+    cols: list[tuple[float, list[int], list[float]]] = []  # (cost, rows, coefficients)
+    n_mem = horizon
+    n_tok = horizon if budget else 0
+    row = n_mem + n_tok  # flow rows start after the coupling rows
+    rhs: list[float] = []
+    for j in range(data.n):
+        o, e, r, a = int(data.output[j]), int(data.earliest[j]), int(data.release[j]), float(data.arrival[j])
+        i_j = int(data.prompt[j])
+        lo = min(r, horizon)
+        top = max(horizon, e)
+        node: dict[tuple[int, int], int] = {}
+
+        def nid(u: int, t: int, node=node) -> int:
+            if (u, t) not in node:
+                node[(u, t)] = len(node)
+            return node[(u, t)]
+
+        arcs: list[tuple[float, int, int | None, list[int], list[float]]] = []  # cost, from, to, rows, coefs
+        # Layer -1 (prompt tokens not placed yet) exists only with budget rows; layer 0 = prompt placed.
+        start_layer = -1 if budget else 0
+        for t in range(lo, top):
+            arcs.append((0.0, nid(start_layer, t), nid(start_layer, t + 1), [], []))
+            if budget:  # place the other I - 1 prompt tokens in slot t
+                arcs.append((0.0, nid(-1, t), nid(0, t), [n_mem + t] if t < horizon else [], [i_j - 1.0]))
+        layers = o if data.objective == LATENCY else 1  # TTFT: later ops are free past H
+        for u in range(layers):
+            for t in range(lo if u == 0 else e + u, top):
+                arcs.append((0.0, nid(u, t), nid(u, t + 1), [], []))  # wait a slot
+                if u == 0 and t < e:
+                    continue
+                rows, coefs = [], []
+                if t < horizon:  # op u + 1 in slot t holds I + u tokens
+                    rows, coefs = [t], [float(-(-(i_j + u) // data.block))]
+                    if budget:
+                        rows.append(n_mem + t)
+                        coefs.append(1.0)
+                if u + 1 == layers:
+                    arcs.append((t + 1 - a, nid(u, t), None, rows, coefs))
+                else:
+                    arcs.append((0.0, nid(u, t), nid(u + 1, t + 1), rows, coefs))
+            # From slot `top` on nothing is priced: finish contiguously.
+            arcs.append((top + layers - u - a, nid(u, top), None, [], []))
+        if budget:
+            arcs.append((0.0, nid(-1, top), nid(0, top), [], []))
+        source = nid(start_layer, lo)
+        base = row
+        for cost, frm, to, rows, coefs in arcs:
+            r_ = [*rows, base + frm]
+            c_ = [*coefs, -1.0]
+            if to is not None:
+                r_.append(base + to)
+                c_.append(1.0)
+            cols.append((cost, r_, c_))
+        # Flow conservation: inflow - outflow = -1 at the source, 0 elsewhere (the sink is implicit).
+        flow = np.zeros(len(node))
+        flow[source] = -1.0
+        rhs.extend(flow.tolist())
+        row += len(node)
+
+    h = new_highs(threads)
+    inf = highspy.kHighsInf
+    lower = np.concatenate([np.full(n_mem + n_tok, -inf), np.array(rhs)])
+    upper = np.concatenate(
+        [np.full(n_mem, float(data.capacity)), np.full(n_tok, float(data.budget or 0)), np.array(rhs)]
+    )
+    h.addRows(len(lower), lower, upper, 0, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), [])
+    start, index, value = [0], [], []
+    for _, r_, c_ in cols:
+        index.extend(r_)
+        value.extend(c_)
+        start.append(len(index))
+    costs = np.array([c for c, _, _ in cols])
+    h.addCols(
+        len(cols), costs, np.zeros(len(cols)), np.full(len(cols), inf),
+        len(index), np.array(start[:-1], dtype=np.int32), np.array(index, dtype=np.int32), np.array(value),
+    )  # fmt: skip
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        raise RuntimeError(f"chain LP: {h.modelStatusToString(h.getModelStatus())}")
+    duals = np.array(h.getSolution().row_dual)
+    y = np.maximum(0.0, -duals[:n_mem])
+    z = np.maximum(0.0, -duals[n_mem : n_mem + n_tok])
+    return float(h.getInfo().objective_function_value), y, z

@@ -1,0 +1,153 @@
+"""The chain Lagrangian: below every schedule, equal to its LP, the compiled and numpy pricings agree."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvsched.csp.bounds import chain_lagrangian
+from kvsched.csp.bounds.chain import ChainData, evaluate, evaluate_numpy, in_system, warm_incumbent
+from kvsched.csp.bounds.chain_lp import chain_lp
+from kvsched.csp.certificate import Scope
+from kvsched.csp.objectives import OBJECTIVES
+from kvsched.errors import InputError
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.schedule.validate import replay
+from kvsched.stop import Deadline
+from tests.brute import brute_force
+from tests.strategies import SETTINGS, instances, legal_schedules
+
+CHAIN_OBJECTIVES = ("total-latency", "sum-ttft")
+TOL = 1e-9
+
+
+def _lp_bound(inst: Instance, objective: str, horizon: int) -> float:
+    """The best chain-Lagrangian bound over ``horizon``: the LP optimum, rounded as the bound is."""
+    data = ChainData.from_instance(inst, objective)
+    value, y, z = chain_lp(data, horizon)
+    # The LP's duals reach its value: this is what any dual method is bounded by.
+    assert evaluate(data, y, z).value == pytest.approx(value, abs=1e-6, rel=1e-7)
+    return data.to_bound(value)
+
+
+def _shaped(n: int, kv_share: float, *, budget: int | None = None, arrivals: bool = False) -> Instance:
+    """``n`` ShareGPT-like requests (short), KV at ``kv_share`` of the summed peaks."""
+    rng = np.random.default_rng(n)
+    prompt = rng.integers(1, 12, n)
+    output = rng.integers(1, 9, n)
+    arrival = np.cumsum(rng.exponential(1.5, n)) if arrivals else np.zeros(n)
+    reqs = tuple(
+        Request(f"r{k}", float(np.floor(a)), int(i), int(o))
+        for k, (a, i, o) in enumerate(zip(arrival, prompt, output, strict=True))
+    )
+    peaks = [r.peak_kv for r in reqs]
+    kv = max(max(peaks), math.ceil(kv_share * sum(peaks)))
+    return Instance(reqs, Limits(kv_capacity=kv, max_batch_tokens=budget), TimeModel("unit"), name="shaped")
+
+
+# ------------------------------------------------------------------ validity
+tiny = instances(max_requests=3, max_prompt=3, max_output=3, cost="unit")
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(tiny, st.sampled_from(CHAIN_OBJECTIVES))
+def test_bound_below_the_brute_force_optimum(inst, objective):
+    """With and without budgets and arrivals, evictions allowed: even the LP optimum is below."""
+    opt = brute_force(inst, objective, allow_eviction=True)
+    result = chain_lagrangian(inst, objective, max_iterations=20)
+    assert result.bound.scope == Scope.ALL
+    assert result.bound.value <= opt + TOL * max(1.0, opt)
+    assert _lp_bound(inst, objective, 12) <= opt + TOL * max(1.0, opt)
+
+
+@pytest.mark.parametrize("objective", CHAIN_OBJECTIVES)
+def test_bound_below_the_optimum_with_budgets_and_eviction(objective):
+    inst = Instance(
+        (Request("a", 0, 3, 2), Request("b", 0, 2, 3), Request("c", 1, 1, 2)),
+        Limits(kv_capacity=5, max_batch_tokens=3, max_prefill_tokens=2),
+        TimeModel("unit"),
+    )
+    opt = brute_force(inst, objective, allow_eviction=True)
+    assert _lp_bound(inst, objective, 16) <= opt + TOL
+    assert chain_lagrangian(inst, objective).bound.value <= opt + TOL
+
+
+@SETTINGS
+@given(legal_schedules(instances(max_requests=6, cost="unit")))
+def test_bound_below_every_legal_schedule(built):
+    """Random legal schedules: chunks, pauses, evictions, idle slots, real-valued arrivals."""
+    trace = replay(built.instance, built.schedule)
+    for objective in CHAIN_OBJECTIVES:
+        value = OBJECTIVES[objective](trace)
+        bound = chain_lagrangian(built.instance, objective, max_iterations=15).bound.value
+        assert bound <= value + TOL * max(1.0, value)
+
+
+def test_refuses_what_it_does_not_bound():
+    inst = _shaped(3, 0.5)
+    with pytest.raises(InputError, match="makespan"):
+        chain_lagrangian(inst, "makespan")
+    with pytest.raises(InputError, match="unit time"):
+        chain_lagrangian(replace(inst, time_model=TimeModel("infermax-linear")))
+
+
+def test_an_expired_deadline_still_returns_a_valid_bound():
+    inst = _shaped(6, 0.3)
+    result = chain_lagrangian(inst, deadline=Deadline(end=0.0, limit=1.0))
+    assert result.iterations == 0
+    assert result.bound.value == 0.0
+
+
+# ------------------------------------------------------------------ tightness
+@pytest.mark.parametrize(
+    ("n", "share", "budget", "arrivals", "objective"),
+    [
+        (10, 0.3, None, False, "total-latency"),
+        (12, 0.2, None, True, "total-latency"),
+        (8, 0.3, 6, False, "total-latency"),
+        (10, 0.3, None, True, "sum-ttft"),
+    ],
+)
+def test_lagrangian_reaches_the_lp_value(n, share, budget, arrivals, objective):
+    inst = _shaped(n, share, budget=budget, arrivals=arrivals)
+    result = chain_lagrangian(inst, objective)
+    data = ChainData.from_instance(inst, objective)
+    lp, _, _ = chain_lp(data, len(result.y))
+    assert result.value <= lp + 1e-6
+    assert result.value >= lp - 0.005 * abs(lp)
+
+
+# ------------------------------------------------------------------ the two pricings
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(instances(max_requests=5, cost="unit"), st.integers(0, 2**31), st.sampled_from(CHAIN_OBJECTIVES))
+def test_numba_and_numpy_pricings_agree(inst, seed, objective):
+    data = ChainData.from_instance(inst, objective)
+    rng = np.random.default_rng(seed)
+    horizon = int(rng.integers(1, 30))
+    y = rng.exponential(0.3, horizon) * (rng.random(horizon) < 0.7)
+    z = rng.exponential(0.3, horizon) * (rng.random(horizon) < 0.5)
+    pricing = evaluate(data, y, z)
+    assert pricing.value == pytest.approx(evaluate_numpy(data, y, z), abs=1e-9)
+    # The chains it returns cost what it says, and are chains: increasing slots from the earliest.
+    for j in range(data.n):
+        slots = pricing.chains[data.offset[j] : data.offset[j] + data.output[j]]
+        assert slots[0] >= data.earliest[j]
+        if objective == "total-latency":
+            assert np.all(np.diff(slots) > 0)
+    # Re-pricing from last call's chains narrows the band only: same value.
+    again = evaluate(data, y, z, prev=pricing.chains)
+    assert again.value == pytest.approx(pricing.value, abs=1e-9)
+
+
+def test_warm_start_counts_requests_in_the_system():
+    inst = _shaped(5, 0.5)
+    trace = warm_incumbent(inst)
+    data = ChainData.from_instance(inst)
+    count = in_system(data, trace, 40)
+    assert count[0] == 5
+    assert count[int(np.ceil(trace.state.completion.max()))] == 0
