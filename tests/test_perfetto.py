@@ -98,3 +98,31 @@ def test_written_file_is_json(tmp_path):
     path = write_chrome_trace(FIG15, sched, tmp_path / "t.json")
     doc = json.loads(path.read_text())
     assert doc["traceEvents"] and doc["displayTimeUnit"] == "ms"
+
+
+def test_measured_seconds_override_the_unit():
+    from kvsched.schedule.retime import retime
+
+    sched = simulate(FIG15, make_policy("vllm")).schedule
+    measured = retime(FIG15, sched, [0.5] * len(sched))
+    doc = chrome_trace(FIG15, measured, unit="s")
+    assert doc["otherData"]["time_unit"] == "s"
+    batches = [e for e in doc["traceEvents"] if e["pid"] == ENGINE_PID and e["ph"] == "X"]
+    assert [e["dur"] for e in batches] == [0.5e6] * len(sched)
+    with pytest.raises(ValueError, match="unit"):
+        chrome_trace(FIG15, sched, unit="ms")
+
+
+def test_cli_trace_flags(tmp_path):
+    from kvsched.cli import main
+
+    inst = str(EXAMPLES / "figure15.json")
+    sim, solved = tmp_path / "sim.trace.json", tmp_path / "solve.trace.json"
+    assert main(["simulate", inst, "-p", "vllm", "--trace", str(sim)]) == 0
+    assert main(["solve", inst, "--time-limit", "20", "--trace", str(solved)]) == 0
+    for path in (sim, solved):
+        doc = json.loads(path.read_text())
+        assert {e["args"]["name"] for e in doc["traceEvents"] if e["name"] == "thread_name"} >= {"r0", "r3"}
+    # Checked before the work: a trace never overwrites an input.
+    assert main(["simulate", inst, "-p", "vllm", "--trace", inst]) == 2
+    assert main(["replay", inst, str(EXAMPLES / "figure15-vllm.schedule.json"), "--trace", inst]) == 2

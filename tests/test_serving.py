@@ -150,3 +150,54 @@ def test_table_renders():
     console.print(serving_table(serving_metrics(_trace(FIG15), SLO(ttft=5))))
     text = console.export_text()
     assert "TTFT" in text and "ITL" in text and "goodput" in text and "2 of 4" in text
+
+
+# ----------------------------------------------------------------------------- the commands
+KEYS = ("mean_ttft", "p90_ttft", "p99_tpot", "p50_itl", "p99_e2el", "time_unit")
+
+
+def test_simulate_json_summary(tmp_path):
+    import json
+
+    from kvsched.cli import main
+
+    out = tmp_path / "s.json"
+    args = [
+        "simulate",
+        str(EXAMPLES / "figure15.json"),
+        "-p",
+        "vllm",
+        "--json",
+        str(out),
+        "--slo",
+        "ttft=5,tpot=2",
+    ]
+    assert main(args) == 0
+    doc = json.loads(out.read_text())
+    assert all(k in doc for k in KEYS) and doc["time_unit"] == "slot"
+    assert doc["mean_ttft"] == pytest.approx(4.5) and doc["good_requests"] == 2
+    assert "tokens_per_s" not in doc and doc["output_throughput"] is None  # slots are not seconds
+    assert main([*args[:4], "--slo", "ttft=5ms"]) == 2  # a unit on a slot instance
+
+
+def test_solve_compare_bound_json(tmp_path):
+    import json
+
+    from kvsched.cli import main
+
+    fig15 = str(EXAMPLES / "figure15.json")
+    solve, cmp, bound = tmp_path / "solve.json", tmp_path / "cmp.json", tmp_path / "bound.json"
+    assert main(["solve", fig15, "--time-limit", "20", "--json", str(solve)]) == 0
+    doc = json.loads(solve.read_text())
+    assert doc["status"] == "optimal" and doc["objective"] == 40 and all(k in doc for k in KEYS)
+    assert doc["mean_e2el"] * 4 == pytest.approx(40)  # total latency over 4 requests
+    assert (
+        main(["compare", fig15, "--policies", "vllm", "--no-solver", "--json", str(cmp), "--slo", "ttft=1"])
+        == 0
+    )
+    doc = json.loads(cmp.read_text())
+    row = doc["rows"][0]
+    assert doc["time_unit"] == "slot" and all(k in row for k in KEYS) and row["good_requests"] == 2
+    assert main(["bound", "combinatorial", fig15, "--json", str(bound)]) == 0
+    doc = json.loads(bound.read_text())
+    assert doc["time_unit"] == "slot" and doc["lower_bound_total_latency"] <= 36

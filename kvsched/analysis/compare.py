@@ -18,21 +18,22 @@ finding about the schedule class, and the certified column stays valid.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
 
 from kvsched.costmodel import UnitCost
-from kvsched.csp import Result, Scope, SolverOptions, SolveStatus, solve
+from kvsched.csp import BACKENDS, FORMULATIONS, Result, Scope, SolverOptions, SolveStatus, solve
 from kvsched.csp.bounds import lower_bounds
-from kvsched.csp.objectives import objective_function
-from kvsched.errors import KvschedError
-from kvsched.heuristics import make_policy, simulate
+from kvsched.csp.objectives import OBJECTIVES
+from kvsched.errors import InputError, KvschedError
+from kvsched.heuristics import POLICIES, Policy, make_policy, simulate
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.metrics import RunMetrics, run_metrics
+from kvsched.schedule.serving import SLO, ServingMetrics, serving_metrics
 from kvsched.schedule.validate import instance_cost_model, replay
 
 
@@ -56,6 +57,8 @@ class Comparison:
         The whole-run metrics of every schedule compared, by row name.
     solver_error
         Why the solver could not run (only with ``skip_solver_errors=True``).
+    serving
+        The serving metrics (TTFT, TPOT, ITL, E2EL, goodput) of every schedule compared, by row name.
     """
 
     table: pd.DataFrame
@@ -65,9 +68,13 @@ class Comparison:
     schedules: Mapping[str, Schedule] = field(default_factory=dict)
     metrics: Mapping[str, RunMetrics] = field(default_factory=dict)
     solver_error: str | None = None
+    serving: Mapping[str, ServingMetrics] = field(default_factory=dict)
 
 
-def _row(m: RunMetrics, name: str, value: float, kind: str, runtime: float) -> dict[str, Any]:
+def _row(
+    m: RunMetrics, s: ServingMetrics, name: str, value: float, kind: str, runtime: float
+) -> dict[str, Any]:
+    good = {} if s.good_requests is None else {"goodput_fraction": s.goodput_fraction}
     return {
         "name": name,
         "kind": kind,
@@ -81,12 +88,66 @@ def _row(m: RunMetrics, name: str, value: float, kind: str, runtime: float) -> d
         "evictions": m.evictions,
         "batches": m.num_batches,
         "runtime_s": runtime,
+        **good,
     }
+
+
+def policy_names(policies: str | Iterable[str], what: str = "policies") -> list[str]:
+    """Registered policy names from ``"all"``, ``"a,b"`` or a sequence of names; else :class:`InputError`.
+
+    The error names the argument (``what``) and the offending value.
+    """
+    if isinstance(policies, str):
+        text = policies.strip()
+        names = list(POLICIES) if text == "all" else [p.strip() for p in text.split(",") if p.strip()]
+    else:
+        try:
+            names = list(policies)
+        except TypeError:
+            raise InputError(
+                f"{what}: expected 'all', a comma-separated string or a list of policy names, "
+                f"got {type(policies).__name__}"
+            ) from None
+        for name in names:
+            if not isinstance(name, str):
+                raise InputError(f"{what}: policy names are strings, got {name!r}")
+    for name in names:
+        if name not in POLICIES:
+            raise InputError(f"{what}: unknown policy {name!r} (see kvsched policies, or kvsched.POLICIES)")
+    dup = sorted({n for n in names if names.count(n) > 1})
+    if dup:
+        raise InputError(f"{what}: {', '.join(map(repr, dup))} given more than once")
+    return names
+
+
+def _check_arguments(objective: str, solver: str | None, formulation: str) -> None:
+    if objective not in OBJECTIVES:
+        raise InputError(f"objective: unknown objective {objective!r} (known: {', '.join(OBJECTIVES)})")
+    if solver is not None and solver not in BACKENDS:
+        raise InputError(f"solver: unknown solver {solver!r} (known: {', '.join(BACKENDS)}, or None)")
+    if formulation not in FORMULATIONS:
+        raise InputError(
+            f"formulation: unknown formulation {formulation!r} (known: {', '.join(FORMULATIONS)})"
+        )
+
+
+def _policies(names: list[str], params: Mapping[str, Mapping[str, Any]]) -> dict[str, Policy]:
+    """Every policy built before any runs, so that a bad name or parameter stops the comparison."""
+    stray = sorted(set(params) - set(names))
+    if stray:
+        raise InputError(f"policy_params: {', '.join(map(repr, stray))} not among the policies compared")
+    out = {}
+    for name in names:
+        try:
+            out[name] = make_policy(name, **params.get(name, {}))
+        except InputError as exc:
+            raise InputError(f"policy_params: {exc}") from None
+    return out
 
 
 def compare(
     instance: Instance,
-    policies: Sequence[str],
+    policies: str | Iterable[str],
     *,
     objective: str = "total-latency",
     solver: str | None = "highs",
@@ -95,9 +156,16 @@ def compare(
     policy_params: Mapping[str, Mapping[str, Any]] | None = None,
     skip_solver_errors: bool = False,
     solve_options: Mapping[str, Any] | None = None,
+    slo: SLO | None = None,
 ) -> Comparison:
     """Run ``policies`` and the exact solver on ``instance`` and tabulate their regret.
 
+    ``policies`` is ``"all"``, a comma-separated string or a sequence of
+    registered names; an unknown name, a bad ``objective``, ``solver`` or
+    ``formulation``, or a parameter in ``policy_params`` that its policy does
+    not take raises :class:`~kvsched.errors.InputError` naming the argument,
+    before anything runs. ``slo`` gives every schedule's goodput (column
+    ``goodput_fraction`` and :attr:`Comparison.serving`).
     A policy that cannot run the instance (e.g. a whole-prompt policy facing a
     prompt over its budget) is reported in the ``error`` column instead of
     stopping the comparison. With ``skip_solver_errors``, so is a solver that
@@ -106,20 +174,23 @@ def compare(
     ``solve_options`` are further keyword arguments of
     :func:`kvsched.csp.solve` (e.g. ``allow_eviction``, ``strengthen``).
     """
-    measure = objective_function(objective)
-    policy_params = policy_params or {}
+    _check_arguments(objective, solver, formulation)
+    measure = OBJECTIVES[objective]
+    built = _policies(policy_names(policies), policy_params or {})
     rows: list[dict[str, Any]] = []
     schedules: dict[str, Schedule] = {}
     metrics: dict[str, RunMetrics] = {}
-    for name in policies:
+    serving: dict[str, ServingMetrics] = {}
+    for name, policy in built.items():
         try:
-            sim = simulate(instance, make_policy(name, **policy_params.get(name, {})))
+            sim = simulate(instance, policy)
         except KvschedError as exc:
             rows.append({"name": name, "kind": "policy", "error": str(exc)})
             continue
         trace = replay(instance, sim.schedule)  # every schedule is validated
         metrics[name] = run_metrics(trace)
-        rows.append(_row(metrics[name], name, measure(trace), "policy", sim.runtime))
+        serving[name] = serving_metrics(trace, slo)
+        rows.append(_row(metrics[name], serving[name], name, measure(trace), "policy", sim.runtime))
         schedules[name] = sim.schedule
 
     result = None
@@ -146,7 +217,8 @@ def compare(
         label = f"optimum ({result.formulation}/{solver})"
         trace = replay(instance, result.schedule)
         metrics[label] = run_metrics(trace)
-        rows.append(_row(metrics[label], label, measure(trace), "solver", result.runtime))
+        serving[label] = serving_metrics(trace, slo)
+        rows.append(_row(metrics[label], serving[label], label, measure(trace), "solver", result.runtime))
         schedules[label] = result.schedule
 
     lower = global_lower_bound(instance, objective, result)
@@ -159,7 +231,7 @@ def compare(
         add_regret(table, result.objective, result.best_bound, lower)
     elif lower is not None:
         add_regret(table, None, None, lower)
-    return Comparison(table, result, objective, lower, schedules, metrics, solver_error)
+    return Comparison(table, result, objective, lower, schedules, metrics, solver_error, serving)
 
 
 def add_regret(

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from rich.console import Console
@@ -15,8 +14,8 @@ from kvsched.commands.common import (
     check_outputs,
     load_instance_from_args,
     time_unit,
-    write_text_atomic,
 )
+from kvsched.commands.outputs import write_json
 from kvsched.errors import InputError
 
 
@@ -87,8 +86,28 @@ def cmd_bound(args: argparse.Namespace) -> int:
             table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
         console.print(table)
     if args.json:
-        write_text_atomic(args.json, json.dumps(doc, indent=1) + "\n")
+        write_json(args.json, {**_summary(instance, doc, args), **doc})
     return 0
+
+
+#: Machine-readable keys of the bounds ``kvsched bound`` prints, by (kind, printed label).
+_SUMMARY_KEYS = {
+    ("combinatorial", "total-latency (lower)"): "lower_bound_total_latency",
+    ("combinatorial", "makespan (lower)"): "lower_bound_makespan",
+    ("combinatorial", "sum-ttft (lower)"): "lower_bound_sum_ttft",
+}
+
+
+def _summary(instance: Any, doc: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
+    """Flat keys beside the printed tables: ``time_unit``, the lower bounds, the fluid throughput bound."""
+    out: dict[str, Any] = {"command": "bound", "instance": instance.name, "time_unit": time_unit(instance)}
+    for (kind, label), key in _SUMMARY_KEYS.items():
+        if kind in doc:
+            out[key] = doc[kind][label]
+    if "fluid" in doc:
+        out["upper_bound_throughput"] = doc["fluid"][f"throughput ({args.per} per time unit, upper)"]
+        out["throughput_per"] = f"{args.per} per {time_unit(instance)}"
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -107,7 +126,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--saturated", action="store_true", help="fluid: ignore arrival rates (a saturated queue)")
     p.add_argument("--d0", type=float, help="fluid: per-batch time (with --d1)")
     p.add_argument("--d1", type=float, help="fluid: time per KV token of the batch (with --d0)")
-    p.add_argument("--json", help="write the bounds here")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write the bounds here (time_unit, lower_bound_total_latency, ..., and every printed bound)",
+    )
     add_limit_args(p)
     add_cost_args(p)
     p.set_defaults(func=cmd_bound)

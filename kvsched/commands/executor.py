@@ -83,7 +83,7 @@ def _error_table(title: str) -> Table:
 def cmd_replay(args: argparse.Namespace) -> int:
     from kvsched.executor.device import require_torch
 
-    check_outputs(args, ["out"], inputs=["instance", "schedule"])
+    check_outputs(args, ["out", "trace"], inputs=["instance", "schedule"])
     require_torch()
     from kvsched.executor.measure import ErrorSummary, end_to_end, write_replay
     from kvsched.executor.oracle import check_oracle
@@ -170,6 +170,15 @@ def cmd_replay(args: argparse.Namespace) -> int:
     err.print(
         f"wrote the replay table to {args.out} and its metadata to {side}", markup=False, highlight=False
     )
+    if args.trace:
+        from kvsched.commands.outputs import write_trace
+        from kvsched.schedule.retime import retime
+
+        # The measured timeline: the same batches back to back with their measured seconds.
+        write_trace(args.trace, instance, retime(instance, schedule, measured), name="measured", unit="s")
+        err.print(
+            f"wrote the Perfetto trace (measured timeline) to {args.trace}", markup=False, highlight=False
+        )
     return status
 
 
@@ -303,6 +312,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("instance", help="instance .json")
     p.add_argument("schedule", help="schedule .json (kvsched format)")
     p.add_argument("--out", "-o", default="measured.csv", help="replay table (default measured.csv)")
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="write a Chrome/Perfetto trace of the measured timeline (the batches back to back with their "
+        "measured seconds; open it in ui.perfetto.dev)",
+    )
     p.add_argument(
         "--cost-model",
         help="cost model to compare with: name, coefficient file or shipped set (default: the instance's)",

@@ -19,6 +19,15 @@ from kvsched.commands.common import (
     positive_int,
     time_unit,
 )
+from kvsched.commands.outputs import (
+    add_json_arg,
+    add_slo_arg,
+    add_trace_arg,
+    run_summary,
+    slo_from_args,
+    write_json,
+    write_trace,
+)
 
 
 def cmd_policies(args: argparse.Namespace) -> int:
@@ -42,10 +51,11 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from kvsched.schedule.metrics import print_summary, request_metrics
     from kvsched.schedule.validate import replay
 
-    check_outputs(args, ["out", "requests_csv"], inputs=["instance"])
+    check_outputs(args, ["out", "requests_csv", "json", "trace"], inputs=["instance"])
     instance = load_instance_from_args(args.instance, args)
+    slo = slo_from_args(args, instance)
     if args.engines > 1:
-        return _simulate_engines(instance, args)
+        return _simulate_engines(instance, args, slo)
     policy = make_policy(args.policy, **param_pairs(args.param))
     show = sys.stderr.isatty() if args.progress is None else args.progress
     result = simulate(instance, policy, progress=show)
@@ -59,7 +69,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         unit=time_unit(instance),
         title=f"{policy.name} on {instance.name or args.instance}",
     )
+    from kvsched.schedule.serving import serving_metrics, serving_table
+
+    console.print(serving_table(serving_metrics(trace, slo)))
     console.print(f"simulated {len(result.schedule)} batches in {result.runtime:.2f} s", highlight=False)
+    if args.json:
+        doc = {"command": "simulate", "instance": instance.name, "policy": policy.name}
+        write_json(args.json, {**doc, **run_summary(trace, instance, slo)})
+        Console(stderr=True).print(f"wrote the summary to {args.json}", highlight=False)
+    if args.trace:
+        write_trace(args.trace, instance, result.schedule, name=policy.name)
+        Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", highlight=False)
     if args.out:
         with atomic_output(args.out) as tmp:
             save_schedule(result.schedule, instance, tmp)
@@ -71,7 +91,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _simulate_engines(instance, args: argparse.Namespace) -> int:  # type: ignore[no-untyped-def]
+def _simulate_engines(instance, args: argparse.Namespace, slo=None) -> int:  # type: ignore[no-untyped-def]
     """``--engines K``: dispatch over K engines (seed 001 Sec. 4.1), one validated schedule each."""
     from kvsched.heuristics.multiengine import simulate_engines
     from kvsched.schedule.io import save_schedule
@@ -149,7 +169,32 @@ def _simulate_engines(instance, args: argparse.Namespace) -> int:  # type: ignor
         with atomic_output(args.requests_csv) as tmp:
             frame.to_csv(tmp)
         Console(stderr=True).print(f"wrote per-request metrics to {args.requests_csv}", highlight=False)
+    _engine_outputs(instance, args, result, slo)
     return 0
+
+
+def _engine_outputs(instance, args: argparse.Namespace, result, slo) -> None:  # type: ignore[no-untyped-def]
+    """``--json`` (every engine pooled) and ``--trace`` (one file per engine) of a multi-engine run."""
+    from kvsched.schedule.serving import serving_metrics, serving_table
+
+    traces = [t for t in result.traces if t is not None]
+    Console().print(serving_table(serving_metrics(traces, slo), title="Serving metrics, all engines"))
+    if args.json:
+        doc = {
+            "command": "simulate",
+            "instance": instance.name,
+            "policy": args.policy,
+            "engines": args.engines,
+        }
+        write_json(args.json, {**doc, **run_summary(traces, instance, slo)})
+        Console(stderr=True).print(f"wrote the summary to {args.json}", highlight=False)
+    if args.trace:
+        out = Path(args.trace)
+        for k, (sub, res) in enumerate(zip(result.engines, result.results, strict=True)):
+            if res is not None:
+                path = out.with_name(f"{out.stem}.engine{k}{out.suffix or '.json'}")
+                write_trace(path, sub, res.schedule, name=f"{args.policy}, engine {k}")
+                Console(stderr=True).print(f"wrote engine {k}'s Perfetto trace to {path}", highlight=False)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -173,6 +218,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--param", action="append", metavar="K=V", help="policy parameter (repeatable)")
     p.add_argument("--out", "-o", help="write the schedule here (.json: kvsched JSON; .npz: columnar)")
     p.add_argument("--requests-csv", help="write per-request metrics here (CSV)")
+    add_json_arg(p)
+    add_trace_arg(p)
+    add_slo_arg(p)
     p.add_argument(
         "--validate",
         action="store_true",

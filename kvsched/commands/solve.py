@@ -18,7 +18,14 @@ from kvsched.commands.common import (
     load_instance_from_args,
     positive_int,
     time_unit,
-    write_text_atomic,
+)
+from kvsched.commands.outputs import (
+    add_slo_arg,
+    add_trace_arg,
+    run_summary,
+    slo_from_args,
+    write_json,
+    write_trace,
 )
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
@@ -119,8 +126,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
     # --time-limit bounds the whole command, from here to the written result.
     deadline = Deadline.for_command(args.time_limit)
     # Outputs are checked before the solve, so that a finished solve is never lost to a bad path.
-    check_outputs(args, ["out", "json", "export"], inputs=["instance", "warm_start"])
+    check_outputs(args, ["out", "json", "export", "trace"], inputs=["instance", "warm_start"])
     instance = load_instance_from_args(args.instance, args)
+    slo = slo_from_args(args, instance)
     warm = None
     if args.warm_start:
         if Path(args.warm_start).suffix == ".json":
@@ -169,8 +177,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
             table.add_row(key.replace("_", " "), _fmt(result.stats[key]))
     console.print(table)
     assert result.schedule is not None  # solve always returns a schedule
+    trace = replay(instance, result.schedule)
     print_summary(
-        replay(instance, result.schedule),
+        trace,
         console=console,
         unit=time_unit(instance),
         title=f"{'optimal' if result.status == SolveStatus.OPTIMAL else 'best found'} schedule metrics",
@@ -180,7 +189,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
             save_schedule(result.schedule, instance, tmp)
         Console(stderr=True).print(f"wrote the schedule to {args.out}", highlight=False)
     if args.json:
-        write_text_atomic(args.json, json.dumps(result_document(result), indent=1) + "\n")
+        # The result document (status, objective, bounds, progress) and the schedule's serving metrics.
+        write_json(args.json, {**result_document(result), **run_summary(trace, instance, slo)})
+    if args.trace:
+        write_trace(args.trace, instance, result.schedule, name=f"{result.formulation}/{result.solver}")
+        Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", highlight=False)
     return 0
 
 
@@ -208,13 +221,17 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
             "mean_ttft",
             "max_tbt",
             "tokens_per_s",
+            "goodput_fraction",
             "evictions",
         )
         if c in table.columns
     ]
     out.add_column("policy", no_wrap=True)
+    unit = next((m.time_unit for m in cmp.serving.values()), "s")
     for c in cols:
-        out.add_column(c.replace("_", " "), justify="right", overflow="fold")
+        # RunMetrics' tokens_per_s is per time unit: say "per slot" under the unit model.
+        label = f"tokens per {unit}" if c == "tokens_per_s" else c.replace("_", " ")
+        out.add_column(label, justify="right", overflow="fold")
     for name, row in table.iterrows():
         out.add_row(str(name), *(_fmt(row[c]) for c in cols))
     console.print(out)
@@ -257,19 +274,27 @@ def cmd_compare(args: argparse.Namespace) -> int:
         formulation=args.formulation,
         options=_options(args),
         solve_options=None if args.no_solver else _model_kwargs(args),
+        slo=slo_from_args(args, instance),
     )
     table = print_comparison(cmp, args.objective, instance.name or args.instance)
     if args.csv:
         with atomic_output(args.csv) as tmp:
             table.to_csv(tmp)
     if args.json:
+        rows = json.loads(table.reset_index().to_json(orient="records"))
+        for row in rows:  # each schedule's serving metrics beside its regret
+            if row["name"] in cmp.serving:
+                row.update(cmp.serving[row["name"]].to_dict())
+            if time_unit(instance) != "s":  # per slot, not per second: the serving fields say which
+                row.pop("tokens_per_s", None)
         doc = {
             "objective": args.objective,
+            "time_unit": time_unit(instance),
             "lower_bound": cmp.lower_bound,
             "result": None if cmp.result is None else result_document(cmp.result),
-            "rows": json.loads(table.reset_index().to_json(orient="records")),
+            "rows": rows,
         }
-        write_text_atomic(args.json, json.dumps(doc, indent=1) + "\n")
+        write_json(args.json, doc)
     return 0
 
 
@@ -286,7 +311,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--warm-start", help="policy name or schedule .json to start from")
     p.add_argument("--export", help="also write the model as .mps or .lp (for Gurobi, CPLEX, ...)")
     p.add_argument("--out", "-o", help="write the schedule here (kvsched JSON)")
-    p.add_argument("--json", help="write the result (status, objective, bound, gap, progress) here")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write the result (status, objective, bound, gap, progress) and the schedule's serving metrics "
+        "(mean_ttft, p99_tpot, p50_itl, p99_e2el, time_unit, ...) here",
+    )
+    add_trace_arg(p)
+    add_slo_arg(p)
     add_limit_args(p)
     add_cost_args(p)
     p.set_defaults(func=cmd_solve)
@@ -303,7 +335,13 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-solver", action="store_true", help="compare the policies only")
     _add_solver_args(p)
     p.add_argument("--csv", help="write the table as CSV")
-    p.add_argument("--json", help="write the table and the solver result as JSON")
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write the table (each row with its serving metrics: mean_ttft, p99_tpot, p50_itl, ...) and the "
+        "solver result as JSON",
+    )
+    add_slo_arg(p)
     add_limit_args(p)
     add_cost_args(p)
     p.set_defaults(func=cmd_compare)

@@ -208,13 +208,19 @@ def _engine_events(instance: Instance, schedule: Schedule, us: float) -> list[di
     return events
 
 
-def chrome_trace(instance: Instance, schedule: Schedule, *, name: str = "") -> dict[str, Any]:
+def chrome_trace(
+    instance: Instance, schedule: Schedule, *, name: str = "", unit: str | None = None
+) -> dict[str, Any]:
     """The Chrome/Perfetto trace document of ``schedule`` on ``instance`` (see the module docstring).
 
     ``schedule`` should be legal (validated): the KV counter is what the core
-    holds as it applies the batches unchecked.
+    holds as it applies the batches unchecked. ``unit`` (``"s"`` or ``"slot"``)
+    overrides the instance's time unit, e.g. for a schedule retimed with
+    measured seconds.
     """
-    unit = _unit(instance)
+    unit = unit or _unit(instance)
+    if unit not in US_PER_UNIT:
+        raise ValueError(f"unit must be one of {', '.join(US_PER_UNIT)}, not {unit!r}")
     us = US_PER_UNIT[unit]
     title = name or instance.name or "schedule"
     events: list[dict[str, Any]] = [
@@ -232,7 +238,7 @@ def chrome_trace(instance: Instance, schedule: Schedule, *, name: str = "") -> d
         "otherData": {
             "producer": "kvsched",
             "instance": instance.name,
-            "schedule": {k: str(v) for k, v in schedule.meta.items()},
+            "schedule": json.loads(json.dumps(schedule.meta, default=str)),
             "time_unit": unit,
             "trace_us_per_time_unit": us,
             "kv_capacity": instance.limits.kv_capacity,
@@ -240,10 +246,13 @@ def chrome_trace(instance: Instance, schedule: Schedule, *, name: str = "") -> d
     }
 
 
-def write_chrome_trace(instance: Instance, schedule: Schedule, path: str | Path, *, name: str = "") -> Path:
+def write_chrome_trace(
+    instance: Instance, schedule: Schedule, path: str | Path, *, name: str = "", unit: str | None = None
+) -> Path:
     """Write :func:`chrome_trace` to ``path`` (compact JSON); returns the path."""
     p = Path(path)
-    p.write_text(json.dumps(chrome_trace(instance, schedule, name=name), separators=(",", ":")) + "\n")
+    doc = chrome_trace(instance, schedule, name=name, unit=unit)
+    p.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     return p
 
 

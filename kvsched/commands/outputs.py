@@ -1,0 +1,97 @@
+"""Machine-readable outputs shared by the commands: ``--json`` summaries, ``--trace`` files, ``--slo``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from kvsched.commands.common import atomic_output, time_unit, write_text_atomic
+from kvsched.instances.model import Instance
+
+#: RunMetrics fields left out of a JSON summary: per time unit, named "per s" (the serving fields say it right).
+_PER_TIME_UNIT = ("tokens_per_s", "requests_per_s")
+
+
+def add_json_arg(p: argparse.ArgumentParser, what: str = "the summary") -> None:
+    p.add_argument(
+        "--json",
+        metavar="FILE",
+        help=f"write {what} as JSON (machine-readable: mean_ttft, p90_ttft, p99_tpot, p50_itl, p99_e2el, "
+        "time_unit, ...)",
+    )
+
+
+def add_trace_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="write a Chrome/Perfetto trace of the schedule (open it in ui.perfetto.dev): one track per "
+        "request (prefill chunks, decode stretches, evictions, waiting) and a KV-usage counter",
+    )
+
+
+def add_slo_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--slo",
+        metavar="ttft=V,tpot=V,e2el=V",
+        help="SLOs for every request, for goodput: values in the instance's time unit, or with ms/s for an "
+        "instance in seconds (e.g. ttft=200ms,tpot=50ms; default: each request's own SLOs)",
+    )
+
+
+def slo_from_args(args: argparse.Namespace, instance: Instance) -> Any:  # -> SLO | None
+    """The ``--slo`` of ``args`` in ``instance``'s time unit (``None`` when not given)."""
+    text = getattr(args, "slo", None)
+    if text is None:
+        return None
+    from kvsched.schedule.serving import parse_slo
+
+    return parse_slo(text, time_unit(instance))
+
+
+def jsonable(value: Any) -> Any:
+    """``value`` with NaN and infinities as ``None`` and numpy scalars as Python ones (strict JSON)."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [jsonable(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def write_json(path: str | Path, doc: Mapping[str, Any]) -> None:
+    """Write ``doc`` as strict JSON (NaN as null), atomically."""
+    write_text_atomic(path, json.dumps(jsonable(doc), indent=1, allow_nan=False) + "\n")
+
+
+def run_summary(traces: Any, instance: Instance, slo: Any = None) -> dict[str, Any]:
+    """The whole-run metrics and the serving metrics of one trace (or several engines') as one flat dict."""
+    from kvsched.schedule.metrics import run_metrics
+    from kvsched.schedule.serving import serving_metrics
+
+    serving = serving_metrics(traces, slo, unit=time_unit(instance))
+    single = traces if not isinstance(traces, list | tuple) else None
+    doc: dict[str, Any] = {}
+    if single is not None:
+        doc.update({k: v for k, v in run_metrics(single).to_dict().items() if k not in _PER_TIME_UNIT})
+    doc.update(serving.to_dict())
+    return doc
+
+
+def write_trace(
+    path: str | Path, instance: Instance, schedule: Any, name: str = "", unit: str | None = None
+) -> None:
+    """Write the Perfetto trace of ``schedule`` atomically (``unit``: see :func:`chrome_trace`)."""
+    from kvsched.schedule.perfetto import write_chrome_trace
+
+    with atomic_output(path) as tmp:
+        write_chrome_trace(instance, schedule, tmp, name=name, unit=unit)
