@@ -16,6 +16,8 @@ torch = pytest.importorskip("torch")
 if not torch.cuda.is_available():
     # Triton fixes its mode when it is first imported: the interpreter must be on before (CPU tensors).
     os.environ.setdefault("TRITON_INTERPRET", "1")
+#: Where the kernels run: the GPU when there is one, else the interpreter on CPU tensors.
+DEVICE = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def _triton():
@@ -26,11 +28,11 @@ def _triton():
     return triton_attention
 
 
-def _pool(slots: int, kv_heads: int, dim: int, seed: int = 0):
+def _pool(slots: int, kv_heads: int, dim: int, seed: int = 0, device=DEVICE):
     gen = torch.Generator().manual_seed(seed)
     k = torch.randn(slots, kv_heads, dim, generator=gen)
     v = torch.randn(slots, kv_heads, dim, generator=gen)
-    return k, v
+    return k.to(device), v.to(device)
 
 
 def _sequences(lens: list[int], slots: int, seed: int = 1) -> list[np.ndarray]:
@@ -61,7 +63,7 @@ def test_references_equal_plain_attention(heads, kv_heads):
     from kvsched.executor.paged import decode_reference, prefill_reference, slot_table, varlen_reference
 
     dim, slots = 16, 200
-    kp, vp = _pool(slots, kv_heads, dim)
+    kp, vp = _pool(slots, kv_heads, dim, device="cpu")
     lens, chunks = [5, 40, 1, 17], [5, 3, 1, 17]
     seqs = _sequences(lens, slots)
     st = slot_table(seqs, chunks, 0, torch.device("cpu"))
@@ -95,8 +97,8 @@ def test_triton_decode_equals_the_reference(heads, kv_heads, splits):
     kp, vp = _pool(slots, kv_heads, dim)
     lens = [1, 37, 70, 16, 0]  # a length-0 row: graph padding
     seqs = _sequences(lens, slots)
-    st = slot_table(seqs, [1] * len(lens), 0, torch.device("cpu"))
-    q = torch.randn(len(lens), heads, dim)
+    st = slot_table(seqs, [1] * len(lens), 0, DEVICE)
+    q = torch.randn(len(lens), heads, dim).to(DEVICE)
     got = ta.decode_attention(q, kp, vp, st.table, st.lens, splits=splits, block_n=16)
     want = decode_reference(q, kp, vp, st.table, st.lens)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
@@ -112,8 +114,34 @@ def test_triton_prefill_equals_the_reference(heads, kv_heads):
     kp, vp = _pool(slots, kv_heads, dim)
     lens, chunks = [20, 45, 3], [20, 18, 2]  # a whole prompt, a chunk over 27 cached, a short chunk
     seqs = _sequences(lens, slots)
-    st = slot_table(seqs, chunks, 0, torch.device("cpu"))
-    q = torch.randn(sum(chunks), heads, dim)
+    st = slot_table(seqs, chunks, 0, DEVICE)
+    q = torch.randn(sum(chunks), heads, dim).to(DEVICE)
     got = ta.prefill_attention(q, kp, vp, st.table, st.lens, st.cu_q, st.max_q, block_m=16, block_n=16)
     want = prefill_reference(q, kp, vp, st.table, st.lens, st.cu_q, st.max_q)
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="bfloat16 kernels at the engine's tile sizes: GPU only"
+)
+@pytest.mark.parametrize(("heads", "kv_heads"), [(32, 32), (32, 8)])  # Llama-2-7B and Llama-3-8B heads
+def test_triton_kernels_in_bfloat16_at_engine_tiles(heads, kv_heads):
+    ta = _triton()
+    from kvsched.executor.paged import decode_reference, prefill_reference, slot_table
+
+    dim, slots = 128, 20_000
+    kp, vp = (t.bfloat16() for t in _pool(slots, kv_heads, dim))
+    lens = [1, 300, 4000, 77, 2049, 0]
+    seqs = _sequences(lens, slots)
+    st = slot_table(seqs, [1] * len(lens), 0, DEVICE)
+    q = torch.randn(len(lens), heads, dim).to(DEVICE).bfloat16()
+    want = decode_reference(q.float(), kp.float(), vp.float(), st.table, st.lens)
+    for splits in (1, 8):
+        got = ta.decode_attention(q, kp, vp, st.table, st.lens, splits=splits)
+        torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
+    chunks = [1, 256, 512, 77, 1000, 0]
+    pre = slot_table(seqs, chunks, 0, DEVICE)
+    qp = torch.randn(sum(chunks), heads, dim).to(DEVICE).bfloat16()
+    want = prefill_reference(qp.float(), kp.float(), vp.float(), pre.table, pre.lens, pre.cu_q, pre.max_q)
+    got = ta.prefill_attention(qp, kp, vp, pre.table, pre.lens, pre.cu_q, pre.max_q)
+    torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)

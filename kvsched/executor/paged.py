@@ -19,7 +19,9 @@ an :class:`AttentionKernels` setting.
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
+from functools import cache
 from typing import Literal
 
 import numpy as np
@@ -205,16 +207,26 @@ def varlen_flash(
     from torch.nn.attention.varlen import varlen_attn
 
     heads, kv_heads = q.shape[1], k.shape[1]
-    return varlen_attn(
-        q, k, v, st.cu_q, st.cu_k, st.max_q, st.max_k, window_size=(-1, 0), enable_gqa=heads != kv_heads
-    )
+    gqa: dict[str, bool] = {}
+    if heads != kv_heads:
+        if "enable_gqa" in inspect.signature(varlen_attn).parameters:
+            gqa["enable_gqa"] = True
+        else:  # torch 2.11's varlen_attn has no GQA: repeat the (few) chunks' KV per query head
+            k = k.repeat_interleave(heads // kv_heads, dim=1)
+            v = v.repeat_interleave(heads // kv_heads, dim=1)
+    return varlen_attn(q, k, v, st.cu_q, st.cu_k, st.max_q, st.max_k, window_size=(-1, 0), **gqa)
+
+
+@cache
+def _multiprocessors(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def decode_splits(n: int, kv_heads: int, max_len: int, block_n: int, device: torch.device) -> int:
     """KV splits for n decodes: enough programs to fill the GPU twice, at least a tile per split."""
     if device.type != "cuda":
         return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = _multiprocessors(device.index if device.index is not None else torch.cuda.current_device())
     want = -(-2 * sms // max(1, n * kv_heads))
     return max(1, min(want, 16, -(-max_len // (4 * block_n))))
 
