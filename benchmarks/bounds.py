@@ -14,7 +14,9 @@ Cases:
 * ``sharegpt-10k-budget``: all at 0 with C = P = 2048;
 * ``azure-conv-1k-<model>``: the first 1,000 Azure conversation requests
   (``shared/data/traces/splitwise_conv.csv``), all at 0, M = 40,000, C = P = 512, under
-  ``infermax-linear``, the shipped stepped set ``llama-2-7b_a100-80gb_tp1`` and ``roofline``.
+  ``infermax-linear``, the shipped stepped set ``llama-2-7b_a100-80gb_tp1`` and ``roofline``;
+* ``sharegpt<n>-linear-chunked-kv<k>``: n = 100, 200 ShareGPT requests with lengths / 10, all at 0,
+  KV k% of the summed peaks, ``infermax-linear``, C = P = 64 (issue 15's target (b)).
 
 Columns: the bound, its source, its value, and the wall time of ``portfolio()`` for the whole case (best of
 ``--repeat``; the machine is shared, so read ratios). ``today`` is ``lower_bounds()`` of commit 7987e18's
@@ -65,6 +67,19 @@ def _azure(model: str) -> Instance:
     )
 
 
+def _scaled_linear(n: int, kv_fraction: float) -> Instance:
+    """benchmarks/solve.py's ``sharegpt_scaled`` (lengths / 10, all at 0, KV a share of the summed peaks),
+    under ``infermax-linear`` with chunking (C = P = 64): issue 15's target (b)."""
+    raw = sharegpt(n, 0, Limits(kv_capacity=10**7))
+    reqs = tuple(
+        Request(r.id, 0.0, max(1, round(r.prompt / 10)), max(1, round(r.output / 10))) for r in raw.requests
+    )
+    peaks = [r.prompt + r.output - 1 for r in reqs]
+    kv = max(max(peaks), math.ceil(kv_fraction * sum(peaks)))
+    limits = Limits(kv_capacity=kv, max_batch_tokens=64, max_prefill_tokens=64)
+    return Instance(reqs, limits, TimeModel("infermax-linear"))
+
+
 CASES: dict[str, Callable[[], Instance]] = {
     "sharegpt-10k": _sharegpt,
     "sharegpt-10k-poisson-0.5": lambda: _sharegpt(0.5),
@@ -74,6 +89,11 @@ CASES: dict[str, Callable[[], Instance]] = {
     "azure-conv-1k-linear": lambda: _azure("infermax-linear"),
     "azure-conv-1k-a100-stepped": lambda: _azure("llama-2-7b_a100-80gb_tp1"),
     "azure-conv-1k-roofline": lambda: _azure("roofline"),
+    **{
+        f"sharegpt{n}-linear-chunked-kv{round(100 * kv)}": (lambda n=n, kv=kv: _scaled_linear(n, kv))
+        for n in (100, 200)
+        for kv in (0.2, 0.3, 0.4)
+    },
 }
 
 
