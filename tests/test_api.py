@@ -1,0 +1,114 @@
+"""The public API: ``kvsched``'s names resolve, importing it stays light, docs/api.md's example runs."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import kvsched
+from kvsched.analysis.compare import compare
+from kvsched.errors import InputError
+from kvsched.instances.io import load_instance
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "api.md"
+
+
+def test_every_exported_name_resolves():
+    assert set(kvsched.__all__) == {"EXAMPLES_DIR", "__version__", "example", *kvsched._EXPORTS}
+    for name in kvsched.__all__:
+        value = getattr(kvsched, name)
+        assert value is not None, name
+        module = kvsched._EXPORTS.get(name)
+        if module is not None:  # the same object as at its home
+            assert value is getattr(sys.modules[module], name)
+    assert set(kvsched.__all__) <= set(dir(kvsched))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        kvsched.nope  # noqa: B018
+
+
+def test_the_issue_nouns_are_there():
+    for name in (
+        "Instance",
+        "Request",
+        "Limits",
+        "load_instance",
+        "save_instance",
+        "Schedule",
+        "validate",
+        "simulate",
+        "POLICIES",
+        "solve",
+        "Result",
+        "compare",
+        "run_metrics",
+        "serving_metrics",
+        "make_cost_model",
+        "InputError",
+    ):
+        assert name in kvsched.__all__
+
+
+def test_import_is_light():
+    code = (
+        "import sys, kvsched\n"
+        "heavy = [m for m in ('torch', 'ortools', 'highspy', 'matplotlib', 'pandas', 'kvsched.csp') "
+        "if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_example_paths():
+    assert kvsched.example("figure15").name == "figure15.json"
+    with pytest.raises(InputError, match=r"unknown example 'nope'.*figure15"):
+        kvsched.example("nope")
+
+
+def test_docs_example_runs(tmp_path, monkeypatch, capsys):
+    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.S)
+    assert blocks, "docs/api.md has no python block"
+    monkeypatch.chdir(tmp_path)
+    exec(compile(blocks[0], str(DOCS), "exec"), {"__name__": "__docs__"})
+    out = capsys.readouterr().out
+    assert "optimal 36.0 proven bound 36.0" in out
+    assert "vllm: regret 0" in out and "sarathi-ef: regret 4" in out
+    assert (tmp_path / "optimum.png").stat().st_size > 0
+
+
+# ----------------------------------------------------------------------------- compare's arguments
+FIG15 = load_instance(kvsched.example("figure15"))
+
+
+def test_compare_all_means_every_policy():
+    cmp = compare(FIG15, "all", solver=None)
+    assert list(cmp.table.index) == list(kvsched.POLICIES)
+    cmp = compare(FIG15, "vllm, sarathi", solver=None)
+    assert list(cmp.table.index) == ["vllm", "sarathi"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"policies": ["vllm", "nope"]}, r"^policies: unknown policy 'nope'"),
+        ({"policies": "vllm,nope"}, r"^policies: unknown policy 'nope'"),
+        ({"policies": ["vllm", "vllm"]}, r"^policies: 'vllm' given more than once"),
+        ({"policies": 3}, r"^policies: expected 'all'"),
+        ({"policies": [3]}, r"^policies: policy names are strings"),
+        ({"policies": ["vllm"], "objective": "speed"}, r"^objective: unknown objective 'speed'"),
+        ({"policies": ["vllm"], "solver": "gurobi"}, r"^solver: unknown solver 'gurobi'"),
+        ({"policies": ["vllm"], "formulation": "token"}, r"^formulation: unknown formulation 'token'"),
+        ({"policies": ["vllm"], "policy_params": {"sarathi": {}}}, r"^policy_params: 'sarathi' not among"),
+        (
+            {"policies": ["vllm"], "policy_params": {"vllm": {"bogus": 1}}},
+            r"^policy_params: .*unknown parameter",
+        ),
+    ],
+)
+def test_compare_refuses_bad_arguments(kwargs, message):
+    with pytest.raises(InputError, match=message):
+        compare(FIG15, solver=kwargs.pop("solver", None), **kwargs)
