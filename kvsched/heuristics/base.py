@@ -21,7 +21,7 @@ everyone else sees prompts, arrivals and what has been generated so far, plus
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -76,13 +76,11 @@ class SchedulerView:
         self.done = _read_only(state.done)
         self.evictions = _read_only(state.evictions)
         self._output = _read_only(state.output)
-        predicted = [r.predicted_output for r in inst.requests]
-        self.predicted_output: np.ndarray | None = (
-            None if any(p is None for p in predicted) else _read_only(np.array(predicted, dtype=np.int64))
-        )
-        order = np.argsort(state.arrival, kind="stable")
-        self.arrival_order = _read_only(order)
-        self._sorted_arrival = state.arrival[order]
+        data = state.data
+        predicted = data.predicted_output
+        self.predicted_output: np.ndarray | None = None if predicted is None else _read_only(predicted)
+        self.arrival_order = _read_only(data.arrival_order)
+        self._sorted_arrival = data.sorted_arrival
         self._sorted_arrival_list: list[float] = self._sorted_arrival.tolist()  # bisect is cheaper
 
     # ------------------------------------------------------------------ time
@@ -230,6 +228,24 @@ class SteadyDecodes(Protocol):
         so that its next :meth:`Policy.next_batch` behaves as if it had been.
         """
         ...
+
+
+def last_fitting(grown: Callable[[int], int], free: int, limit: int) -> int:
+    """The largest ``k <= limit`` with ``grown(k) <= free``, for ``grown`` non-decreasing with ``grown(0) <= free``.
+
+    What a reservation-keeping policy's :meth:`SteadyDecodes.repeat_decodes` needs:
+    ``grown(k)`` is the memory its decodes reserve over ``k`` more batches.
+    """
+    if grown(limit) <= free:
+        return limit
+    lo, hi = 0, limit  # grown(lo) <= free < grown(hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if grown(mid) <= free:
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
 def steady_decodes(policy: Policy) -> SteadyDecodes | None:

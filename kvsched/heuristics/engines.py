@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from kvsched.errors import KvschedError
-from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.heuristics.base import Decision, SchedulerView, last_fitting
 from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET, stricter
 from kvsched.instances.model import Instance
 
@@ -183,6 +183,36 @@ class _Engine:
             self._explain_stall(view)
         return draft.decision()
 
+    def _repeat_reserved_decodes(self, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """Coalesced runs (:class:`~kvsched.heuristics.base.SteadyDecodes`): a decode-only batch repeats
+        while its decodes' reservations fit.
+
+        Only the engines whose batch depends on nothing but the queues, the budgets
+        and the reservations opt in (``repeat_decodes = _Engine._repeat_reserved_decodes``);
+        a subclass that reads time or its own history (SLAI) does not inherit it.
+
+        Through a run nothing arrives, completes or is preempted, so the queues and
+        the budgets stay as they are, and a waiting request that did not fit still
+        does not (its reservation is unchanged and the free blocks only shrink). Each
+        decode's reservation grows to its KV plus one; the first batch where they no
+        longer all fit would preempt, so the run ends before it.
+        """
+        req = np.asarray(decision.requests, dtype=np.int64)
+        kv = view.kv[req]  # batch j = 1, 2, ... of the run wants kv + j reserved
+        res = self._kv
+        held = res.tokens[req]
+        bs = res.block_size
+        base = int(np.add.reduce(-(-held // bs)))
+
+        def grown(j: int) -> int:
+            return int(np.add.reduce(-(-np.maximum(held, kv + j) // bs))) - base
+
+        k = last_fitting(grown, res.free, limit)
+        if k:
+            res.used += grown(k)
+            res.tokens[req] = np.maximum(held, kv + k)
+        return k
+
     # ------------------------------------------------------------ subclasses
     def _compose(self, view: SchedulerView, draft: Draft) -> None:
         raise NotImplementedError
@@ -326,6 +356,8 @@ class VllmV1(_Engine):
         chunk may take per step (``None``: off, vLLM's default).
     """
 
+    repeat_decodes = _Engine._repeat_reserved_decodes
+
     def __init__(
         self,
         name: str = "vllm-v1",
@@ -415,6 +447,8 @@ class Orca(_Engine):
         Split the prompt that meets the token budget.
     """
 
+    repeat_decodes = _Engine._repeat_reserved_decodes
+
     def __init__(
         self,
         name: str = "orca",
@@ -489,6 +523,8 @@ class FasterTransformer(_Engine):
     max_seq_len
         Tokens reserved per request at admission (see :class:`Orca`).
     """
+
+    repeat_decodes = _Engine._repeat_reserved_decodes
 
     def __init__(
         self,

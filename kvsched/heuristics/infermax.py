@@ -55,7 +55,7 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from kvsched.errors import KvschedError
-from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.heuristics.base import Decision, SchedulerView, last_fitting
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Phase
 
@@ -370,17 +370,7 @@ class InferMax:
         def grown(j: int) -> int:
             return int(_sum(self._blocks_of(np.maximum(alloc, kv + j)))) - base
 
-        if grown(limit) <= free:
-            k = limit
-        else:
-            lo, hi = 0, limit  # grown(lo) <= free < grown(hi)
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if grown(mid) <= free:
-                    lo = mid
-                else:
-                    hi = mid
-            k = lo
+        k = last_fitting(grown, free, limit)
         if k:
             self._reserved += grown(k)
             self._alloc[req] = np.maximum(alloc, kv + k)

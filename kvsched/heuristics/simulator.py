@@ -32,6 +32,7 @@ from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, Policy, SchedulerView, SteadyDecodes, steady_decodes
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL, EngineState
+from kvsched.schedule.data import ProblemData
 from kvsched.schedule.ir import Batch, Run, Schedule
 from kvsched.schedule.validate import Trace, instance_cost_model
 
@@ -61,8 +62,7 @@ class SimResult:
 
 def batch_limit(instance: Instance) -> int:
     """The most batches a run may take before it is reported as an eviction loop."""
-    work = sum(r.prompt + r.output for r in instance.requests)
-    return BATCHES_PER_TOKEN * work + len(instance)
+    return BATCHES_PER_TOKEN * ProblemData.of(instance).work + len(instance)
 
 
 def simulate(

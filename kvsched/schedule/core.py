@@ -35,6 +35,7 @@ import numpy as np
 
 from kvsched.costmodel.base import BatchView, CostModel, decode_run_times
 from kvsched.instances.model import Instance
+from kvsched.schedule.data import ProblemData
 from kvsched.schedule.ir import Batch, Phase, Run
 from kvsched.schedule.records import BatchRecord, Rule, RunRecord, ScheduleError, Violation
 
@@ -96,16 +97,17 @@ class EngineState:
     def __init__(self, instance: Instance, cost_model: CostModel | None = None) -> None:
         self.instance = instance
         self.cost_model = cost_model
-        lim = instance.limits
-        self.block_size = lim.block_size
-        self.kv_block_capacity = lim.kv_blocks
-        reqs = instance.requests
-        n = len(reqs)
+        data = ProblemData.of(instance)
+        self.data = data
+        self.block_size = data.block_size
+        self.kv_block_capacity = data.kv_blocks
+        n = data.n
         self.n = n
-        self.ids = [r.id for r in reqs]
-        self.arrival = np.array([r.arrival for r in reqs], dtype=np.float64)
-        self.prompt = np.array([r.prompt for r in reqs], dtype=np.int64)
-        self.output = np.array([r.output for r in reqs], dtype=np.int64)
+        self.ids = data.ids
+        # Read-only arrays shared with every state, view and policy of the instance.
+        self.arrival = data.arrival
+        self.prompt = data.prompt
+        self.output = data.output
         # Dynamic state.
         self.generated = np.zeros(n, dtype=np.int64)  # G
         self.kv = np.zeros(n, dtype=np.int64)  # m: KV tokens held

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from kvsched.costmodel import CostModel, make_cost_model
+from kvsched.costmodel import CostModel
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import BatchRecord, EngineState, ScheduleError, Violation
+from kvsched.schedule.data import ProblemData
 from kvsched.schedule.ir import Run, Schedule
 from kvsched.schedule.records import RunRecord, expand_records
 
@@ -47,8 +48,8 @@ class Trace:
 
 
 def instance_cost_model(instance: Instance) -> CostModel:
-    """The cost model an instance names."""
-    return make_cost_model(instance.time_model.name, instance.time_model.params)
+    """The cost model an instance names (built once per instance: :class:`ProblemData`)."""
+    return ProblemData.of(instance).cost_model
 
 
 def replay(
