@@ -1,0 +1,153 @@
+"""Bad input is one clear line (exit 2), a bug is exit 3, outputs never destroy inputs, fingerprints match."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kvsched.cli import main
+from kvsched.commands import common
+from kvsched.costmodel import UnitCost
+from kvsched.errors import InputError
+from kvsched.instances.io import instance_fingerprint, load_instance, save_instance
+from kvsched.schedule.io import FINGERPRINT_KEY, load_schedule, save_schedule
+from tests.test_schedule_io import evicting_instance, evicting_schedule
+
+
+@pytest.fixture
+def files(tmp_path):
+    inst = evicting_instance()
+    ipath, spath = tmp_path / "inst.json", tmp_path / "sched.json"
+    save_instance(inst, ipath)
+    save_schedule(evicting_schedule(inst, UnitCost()), inst, spath)
+    return ipath, spath
+
+
+def _doc(path: Path) -> dict:
+    return json.loads(path.read_text())
+
+
+def _one_error_line(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err, err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("prompt", True, "requests.0.prompt: Input should be a valid integer"),
+        ("prompt", 4.0, "requests.0.prompt: Input should be a valid integer"),
+        ("prompt", 2**70, "requests.0.prompt: Input should be less than or equal to 2147483647"),
+        ("arrival", 1e308, "requests.0.arrival: Input should be less than or equal to"),
+        ("arrival", 2**62, "requests.0.arrival: Input should be less than or equal to"),
+        ("arrival", "0", "requests.0.arrival: Input should be a valid number"),
+    ],
+)
+def test_out_of_range_and_coerced_values_are_refused(files, capsys, field, value, message):
+    doc = _doc(files[0])
+    doc["requests"][0][field] = value
+    files[0].write_text(json.dumps(doc))
+    assert main(["info", str(files[0])]) == 2
+    assert message in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xff\xfe{}", "not UTF-8 text (byte 0xff at offset 0)"),
+        (b"[" * 100_000 + b"]" * 100_000, "JSON nested too deeply"),
+        (b'{"schema_version": 1, "x": ' + b"9" * 5000 + b"}", "not valid JSON"),
+    ],
+)
+def test_unreadable_files_are_one_line(files, capsys, content, message):
+    files[1].write_bytes(content)
+    assert main(["validate", str(files[0]), str(files[1])]) == 2
+    assert message in _one_error_line(capsys)
+    files[0].write_bytes(content)
+    assert main(["simulate", str(files[0]), "-p", "vllm"]) == 2
+    assert message in _one_error_line(capsys)
+
+
+def test_a_schedule_for_another_instance_is_one_error_and_old_files_still_validate(files, tmp_path, capsys):
+    assert _doc(files[1])["meta"][FINGERPRINT_KEY] == instance_fingerprint(evicting_instance())
+    other = tmp_path / "other.json"
+    doc = _doc(files[0])
+    doc["requests"][0]["arrival"] = 1.0
+    other.write_text(json.dumps(doc))
+    assert main(["validate", str(other), str(files[1])]) == 2
+    assert "written for another instance" in _one_error_line(capsys)
+    old = _doc(files[1])
+    del old["meta"][FINGERPRINT_KEY]
+    files[1].write_text(json.dumps(old))
+    assert main(["validate", str(files[0]), str(files[1])]) == 0
+    # The fingerprint describes the file; the loaded schedule's meta does not carry it.
+    assert FINGERPRINT_KEY not in load_schedule(files[1], evicting_instance()).meta
+
+
+def test_limit_flags_override_only_what_they_name(files, tmp_path, capsys):
+    doc = _doc(files[0])
+    doc["limits"].update(max_batch_tokens=4, max_running=2)
+    files[0].write_text(json.dumps(doc))
+    inst = load_instance(files[0], limit_overrides={"kv_capacity": 9})
+    assert (inst.limits.kv_capacity, inst.limits.max_batch_tokens, inst.limits.max_running) == (9, 4, 2)
+    # The schedule batches 6 tokens: illegal under the file's C = 4 even when -M is given.
+    assert main(["validate", str(files[0]), str(files[1]), "-M", "9"]) == 1
+    with pytest.raises(InputError, match="block_size 16 is larger than kv_capacity 9"):
+        load_instance(files[0], limit_overrides={"kv_capacity": 9, "block_size": 16})
+
+
+def test_outputs_never_overwrite_an_input_and_folders_are_made(files, tmp_path, capsys):
+    before = files[0].read_bytes()
+    assert main(["simulate", str(files[0]), "-p", "vllm", "-o", str(files[0])]) == 2
+    assert "also an input" in _one_error_line(capsys)
+    assert files[0].read_bytes() == before
+    out = tmp_path / "new" / "deeper" / "s.json"
+    assert main(["simulate", str(files[0]), "-p", "vllm", "-o", str(out)]) == 0
+    assert main(["validate", str(files[0]), str(out)]) == 0
+    capsys.readouterr()
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert main(["solve", str(files[0]), "--time-limit", "5", "-o", str(blocker / "s.json")]) == 2
+    assert "is not a folder" in _one_error_line(capsys)
+
+
+def test_atomic_output_leaves_the_old_file_when_writing_fails(tmp_path):
+    target = tmp_path / "x.json"
+    target.write_text("old")
+    with pytest.raises(RuntimeError), common.atomic_output(target) as tmp:
+        tmp.write_text("half")
+        raise RuntimeError("crash while writing")
+    assert target.read_text() == "old"
+    assert list(tmp_path.iterdir()) == [target]
+    common.write_text_atomic(target, "new")
+    assert target.read_text() == "new"
+
+
+def test_an_internal_error_exits_3_with_a_hint_and_no_traceback(files, capsys, monkeypatch):
+    import kvsched.schedule.io as sio
+
+    def broken(*args, **kwargs):
+        raise ZeroDivisionError("boom")
+
+    monkeypatch.setattr(sio, "load_schedule", broken)
+    monkeypatch.delenv("KVSCHED_DEBUG", raising=False)
+    assert main(["validate", str(files[0]), str(files[1])]) == 3
+    err = _one_error_line(capsys)
+    assert "internal error: ZeroDivisionError: boom" in err and "KVSCHED_DEBUG=1" in err
+    monkeypatch.setenv("KVSCHED_DEBUG", "1")
+    assert main(["validate", str(files[0]), str(files[1])]) == 3
+    assert "Traceback" in capsys.readouterr().err
+
+
+def test_cost_param_alone_overrides_the_instance_s_own_model(files, tmp_path, capsys):
+    doc = _doc(files[0])
+    doc["time_model"] = {"name": "hinge", "params": {"c": 1.0, "a": 0.5, "b0": 2.0}}
+    files[0].write_text(json.dumps(doc))
+    assert main(["info", str(files[0]), "--cost-param", "c=2"]) == 0
+    out = capsys.readouterr().out
+    assert "hinge" in out and "c=2" in out and "a=0.5" in out
+    assert main(["info", str(files[0]), "--cost-param", "nope=1"]) == 2
+    assert "nope" in _one_error_line(capsys)
