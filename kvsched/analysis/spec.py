@@ -154,7 +154,7 @@ class SolverSpec(_Model):
 
     name: Literal["highs", "cbc", "cpsat"] = "highs"
     formulation: Literal["time", "batch"] = "time"
-    time_limit: float = Field(10.0, gt=0)
+    time_limit: float = Field(10.0, gt=0, allow_inf_nan=False)
     threads: int = Field(1, gt=0)
     gap: float = Field(0.0, ge=0, lt=1)
     seed: int = 0
