@@ -112,3 +112,28 @@ def test_compare_all_means_every_policy():
 def test_compare_refuses_bad_arguments(kwargs, message):
     with pytest.raises(InputError, match=message):
         compare(FIG15, solver=kwargs.pop("solver", None), **kwargs)
+
+
+# ----------------------------------------------------------------------------- policies and their papers
+def test_every_policy_names_its_paper():
+    from kvsched.heuristics.papers import PAPERS
+
+    for spec in kvsched.list_policies():
+        paper = spec.paper
+        assert paper is not None, spec.name
+        assert paper.title and paper.authors and 2020 < paper.year < 2030
+        assert re.fullmatch(r"\d{4}\.\d{5}", paper.arxiv)
+    assert {s.paper.seed for s in kvsched.list_policies()} == set(PAPERS)
+
+
+def test_policies_command_prints_whole_descriptions(capsys):
+    from kvsched.cli import main
+
+    assert main(["policies"]) == 0
+    out = capsys.readouterr().out
+    flat = " ".join(out.split())
+    for spec in kvsched.list_policies():
+        assert spec.name in out and spec.paper.arxiv in out
+    assert "does none of these." in flat  # the end of vLLM's 400-character description
+    for paper in {s.paper for s in kvsched.list_policies()}:
+        assert paper.arxiv in out and str(paper.year) in out

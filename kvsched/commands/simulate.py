@@ -32,16 +32,31 @@ from kvsched.commands.outputs import (
 
 def cmd_policies(args: argparse.Namespace) -> int:
     from kvsched.heuristics import list_policies
+    from kvsched.heuristics.papers import PAPERS
 
-    table = Table(title="policies (kvsched simulate --policy NAME --param key=value)")
-    for col in ("name", "source", "parameters", "description"):
-        table.add_column(col, overflow="fold")
+    # Full descriptions, never cut: at least 160 columns when the output is not a terminal.
+    console = Console() if Console().is_terminal else Console(width=160)
+    table = Table(
+        title="policies (kvsched simulate --policy NAME --param key=value)", show_lines=True, expand=True
+    )
+    table.add_column("name", no_wrap=True)
+    for col, ratio in (("paper", 3), ("where", 3), ("parameters", 3), ("description", 9)):
+        table.add_column(col, overflow="fold", ratio=ratio)
+    cited = []
     for spec in list_policies():
+        paper = spec.paper
+        if paper is not None and paper not in cited:
+            cited.append(paper)
         defaults = ", ".join(f"{k}={v}" for k, v in spec.defaults.items())
-        table.add_row(
-            spec.name, spec.source, defaults, spec.description if args.long else spec.description[:90]
-        )
-    Console().print(table)
+        cite = f"seed {paper.seed}: {paper.short}" if paper else "-"
+        table.add_row(spec.name, cite, spec.source, defaults, spec.description)
+    console.print(table)
+    papers = Table(title="the papers", show_lines=True)
+    for col in ("seed", "reference", "note"):
+        papers.add_column(col, overflow="fold")
+    for paper in sorted(cited or PAPERS.values(), key=lambda p: p.seed):
+        papers.add_row(paper.seed, paper.citation, paper.note)
+    console.print(papers)
     return 0
 
 
@@ -204,7 +219,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="list the scheduling policies",
         description="List every registered policy with its paper, default parameters and description.",
     )
-    p.add_argument("--long", action="store_true", help="print full descriptions")
+    p.add_argument("--long", action="store_true", help=argparse.SUPPRESS)  # kept: descriptions are never cut
     p.set_defaults(func=cmd_policies)
 
     p = sub.add_parser(

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvsched.heuristics.base import Policy
+from kvsched.heuristics.papers import Paper, paper_for
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,11 @@ class PolicySpec:
     description: str
     source: str
     defaults: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def paper(self) -> Paper | None:
+        """The seed paper :attr:`source` names (title, authors, year, arXiv id)."""
+        return paper_for(self.source)
 
     def accepted(self) -> list[str]:
         """Parameter names :func:`make_policy` accepts for this policy."""
