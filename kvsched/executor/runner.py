@@ -249,7 +249,7 @@ def describe_attention(options: EngineOptions) -> str:
     if options.attention == "gather":
         return "torch sdpa over KV gathered from the pool, items in padded groups of similar size"
     k = options.kernels
-    graphs = "; decode-only batches in CUDA graphs per bucket" if options.graphs else ""
+    graphs = "; decode-only batches padded to buckets (CUDA graphs on CUDA)" if options.graphs else ""
     return f"in place over slot tables: decodes {k.decode}, chunks {k.prefill}{graphs}"
 
 
