@@ -144,3 +144,25 @@ def test_report_renders_in_headless_chromium(tmp_path, request, which):
     assert len(np.unique(pixels.reshape(-1, pixels.shape[-1]), axis=0)) > 50
     ARTIFACTS.mkdir(exist_ok=True)
     shutil.copy(shot, ARTIFACTS / shot.name)
+
+
+def test_gantt_headings_say_what_is_proven(instance_page):
+    from types import SimpleNamespace
+
+    from kvsched.analysis.report import gantt_heading
+    from kvsched.csp import Scope
+
+    page = instance_page.read_text()
+    # The optimum's chart: proven optimal, over which schedules, the objective in words and units.
+    assert (
+        "the exact solution (batch-indexed / cpsat), proven optimal over every legal schedule: "
+        "total latency 36 slots" in page
+    )
+    assert "the worst policy, vllm-ef: total latency 40 slots" in page
+    assert not re.search(r"optimum \S* ?optimal", page)
+    stopped = SimpleNamespace(
+        formulation="time-indexed", solver="highs", status="feasible", scope=Scope.ALL, best_bound=30.0
+    )
+    text = gantt_heading("the exact solution", "optimum", "total-latency", 38.0, "s", stopped)
+    assert text.startswith("the best schedule found") and "not proven optimal; bound 30" in text
+    assert "total latency 38 s" in text

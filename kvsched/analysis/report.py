@@ -111,6 +111,24 @@ def _write(out_dir: str | Path, page: str) -> Path:
     return path
 
 
+def gantt_heading(role: str, name: str, objective: str, value: Any, unit: str, result: Any = None) -> str:
+    """The title of a report's Gantt chart: what the schedule is, and its objective in words and units.
+
+    For the solver's schedule (``result`` given) it says whether optimality is
+    proven and over which schedules, e.g. "the exact solution (batch-indexed /
+    cpsat), proven optimal over every legal schedule: total latency 36 slots";
+    a schedule not proven optimal is called the best found, with its bound.
+    """
+    measured = f"{objective.replace('-', ' ')} {_fmt(value)} {unit}"
+    if result is None:
+        return f"{role}, {name}: {measured}"
+    how = f"{result.formulation} / {result.solver}"
+    if result.status == "optimal":
+        return f"{role} ({how}), proven optimal over {result.scope.description}: {measured}"
+    bound = _fmt(result.best_bound)
+    return f"the best schedule found ({how}, {result.status}, not proven optimal; bound {bound}): {measured}"
+
+
 # ----------------------------------------------------------------------------- one instance
 _COMPARE_COLUMNS = (
     "kind",
@@ -224,14 +242,14 @@ def instance_report(
     # In this order, so that a policy both best and worst (all tied) is called the best.
     labels = {worst: "the worst policy", best: "the best policy", optimum: "the exact solution"}
     for name, schedule in shown.items():
-        fig = plots.plot_gantt(
-            instance, schedule, title=f"{name} ({objective} {_fmt(table.loc[name, 'objective'])})"
-        )
+        solved = res if name == optimum else None
+        heading = gantt_heading(labels[name], name, objective, table.loc[name, "objective"], unit, solved)
+        fig = plots.plot_gantt(instance, schedule, title=heading)
         figs.append(
             _figure(
                 fig,
-                f"Gantt chart of {labels[name]}, {name}: (p)refill, decode and evicted "
-                "boxes per request; KV usage against M below.",
+                f"Gantt chart of {heading}: (p)refill, decode and evicted boxes per request; "
+                "KV usage against M below.",
             )
         )
     if shown:
