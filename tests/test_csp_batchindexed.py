@@ -205,35 +205,37 @@ def test_every_policy_schedule_is_a_feasible_vector_with_its_replayed_objective(
             continue
         # Without the dominance rows (they keep an optimum, not every schedule); the token rows
         # and cliques stay: they hold for every legal schedule.
-        model = bi.build(max(bi.value(hint), bi.value(sched)), hint, dominance=False)
-        x = bi.vector_of(sched)
+        built = bi.build(max(bi.value(hint), bi.value(sched)), hint, dominance=False)
+        model = built.model
+        x = built.vector_of(sched)
         assert model.violations(x) == [], name
         assert model.objective_value(x) == pytest.approx(bi.value(sched), rel=1e-9), name
         assert model.violations(model.hint) == []
         if bi.normal_form:  # ... and its normal form satisfies the dominance rows too, never worse
             normal = bi.normalised(sched)
-            model = bi.build(max(bi.value(hint), bi.value(sched)), hint)
-            assert model.violations(bi.vector_of(normal)) == [], name
+            built = bi.build(max(bi.value(hint), bi.value(sched)), hint)
+            model = built.model
+            assert model.violations(built.vector_of(normal)) == [], name
             assert bi.value(normal) <= bi.value(sched) + 1e-9
 
 
 # ----------------------------------------------------------- holes of A4.2
 def _hole_model(inst, objective, holes, *, evict=True, horizon=None):
     bi = BatchIndexed(inst, objective, allow_eviction=evict, holes=holes)
-    model = bi.build(bi.value(bi.heuristic_schedule()), None, horizon=horizon)
-    return bi, model
+    built = bi.build(bi.value(bi.heuristic_schedule()), None, horizon=horizon)
+    return built, built.model  # the built model decodes; it reads the data of bi
 
 
 def test_hole1_no_release_after_completion():
     # Two requests, room for one: after the first completes its KV must be released.
     inst = _inst(((2, 2, 0), (2, 2, 0)), 3)
     assert brute_force(inst, "total-latency") == 6
-    bi, model = _hole_model(inst, "total-latency", ["no-release"])
+    built, model = _hole_model(inst, "total-latency", ["no-release"])
     raw = solve_model(model, "highs", FAST)
     assert raw.status == SolveStatus.OPTIMAL
     # ... so the model 'evicts' the finished request to make room, which the validator rejects.
     with pytest.raises(ScheduleError, match="evicted but it completed"):
-        bi.schedule_from(raw.x)
+        built.schedule_from(raw.x)
     _, model = _hole_model(inst, "total-latency", ["no-release"], evict=False)
     assert solve_model(model, "highs", FAST).status == SolveStatus.INFEASIBLE  # eviction-free: stuck
     fixed = solve(inst, formulation="batch", options=FAST, allow_eviction=False)
@@ -242,11 +244,11 @@ def test_hole1_no_release_after_completion():
 
 def test_hole2_free_token_without_processing():
     inst = _inst(((2, 2, 0), (2, 2, 0)), 3)
-    bi, model = _hole_model(inst, "makespan", ["free-token"])
+    built, model = _hole_model(inst, "makespan", ["free-token"])
     raw = solve_model(model, "highs", FAST)
     assert raw.objective < brute_force(inst, "makespan") == 4  # tokens for free: no batch needed
     with pytest.raises(ScheduleError, match="incomplete"):
-        replay(inst, bi.schedule_from(raw.x))
+        replay(inst, built.schedule_from(raw.x))
 
 
 def test_hole2_stalled_token_model_misstates_completion():
@@ -255,14 +257,15 @@ def test_hole2_stalled_token_model_misstates_completion():
     inst = _inst(((1, 1, 0), (1, 2, 0)), 4)
     for holes, feasible in (([], False), (["stalled-token"], True)):
         bi = BatchIndexed(inst, "total-latency", holes=holes)
-        model = bi.build(4, None, horizon=2)
+        built = bi.build(4, None, horizon=2)
+        model = built.model
         for name, value in (("c[0,1]", 1), ("g[0,1]", 0)):  # process the whole prompt, no token
             k = model.names.index(name)
             model.lb[k] = model.ub[k] = value
         raw = solve_model(model, "highs", FAST)
         assert (raw.status == SolveStatus.OPTIMAL) == feasible
         if feasible:
-            sched = bi.schedule_from(raw.x)
+            sched = built.schedule_from(raw.x)
             assert round(raw.x[model.names.index("g[0,2]")]) == 1  # generated in a batch it is not in
             assert round(raw.x[model.names.index("c[0,2]")]) == 0
             assert raw.objective == 4 and bi.value(sched) == 3  # the core generated at once
@@ -286,8 +289,9 @@ def test_hole4_refill_phase_label():
     assert [v.rule for v in violations] == ["prefill-budget"] and violations[0].batch == 3
     for holes, admits in (([], False), (["phase-label"], True)):
         bi = BatchIndexed(inst, "makespan", holes=holes)
-        model = bi.build(10, None, horizon=5)
-        x = bi.vector_of(sched, check=False)
+        built = bi.build(10, None, horizon=5)
+        model = built.model
+        x = built.vector_of(sched, check=False)
         assert (model.violations(x) == []) == admits, holes
 
 
@@ -299,10 +303,11 @@ def test_hole5_heuristic_batch_count_is_not_a_horizon():
     short = len(hint.batches)
     results = {}
     for horizon in (short, None):
-        model = bi.build(bi.value(hint), hint, horizon=horizon)
+        built = bi.build(bi.value(hint), hint, horizon=horizon)
+        model = built.model
         raw = solve_model(model, "cpsat", FAST)
         assert raw.status == SolveStatus.OPTIMAL
-        results[horizon] = (raw.objective, bi.schedule_from(raw.x))
+        results[horizon] = (raw.objective, built.schedule_from(raw.x))
     (cut, _), (best, sched) = results[short], results[None]
     assert best < cut
     assert bi.value(sched) == best and len(sched.batches) > short
@@ -321,11 +326,11 @@ def test_hole6_arrival_gates_the_batch_start():
     # Arrived by the batch's *end* is not enough: the request would run before it arrives.
     inst = _inst(((1, 1, 0), (1, 3, 1)), 4)
     assert brute_force(inst, "makespan") == 4
-    bi, model = _hole_model(inst, "makespan", ["arrival-at-end"])
+    built, model = _hole_model(inst, "makespan", ["arrival-at-end"])
     raw = solve_model(model, "highs", FAST)
     assert raw.objective == 3
     with pytest.raises(ScheduleError, match="before it arrives"):
-        bi.schedule_from(raw.x)
+        built.schedule_from(raw.x)
 
 
 def test_every_hole_is_tested():
@@ -346,11 +351,12 @@ def test_hole7_symmetry_rows_keep_an_optimum(objective):
     bi = BatchIndexed(inst, objective)
     hint = bi.heuristic_schedule()
     for symmetry in (True, False):
-        model = bi.build(bi.value(hint), hint, symmetry=symmetry)
+        built = bi.build(bi.value(hint), hint, symmetry=symmetry)
+        model = built.model
         assert model.violations(model.hint) == []
         raw = solve_model(model, "cpsat", FAST)
         assert raw.objective == expected
-    assert any(r.name.startswith("sym[") for r in bi.build(bi.value(hint), hint).rows)
+    assert any(r.name.startswith("sym[") for r in bi.build(bi.value(hint), hint).model.rows)
 
 
 def test_objectives_differ_and_are_labelled():
@@ -417,7 +423,8 @@ def test_unknown_formulation_and_hole():
 def test_token_rows_are_built_and_every_clique_exceeds_memory_pairwise():
     inst = _inst(((2, 3, 0), (4, 2, 0), (1, 4, 0)), 6)
     bi = BatchIndexed(inst)
-    model = bi.build(bi.value(bi.heuristic_schedule()), None)
+    built = bi.build(bi.value(bi.heuristic_schedule()), None)
+    model = built.model
     names = {r.name.split("[")[0] for r in model.rows}
     assert {"zG", "zd", "zmono", "zprec", "zkv", "clique", "nf-chunk", "nf-kv"} <= names
     sets = bi.clique_sets()
@@ -508,14 +515,16 @@ def test_full_model_dominance_keeps_the_optimum(evict):
     hint = bi.heuristic_schedule()
     found = {}
     for strengthen, dominance in ((False, False), (True, False), (True, True)):
-        model = bi.build(bi.value(hint), hint, strengthen=strengthen, dominance=dominance)
+        built = bi.build(bi.value(hint), hint, strengthen=strengthen, dominance=dominance)
+        model = built.model
         raw = solve_model(model, "highs", FAST)
         assert raw.status == SolveStatus.OPTIMAL
-        found[(strengthen, dominance)] = bi.schedule_from(raw.x)
+        found[(strengthen, dominance)] = built.schedule_from(raw.x)
         assert raw.objective == pytest.approx(expected)
     free = found[(False, False)]
-    model = bi.build(bi.value(hint), hint)
-    assert model.violations(bi.vector_of(bi.normalised(free))) == []
+    built = bi.build(bi.value(hint), hint)
+    model = built.model
+    assert model.violations(built.vector_of(bi.normalised(free))) == []
 
 
 def test_token_deadlines_hold_for_the_optimum_and_the_warm_start():
@@ -533,14 +542,14 @@ def test_token_deadlines_hold_for_the_optimum_and_the_warm_start():
         assert np.all(done <= deadlines)
     # The model with the deadlines keeps the optimum, and tightens the horizon.
     free = ti.build(upper, hint)
-    j_free = ti.horizon_batches
-    model = ti.build(upper, hint, deadlines=deadlines)
-    assert ti.horizon_batches <= j_free and model.num_vars <= free.num_vars
+    built = ti.build(upper, hint, deadlines=deadlines)
+    model = built.model
+    assert built.horizon_batches <= free.horizon_batches and model.num_vars <= free.model.num_vars
     raw = solve_model(model, "cpsat", FAST)
     assert raw.objective == best.objective
-    sched = ti.schedule_from(raw.x)
+    sched = built.schedule_from(raw.x)
     assert bi.value(sched) == best.objective
-    assert model.violations(ti.vector_of(sched)) == []
+    assert model.violations(built.vector_of(sched)) == []
 
 
 def test_token_model_with_cliques_and_without_agree():
@@ -551,9 +560,10 @@ def test_token_model_with_cliques_and_without_agree():
     ti = token_indexed.TokenIndexed(bi)
     values = set()
     for cliques in (True, False):
-        model = ti.build(bi.value(hint), hint, cliques=cliques)
+        built = ti.build(bi.value(hint), hint, cliques=cliques)
+        model = built.model
         assert model.violations(model.hint) == []
         raw = solve_model(model, "highs", FAST)
         values.add(raw.objective)
-        assert bi.value(ti.schedule_from(raw.x)) == raw.objective
+        assert bi.value(built.schedule_from(raw.x)) == raw.objective
     assert values == {brute_force(inst, "total-latency")}

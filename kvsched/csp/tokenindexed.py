@@ -49,12 +49,12 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kvsched.csp.backends import SolverOptions, lp_relaxation
-from kvsched.csp.batchindexed import BatchIndexed, _Lin, _sum, _v
+from kvsched.csp.batchindexed import BatchIndexed, Lin, lin_sum, term
 from kvsched.csp.model import INF, LinearModel
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
@@ -81,8 +81,6 @@ class TokenIndexed:
         if not applies(bi):
             raise ValueError("the token-indexed model needs unit time, no C or P and simultaneous arrivals")
         self.bi = bi
-        self.horizon_batches: int | None = None
-        self.lp_bound: float | None = None
 
     # --------------------------------------------------------------- deadlines
     def deadlines(self, upper_bound: float, options: SolverOptions, passes: int = 1) -> np.ndarray | None:
@@ -112,8 +110,10 @@ class TokenIndexed:
                     return out
                 sub = Instance(reqs[:i] + reqs[i + 1 :], bi.instance.limits, bi.instance.time_model)
                 sub_bi = BatchIndexed(sub, bi.objective, allow_eviction=bi.allow_eviction)
-                model = TokenIndexed(sub_bi).build(
-                    upper_bound - float(bi.output[i]), None, deadlines=np.delete(out, i)
+                model = (
+                    TokenIndexed(sub_bi)
+                    .build(upper_bound - float(bi.output[i]), None, deadlines=np.delete(out, i))
+                    .model
                 )
                 lp = lp_relaxation(model, replace(options, time_limit=left))
                 if lp is not None and math.floor(upper_bound - lp[0] + LP_TOL) < out[i]:
@@ -132,7 +132,7 @@ class TokenIndexed:
         deadlines: np.ndarray | None = None,
         cliques: bool = True,
         symmetry: bool = True,
-    ) -> LinearModel:
+    ) -> TokenModel:
         """The model for schedules with objective <= ``upper_bound`` (model units).
 
         ``deadlines`` (from :meth:`deadlines`) tighten the horizon's; ``hint``
@@ -141,8 +141,9 @@ class TokenIndexed:
         bi = self.bi
         n, R = bi.n, range(bi.n)
         prompt, out, cap = bi.prompt, bi.output, int(bi.kv_cap)
-        J, _ = bi.horizon(upper_bound)
-        last = bi._last_done.copy() if bi._last_done is not None else np.full(n, J)
+        h = bi.horizon(upper_bound)
+        J = h.batches
+        last = h.last_done.copy() if h.last_done is not None else np.full(n, J)
         if deadlines is not None:
             last = np.minimum(last, deadlines)
             J = int(min(J, last.max()))
@@ -151,11 +152,9 @@ class TokenIndexed:
             times = bi.normal_times(hint)
             J = max(J, max(max(t) for t in times))
         last = np.minimum(last, J)
-        self.horizon_batches = J
         m = LinearModel(name=f"token-indexed {bi.objective}")
-        self._m = m
 
-        def row(e: _Lin, lo: float, hi: float, name: str) -> None:
+        def row(e: Lin, lo: float, hi: float, name: str) -> None:
             items = [(v, c) for v, c in e.t.items() if c != 0]
             if not items:
                 if e.k < lo - 1e-9 or e.k > hi + 1e-9:
@@ -171,32 +170,32 @@ class TokenIndexed:
 
         # z[i][k][j] as an expression: 0 before batch k, 1 from the deadline on (k-th token by
         # last_i - (O_i - k): the remaining tokens take one batch each), a variable in between.
-        z: list[list[list[_Lin]]] = []
-        self._z: list[tuple[int, int, int, int]] = []
-        self._due: dict[tuple[int, int], int] = {}
-        self._u: list[int] = []
+        z: list[list[list[Lin]]] = []
+        zvars: list[tuple[int, int, int, int]] = []
+        dues: dict[tuple[int, int], int] = {}
+        uvars: list[int] = []
         for i in R:
             o = int(out[i])
-            zi = [[_Lin()] * (J + 1) for _ in range(o + 1)]
+            zi = [[Lin()] * (J + 1) for _ in range(o + 1)]
             for k in range(1, o + 1):
                 due = int(last[i]) - (o - k)
                 if due < k:
                     raise ValueError(f"deadline {last[i]} of request {i} leaves no room for {o} tokens")
-                self._due[(i, k)] = due
+                dues[(i, k)] = due
                 for j in range(k, J + 1):
                     if j >= due:
-                        zi[k][j] = _Lin(k=1.0)
+                        zi[k][j] = Lin(k=1.0)
                     else:
                         var = m.add_var(f"z[{i},{k},{j}]", 0, 1)
-                        self._z.append((var, i, k, j))
-                        zi[k][j] = _v(var)
+                        zvars.append((var, i, k, j))
+                        zi[k][j] = term(var)
             z.append(zi)
 
-        def x(i: int, k: int, j: int) -> _Lin:  # token k of request i is generated in batch j
+        def x(i: int, k: int, j: int) -> Lin:  # token k of request i is generated in batch j
             return z[i][k][j] - z[i][k][j - 1]
 
-        gen = [[_Lin()] + [_Lin() for _ in range(J)] for _ in R]
-        run = [[_Lin()] + [_Lin() for _ in range(J)] for _ in R]
+        gen = [[Lin()] + [Lin() for _ in range(J)] for _ in R]
+        run = [[Lin()] + [Lin() for _ in range(J)] for _ in R]
         for i in R:
             o = int(out[i])
             for j in range(1, J + 1):
@@ -205,29 +204,29 @@ class TokenIndexed:
                         row(z[i][k][j - 1] - z[i][k][j], -INF, 0, f"mono[{i},{k},{j}]")
                     if k >= 2:
                         row(z[i][k][j] - z[i][k - 1][j - 1], -INF, 0, f"prec[{i},{k},{j}]")
-                gen[i][j] = _sum(x(i, k, j) * float(prompt[i] + k - 1) for k in range(1, o + 1))
-                run[i][j] = _sum(x(i, k, j) for k in range(1, o + 1))
+                gen[i][j] = lin_sum(x(i, k, j) * float(prompt[i] + k - 1) for k in range(1, o + 1))
+                run[i][j] = lin_sum(x(i, k, j) for k in range(1, o + 1))
 
-        def held(i: int, j: int) -> _Lin:
+        def held(i: int, j: int) -> Lin:
             """KV request i holds during batch j."""
             if bi.allow_eviction:
                 return gen[i][j]
             o = int(out[i])
-            after = z[i][1][j] * float(prompt[i]) + _sum(z[i][k][j] for k in range(2, o + 1))
+            after = z[i][1][j] * float(prompt[i]) + lin_sum(z[i][k][j] for k in range(2, o + 1))
             return after - z[i][o][j - 1] * float(bi.peak[i])
 
         sets = bi.clique_sets() if cliques else []
         for j in range(1, J + 1):
-            load = _sum(held(i, j) for i in R)
+            load = lin_sum(held(i, j) for i in R)
             row(load, -INF, cap, f"kv[{j}]")
             for q, members in enumerate(sets):
-                e = _sum(x(i, k, j) for i, k0 in members.items() for k in range(k0, int(out[i]) + 1))
+                e = lin_sum(x(i, k, j) for i, k0 in members.items() for k in range(k0, int(out[i]) + 1))
                 row(e, -INF, 1, f"clique[{q},{j}]")
             if bi.run_cap is not None:
                 if bi.allow_eviction:
-                    holders = _sum(run[i][j] for i in R)
+                    holders = lin_sum(run[i][j] for i in R)
                 else:
-                    holders = _sum(z[i][1][j] - z[i][int(out[i])][j - 1] for i in R)
+                    holders = lin_sum(z[i][1][j] - z[i][int(out[i])][j - 1] for i in R)
                 row(holders, -INF, bi.run_cap, f"R[{j}]")
         if symmetry:
             for group in bi.identical_groups():
@@ -240,43 +239,71 @@ class TokenIndexed:
         if bi.objective == "makespan":
             for j in range(1, J + 1):
                 u = m.add_var(f"u[{j}]", 0, 1, obj=1.0)
-                self._u.append(u)
+                uvars.append(u)
                 for i in R:
-                    row(_v(u) + z[i][int(out[i])][j - 1], 1, INF, f"u[{i},{j}]")
+                    row(term(u) + z[i][int(out[i])][j - 1], 1, INF, f"u[{i},{j}]")
             m.obj_offset = bi.a_min
         else:
             first = bi.objective == "sum-ttft"
-            obj = _Lin()
+            obj = Lin()
             for i in R:
                 k = 1 if first else int(out[i])
-                obj = obj + _sum(1.0 - z[i][k][j] for j in range(0, J))
+                obj = obj + lin_sum(1.0 - z[i][k][j] for j in range(0, J))
             for v, c in obj.t.items():
                 m.obj[v] += c
             m.obj_offset = obj.k
-        self._J = J
+        built = TokenModel(m, bi, J, tuple(zvars), dues, tuple(uvars))
         if times is not None:
-            m.hint = self._vector_of_times(times)
-        return m
+            m.hint = built.vector_of_times(times)
+        return built
 
-    # ---------------------------------------------------- vectors and decoding
-    def _vector_of_times(self, times: list[list[int]]) -> np.ndarray:
-        m = self._m
+
+@dataclass(frozen=True, slots=True, eq=False)
+class TokenModel:
+    """What :meth:`TokenIndexed.build` returns: the model and the maps to and from schedules.
+
+    Attributes
+    ----------
+    model
+        The linear model.
+    bi
+        The batch-indexed data it was built from.
+    horizon_batches
+        The number of batches J.
+    zvars
+        ``(var, i, k, j)``: request i has generated k tokens by batch j.
+    dues
+        ``(i, k) -> j``: the batch by which token k of request i is generated.
+    uvars
+        The makespan's "batch j is used" variables.
+    """
+
+    model: LinearModel
+    bi: BatchIndexed
+    horizon_batches: int
+    zvars: tuple[tuple[int, int, int, int], ...]
+    dues: dict[tuple[int, int], int]
+    uvars: tuple[int, ...]
+
+    def vector_of_times(self, times: list[list[int]]) -> np.ndarray:
+        """The assignment in which request i generates its k-th token in batch ``times[i][k-1]``."""
+        m = self.model
         x = np.array(m.lb, dtype=np.float64)
-        for var, i, k, j in self._z:
+        for var, i, k, j in self.zvars:
             x[var] = float(times[i][k - 1] <= j)
         end = max(max(t) for t in times)
-        for j, var in enumerate(self._u, start=1):
+        for j, var in enumerate(self.uvars, start=1):
             x[var] = float(j <= end)
         return x
 
     def vector_of(self, schedule: Schedule) -> np.ndarray:
-        """The assignment of the last built model that represents ``schedule`` (in normal form)."""
-        return self._vector_of_times(self.bi.token_batches(schedule))
+        """The assignment of this model that represents ``schedule`` (in normal form)."""
+        return self.vector_of_times(self.bi.token_batches(schedule))
 
     def token_times(self, sol: np.ndarray) -> list[list[int]]:
-        """The batch of each token in a solution vector of the last built model."""
-        times = [[due for (ii, _), due in sorted(self._due.items()) if ii == i] for i in range(self.bi.n)]
-        for var, i, k, j in self._z:
+        """The batch of each token in a solution vector of this model."""
+        times = [[due for (ii, _), due in sorted(self.dues.items()) if ii == i] for i in range(self.bi.n)]
+        for var, i, k, j in self.zvars:
             if round(sol[var]) == 1 and j < times[i][k - 1]:
                 times[i][k - 1] = j
         return times

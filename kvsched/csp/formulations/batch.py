@@ -77,7 +77,7 @@ class BatchFormulation:
 
     def estimate(self, upper: float) -> int:
         """About how many variables the model over schedules no worse than ``upper`` has."""
-        batches, _ = self.bi.horizon(upper / self.scale)
+        batches = self.bi.horizon(upper / self.scale).batches
         return VARIABLES_PER_CELL * self.bi.n * batches
 
     def build(
@@ -100,30 +100,28 @@ class BatchFormulation:
             deadlines = form.deadlines(upper, share)
             # The clique rows lift the LP bound (and the deadlines above) but slowed CP-SAT's search
             # about twice on the benchmark draws: the LP bound is taken with them, CP-SAT gets none.
-            model = form.build(upper, hint, deadlines=deadlines)
-            lp = lp_relaxation(model, options, deadline.share(DEADLINE_SHARE))
+            built = form.build(upper, hint, deadlines=deadlines)
+            lp = lp_relaxation(built.model, options, deadline.share(DEADLINE_SHARE))
             if lp is not None:
-                value = math.ceil(lp[0] - token_indexed.LP_TOL) if model.integral_objective else lp[0]
+                value = math.ceil(lp[0] - token_indexed.LP_TOL) if built.model.integral_objective else lp[0]
                 # The LP of an exact model of the class: a bound on the class's optimum.
                 bounds.append(Bound(value * self.scale, "lp relaxation", self.scope))
             if self.solver == "cpsat":
-                model = form.build(upper, hint, deadlines=deadlines, cliques=False)
+                built = form.build(upper, hint, deadlines=deadlines, cliques=False)
             name = "token-indexed"
-            horizon = form.horizon_batches
         else:
-            form = bi
-            model = bi.build(upper, hint)
+            built = bi.build(upper, hint)
             name = "batch-indexed"
-            horizon = bi.horizon_batches
+        model = built.model
         stats = {
             "model": name,
             "variables": model.num_vars,
             "rows": len(model.rows),
             "indicators": len(model.indicators),
             "nonzeros": model.num_nonzeros,
-            "horizon": horizon,
+            "horizon": built.horizon_batches,
             "lp_deadlines": 0 if deadlines is None else int((deadlines < np.iinfo(np.int64).max).sum()),
         }
         return Built(
-            model, decode=form.schedule_from, encode=form.vector_of, bounds=tuple(bounds), stats=stats
+            model, decode=built.schedule_from, encode=built.vector_of, bounds=tuple(bounds), stats=stats
         )
