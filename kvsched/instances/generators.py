@@ -35,6 +35,7 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.instances import azure, sharegpt
+from kvsched.instances.io import check_time_model
 from kvsched.instances.laws import (
     ArrivalProcess,
     Fixed,
@@ -638,4 +639,6 @@ def generate(
         seed and the parameters used, defaults included.
     """
     spec, _, kwargs = _read(kind, params)
+    # An unknown cost-model parameter fails here, not when the written file is next read.
+    check_time_model(time_model, f"{kind}: time_model")
     return spec.make(n, seed, limits, time_model, **kwargs)
