@@ -66,6 +66,8 @@ def test_device_defaults_and_bad_options():
     assert not engine_options(torch.device("cpu"), attention="gather", graphs=True).graphs
     with pytest.raises(InputError, match="varlen attention runs on CUDA only"):
         engine_options(torch.device("cpu"), prefill="varlen")
+    with pytest.raises(InputError, match="--tile a power of two"):
+        engine_options(torch.device("cpu"), tile=48)
     with pytest.raises(InputError, match="--kernels: expected one of torch, triton"):
         engine_options(torch.device("cpu"), kernels="cuda")
     with pytest.MonkeyPatch.context() as mp:

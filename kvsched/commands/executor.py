@@ -66,6 +66,8 @@ def _engine(args: argparse.Namespace, model: Any) -> Any:
         prefill=args.prefill,
         graphs=args.cuda_graphs,
         compile=args.compile,
+        splits=args.kv_splits,
+        tile=args.tile,
     )
 
 
@@ -295,6 +297,18 @@ def _model_args(p: argparse.ArgumentParser, repeat: int) -> None:
         "--compile",
         action=argparse.BooleanOptionalAction,
         help="fuse the small operators with torch.compile (default on CUDA)",
+    )
+    e.add_argument(
+        "--kv-splits",
+        type=int,
+        default=0,
+        help="KV splits of the Triton decode kernel (default 0: enough programs to fill the GPU twice)",
+    )
+    e.add_argument(
+        "--tile",
+        type=int,
+        default=64,
+        help="keys (and chunk rows) per tile of the Triton kernels (default 64)",
     )
 
 

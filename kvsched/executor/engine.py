@@ -70,8 +70,13 @@ def engine_options(
     prefill: str | None = None,
     graphs: bool | None = None,
     compile: bool | None = None,
+    splits: int = 0,
+    tile: int = 64,
 ) -> EngineOptions:
-    """The options for ``device``, each None taking the device's default (fast on CUDA, reference on CPU)."""
+    """The options for ``device``, each None taking the device's default (fast on CUDA, reference on CPU).
+
+    ``splits`` (0: chosen per batch) and ``tile`` (keys per tile, chunk rows per tile) tune the Triton kernels.
+    """
     cuda = device.type == "cuda"
     attention = attention or "paged"
     kernels = kernels or ("triton" if cuda else "torch")
@@ -83,6 +88,8 @@ def engine_options(
     ):
         if value not in known:
             raise InputError(f"{flag}: expected one of {', '.join(known)}, got {value!r}")
+    if splits < 0 or tile < 16 or tile & (tile - 1):
+        raise InputError(f"--kv-splits must be >= 0 and --tile a power of two >= 16, got {splits} and {tile}")
     if prefill == "varlen" and not cuda:
         raise InputError("--prefill varlen: torch's flash varlen attention runs on CUDA only")
     if "triton" in (kernels, prefill):
@@ -90,7 +97,7 @@ def engine_options(
     paged = attention == "paged"
     return EngineOptions(
         attention,
-        AttentionKernels(decode=kernels, prefill=prefill),  # type: ignore[arg-type]
+        AttentionKernels(decode=kernels, prefill=prefill, splits=splits, block_n=tile, block_m=tile),  # type: ignore[arg-type]
         graphs=(cuda and paged) if graphs is None else graphs and paged,
         compile=cuda if compile is None else compile,
     )
