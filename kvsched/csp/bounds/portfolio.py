@@ -23,12 +23,10 @@ from kvsched.csp.bounds.combinatorial import lower_bounds
 from kvsched.csp.bounds.seconds import SecondsBounds, Tokens, seconds_bounds
 from kvsched.csp.bounds.separable import separable_forms
 from kvsched.csp.certificate import Bound, Scope
-from kvsched.errors import InputError
+from kvsched.csp.objectives import objective_function
 from kvsched.instances.model import Instance
 from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline, DeadlineReached
-
-OBJECTIVE_NAMES = ("total-latency", "makespan", "sum-ttft")
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,19 +55,19 @@ def seconds_report(instance: Instance, deadline: Deadline | None = None) -> Seco
     tok = Tokens.of(instance)
     fields = ("isolated", "work_area", "mbt", "makespan", "ttft_isolated", "ttft_mbt")
     best: dict[str, float] = dict.fromkeys(fields, -math.inf)
-    first: SecondsBounds | None = None
+    mixture = (1.0, 0.0, 0.0)
     tried = 0
     for form in forms:
         if tried and deadline.expired():
             break
         got = seconds_bounds(form, tok, deadline=deadline)
-        first = first or got
         tried += 1
+        if got.mbt > best["mbt"]:
+            mixture = got.mixture
         for name in fields:
             best[name] = max(best[name], getattr(got, name))
-    assert first is not None
-    merged = SecondsBounds(**best, minorant_gap=first.minorant_gap, mixture=first.mixture)
-    return SecondsReport(merged, tried, first.minorant_gap)
+    gap = max(form.minorant_gap for form in forms)
+    return SecondsReport(SecondsBounds(**best, minorant_gap=gap, mixture=mixture), tried, gap)
 
 
 def _unit_bounds(instance: Instance, objective: str, slot: float, deadline: Deadline) -> list[Bound]:
@@ -149,17 +147,15 @@ def portfolio(instance: Instance, objective: str, deadline: Deadline | None = No
     deadline
         Stages not started by then are skipped (the first one always runs: it takes milliseconds).
     """
-    if objective not in OBJECTIVE_NAMES:
-        raise InputError(
-            f"--objective: unknown objective {objective!r} (known: {', '.join(OBJECTIVE_NAMES)})"
-        )
+    objective_function(objective)  # one clear error for an unknown name
     deadline = deadline or Deadline.never()
     if not instance.requests:
         return [Bound(0.0, "empty")]
     cost = instance_cost_model(instance)
     out: list[Bound] = []
     if isinstance(cost, UnitCost):
-        # The slotted bounds of mbt are at least as strong as the seconds machinery's continuous ones here.
+        # The slotted bounds of mbt match the seconds machinery's continuous ones here to within a slot per
+        # request (flooring arrivals against not), at a fraction of the cost.
         out += _unit_bounds(instance, objective, cost.slot, deadline)
         return [b for b in out if math.isfinite(b.value)]
     report = seconds_report(instance, deadline)
