@@ -21,6 +21,7 @@ surrogate and its error.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from typing import Any
 
@@ -52,12 +53,32 @@ def make_cost_model(name: str, params: dict[str, Any] | None = None) -> CostMode
     except KeyError:
         known = ", ".join(sorted(REGISTRY))
         raise InputError(f"time_model.name: unknown cost model {name!r} (known: {known})") from None
+    known = _parameters(factory)
+    unknown = sorted(set(params or {}) - known) if known is not None else []
+    if unknown:
+        raise InputError(
+            f"time_model.params: unknown parameter {unknown[0]!r} of cost model {name!r} "
+            f"(known: {', '.join(sorted(known or ())) or 'none'})"
+        )
     try:
         return factory(**(params or {}))
     except TypeError as exc:
         raise InputError(f"time_model.params: {exc}") from None
     except ValueError as exc:
         raise InputError(f"time_model.params: {exc}") from None
+
+
+def _parameters(factory: Callable[..., CostModel]) -> set[str] | None:
+    """The keyword parameters ``factory`` takes (``None``: any, e.g. ``**params``)."""
+    try:
+        sig = inspect.signature(factory)
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in sig.parameters.values()):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    # ``name`` is each model's label, not a coefficient.
+    return {p.name for p in sig.parameters.values() if p.kind in kinds and p.name != "name"}
 
 
 __all__ = [
