@@ -201,3 +201,33 @@ def test_solve_compare_bound_json(tmp_path):
     assert main(["bound", "combinatorial", fig15, "--json", str(bound)]) == 0
     doc = json.loads(bound.read_text())
     assert doc["time_unit"] == "slot" and doc["lower_bound_total_latency"] <= 36
+
+
+def test_sweep_rows_carry_serving_metrics_and_goodput(tmp_path):
+    from kvsched.analysis.spec import parse_spec
+    from kvsched.analysis.store import load_results
+    from kvsched.analysis.sweep import run_sweep
+    from tests.test_sweep import TINY
+
+    spec = parse_spec({k: v for k, v in TINY.items() if k != "solver"})  # the policies only: fast
+    run_sweep(spec, tmp_path / "r.sqlite", workers=1, progress=False, slo="ttft=3")
+    frame = load_results(tmp_path / "r.sqlite")
+    assert len(frame) == 4 and (frame["status"] == "ok").all()
+    # Run metrics spread into columns (load_results): the serving keys and the SLO used.
+    assert (frame["slo_ttft"] == 3).all() and frame["time_unit"].eq("slot").all()
+    for key in ("mean_ttft", "p90_ttft", "p99_tpot", "p50_itl", "p99_e2el", "good_requests"):
+        assert frame[key].notna().all(), key
+    assert (frame["good_requests"] <= frame["n"]).all()
+
+
+def test_sweep_slo_syntax_is_checked_before_the_work(tmp_path, capsys):
+    import yaml
+
+    from kvsched.cli import main
+    from tests.test_sweep import TINY
+
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(TINY))
+    assert main(["sweep", str(spec), "--db", str(tmp_path / "r.sqlite"), "--slo", "ttft"]) == 2
+    assert "--slo: expected ttft=V" in capsys.readouterr().err
+    assert not (tmp_path / "r.sqlite").exists()

@@ -123,6 +123,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     """
     from kvsched.analysis.compare import compare
     from kvsched.csp import SolverOptions
+    from kvsched.schedule.serving import parse_slo, time_unit
 
     row = _base_row(cell)
     runner = cell.runner
@@ -133,6 +134,8 @@ def run_cell(cell: Cell) -> dict[str, Any]:
             row["n"] = len(instance)
             row["kv_capacity"] = instance.limits.kv_capacity
         instance.check_feasible()
+        # --slo of the sweep (in the runner, not in the key): goodput in the row's metrics.
+        slo = parse_slo(runner["slo"], time_unit(instance)) if runner.get("slo") else None
         if runner["kind"] == "policy":
             cmp = compare(
                 instance,
@@ -140,11 +143,13 @@ def run_cell(cell: Cell) -> dict[str, Any]:
                 objective=cell.objective,
                 solver=None,
                 policy_params={runner["policy"]: runner["params"]},
+                slo=slo,
             )
             line = cmp.table.loc[runner["policy"]]
             if isinstance(line.get("error"), str):
                 raise KvschedError(line["error"])
             metrics = cmp.metrics[runner["policy"]]
+            serving = cmp.serving[runner["policy"]]
             row.update(status="ok", objective=float(line["objective"]), runtime=float(line["runtime_s"]))
         else:
             options = SolverOptions(
@@ -159,12 +164,14 @@ def run_cell(cell: Cell) -> dict[str, Any]:
                 objective=cell.objective,
                 solver=runner["solver"],
                 formulation=runner["formulation"],
+                slo=slo,
                 options=options,
             )
             result = cmp.result
             assert result is not None
             label = next(k for k in cmp.metrics if k.startswith("optimum"))
             metrics = cmp.metrics[label]
+            serving = cmp.serving[label]
             row.update(
                 status=str(result.status),
                 objective=result.objective,
@@ -175,7 +182,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
                 solver_version=_solver_version(runner["solver"]),
             )
         row["lower_bound"] = cmp.lower_bound
-        row["metrics"] = metrics.to_dict()
+        row["metrics"] = {**metrics.to_dict(), **serving.to_dict()}
     except KvschedError as exc:
         row.update(status="error", error=str(exc), runtime=time.perf_counter() - t0)
     row["created"] = datetime.now(UTC).isoformat(timespec="seconds")
@@ -298,6 +305,7 @@ def run_sweep(
     progress: bool = True,
     console: Console | None = None,
     on_row: Callable[[dict[str, Any]], None] | None = None,
+    slo: str | None = None,
 ) -> SweepSummary:
     """Run every cell of ``spec`` not yet in the database at ``db_path``.
 
@@ -312,6 +320,10 @@ def run_sweep(
         Folder that relative instance-file paths in the spec are relative to.
     on_row
         Called after each row is committed.
+    slo
+        ``ttft=V,tpot=V,e2el=V`` (``--slo``): the goodput of every cell this run
+        computes is under these SLOs (recorded in its metrics as ``slo_ttft``, ...).
+        Cells already in the database keep theirs: the SLOs are not part of the key.
     """
     if backend not in BACKENDS:
         raise InputError(f"--backend: unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
@@ -326,6 +338,8 @@ def run_sweep(
         done = db.finished()
         todo = [c for c in cells if c.key not in done]
         skipped = len(cells) - len(todo)
+        if slo is not None:
+            todo = [dataclasses.replace(c, runner={**c.runner, "slo": slo}) for c in todo]
         outcomes: Iterable[Outcome]
         if backend == "ray":
             outcomes = _ray(todo, workers, address)

@@ -18,6 +18,7 @@ from kvsched.commands.common import (
     load_instance_from_args,
     positive_int,
 )
+from kvsched.commands.outputs import add_slo_arg
 from kvsched.commands.solve import _add_solver_args, _model_kwargs, _options
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
@@ -56,6 +57,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from kvsched.analysis.sweep import run_sweep
 
     check_outputs(args, ["db"], inputs=["spec"])
+    if args.slo is not None:
+        from kvsched.schedule.serving import parse_slo
+
+        parse_slo(args.slo, "s")  # the syntax, before any work (units are checked per instance)
     spec = load_spec(args.spec)
     err = Console(stderr=True)
     show = err.is_terminal if args.progress is None else args.progress
@@ -68,6 +73,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         base=Path(args.spec).parent,
         progress=show,
         console=err,
+        slo=args.slo,
     )
     err.print(
         f"sweep {spec.name}: {summary.total} cells, {summary.skipped} already done, {summary.written} written "
@@ -299,6 +305,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--backend", choices=("process", "ray"), default="process", help="(default process)")
     p.add_argument("--address", help="Ray cluster address (with --backend ray; default: a local Ray)")
+    add_slo_arg(p)
     p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,
