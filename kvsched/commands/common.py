@@ -248,4 +248,6 @@ def param_pairs(pairs: Sequence[str] | None, what: str = "--param") -> dict[str,
 
 def time_unit(instance: Instance) -> str:
     """The label of the instance's time unit: slots under unit time, seconds otherwise."""
-    return "slot" if instance.time_model.name == "unit" else "s"
+    from kvsched.schedule.serving import time_unit as unit_of  # the one rule, beside the serving metrics
+
+    return unit_of(instance)

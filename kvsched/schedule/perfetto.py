@@ -31,6 +31,7 @@ import numpy as np
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL, EngineState
 from kvsched.schedule.ir import Phase, Run, Schedule
+from kvsched.schedule.serving import time_unit
 
 ENGINE_PID = 1
 REQUESTS_PID = 2
@@ -38,10 +39,6 @@ REQUESTS_PID = 2
 US_PER_UNIT = {"s": 1e6, "slot": 1e3}
 _PHASE_NAMES = {int(p): p.label for p in Phase}
 _DECODE = int(Phase.DECODE)
-
-
-def _unit(instance: Instance) -> str:
-    return "slot" if instance.time_model.name == "unit" else "s"
 
 
 def _meta(pid: int, tid: int | None, kind: str, name: str, sort: int | None = None) -> list[dict[str, Any]]:
@@ -218,7 +215,7 @@ def chrome_trace(
     overrides the instance's time unit, e.g. for a schedule retimed with
     measured seconds.
     """
-    unit = unit or _unit(instance)
+    unit = unit or time_unit(instance)
     if unit not in US_PER_UNIT:
         raise ValueError(f"unit must be one of {', '.join(US_PER_UNIT)}, not {unit!r}")
     us = US_PER_UNIT[unit]
