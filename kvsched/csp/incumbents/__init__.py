@@ -1,0 +1,13 @@
+"""Incumbents: complete schedules, fast, for instances of any size (each replayed through the core).
+
+* :func:`greedy` -- the eviction-aware priority greedy (any rule, or external keys);
+* :func:`best_incumbent` -- the best of the greedy variants and the fast registered policies;
+* :func:`improve` -- large-neighbourhood search over the greedy's priorities, windows solved exactly.
+"""
+
+from kvsched.csp.incumbents.base import Incumbent
+from kvsched.csp.incumbents.greedy import decide, greedy
+from kvsched.csp.incumbents.log import BatchLog
+from kvsched.csp.incumbents.rules import RULES, kv_area, rule_keys
+
+__all__ = ["RULES", "BatchLog", "Incumbent", "decide", "greedy", "kv_area", "rule_keys"]

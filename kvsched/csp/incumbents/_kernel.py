@@ -1,0 +1,295 @@
+"""The greedy's hot loop: one batch decision after another, on plain arrays.
+
+:func:`advance` is plain Python over scalars and numpy arrays, so that the same
+source runs interpreted (:data:`advance_py`, the reference the tests compare
+against) and compiled by numba (:data:`advance_jit`). It decides batches only;
+it never judges them: the driver turns its log into a
+:class:`~kvsched.schedule.ir.Schedule` that the semantic core replays.
+
+The state it keeps mirrors the core's per-request state (G generated, m KV held,
+the phase of the next item) so that its decisions are legal by construction;
+the replay is what proves it.
+
+Array layout (``n`` requests; rows of 2-D arrays):
+
+* ``ia`` int64 (7, n): prompt I, output O, generated G, KV held m, phase, done, evictions;
+* ``fa`` float64 (2, n): arrival, static key;
+* ``lim`` int64 (9,): KV blocks, block size, C, P, max_running (-1: none), rule,
+  preempt, fast, whether ``clock[1]`` is every batch's duration;
+* ``sc`` int64 (9,): arrival pointer, waiting, holders, batches, items, evictions,
+  completed, pending inserts, (unused);
+* ``clock`` float64 (2,): the next batch's earliest start, the constant duration;
+* ``ib`` int64 (8, n): waiting list (worst first), holders, next holders, pending, arrival
+  order, marks, scratch, prefix minimum of the waiting list's first-item blocks;
+* ``fb`` float64 (4, n): waiting keys, holder keys, pending keys, scratch;
+* the log: ``bf`` float64 (2, cap_b) start and duration; ``bi`` int64 (2, cap_b + 1)
+  item and eviction offsets; ``it`` int64 (4, cap_i) request, tokens, KV context,
+  phase; ``ev`` int64 (cap_e,) evicted requests.
+"""
+
+from __future__ import annotations
+
+import numba as nb
+import numpy as np
+
+PREFILL, DECODE, REFILL = 0, 1, 2
+#: Rule codes: a static key per request, or one that moves as the request generates.
+STATIC, REMAINING_AREA, REMAINING_OUTPUT = 0, 1, 2
+#: Return codes of :func:`advance`.
+DONE, CHUNK, GROW, NEED_DURATION = 0, 1, 2, 3
+#: Same tolerance as the core's arrival check (kvsched.schedule.core.TIME_TOL).
+ARRIVAL_TOL = 1e-9
+_BIG = 1 << 62
+#: More pending inserts than this are merged in one pass rather than inserted one by one.
+BULK = 32
+
+
+def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
+    """Decide up to ``max_batches`` batches; return why it stopped (:data:`DONE`, ...).
+
+    Every batch: admit arrivals, rank holders (by their current key) and the waiting
+    list (sorted once, keys frozen while waiting) in one merged priority order, and
+    walk it first-fit. A holder is run if its next item fits, else kept (paused) if
+    its KV still fits, else evicted; a waiting request is run if its first item fits.
+    With ``preempt`` the two lists interleave by key, so a higher-priority waiting
+    request takes memory that lower-priority holders then lose; without it every
+    holder comes first (admissions never evict). With ``fast`` the waiting list is
+    walked only up to its first misfit.
+    """
+    prompt, output, gen, held, phase, done, nev = ia[0], ia[1], ia[2], ia[3], ia[4], ia[5], ia[6]
+    arrival, skey = fa[0], fa[1]
+    wait, hold, hold2, pend, order, mark, tmp, pmin = ib[0], ib[1], ib[2], ib[3], ib[4], ib[5], ib[6], ib[7]
+    wkey, hkey, pkey, tmpk = fb[0], fb[1], fb[2], fb[3]
+    n = prompt.shape[0]
+    cap_blocks, bs = lim[0], lim[1]
+    budget_c = lim[2] if lim[2] >= 0 else _BIG
+    budget_p = lim[3] if lim[3] >= 0 else _BIG
+    budget_r = lim[4] if lim[4] >= 0 else _BIG
+    rule, preempt, fast, const = lim[5], lim[6], lim[7], lim[8]
+    order_ptr, wlen, hlen, nbat, nit, nev_log, ndone, plen = (
+        sc[0],
+        sc[1],
+        sc[2],
+        sc[3],
+        sc[4],
+        sc[5],
+        sc[6],
+        sc[7],
+    )
+    t = clock[0]
+    cap_b, cap_i, cap_e = bf.shape[1], it.shape[1], ev.shape[0]
+    status = DONE
+    decided = 0
+    while ndone < n:
+        if decided >= max_batches:
+            status = CHUNK
+            break
+        # Arrivals join the pending inserts (evicted requests are already there).
+        while order_ptr < n and arrival[order[order_ptr]] <= t + ARRIVAL_TOL:
+            pend[plen] = order[order_ptr]
+            plen += 1
+            order_ptr += 1
+        if plen > 0:
+            # Pending inserts in (key, position) order; the waiting list is kept in the reverse
+            # order (best last), so that inserts near the head shift only the few better entries.
+            pend[:plen].sort()
+            for k in range(plen):
+                r = pend[k]
+                if rule == STATIC:
+                    pkey[k] = skey[r]
+                elif rule == REMAINING_AREA:
+                    rem = output[r] - gen[r]
+                    pkey[k] = rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem
+                else:
+                    pkey[k] = output[r] - gen[r]
+            perm = np.argsort(pkey[:plen], kind="mergesort")
+            low = wlen  # lowest index whose entry changed
+            if plen > BULK:
+                # Many at once: merge into best-first order in the scratch rows, then write back reversed.
+                a, b, c = wlen - 1, 0, 0
+                while a >= 0 or b < plen:
+                    if b >= plen or (
+                        a >= 0
+                        and (
+                            wkey[a] < pkey[perm[b]] or (wkey[a] == pkey[perm[b]] and wait[a] < pend[perm[b]])
+                        )
+                    ):
+                        tmp[c], tmpk[c] = wait[a], wkey[a]
+                        a -= 1
+                    else:
+                        tmp[c], tmpk[c] = pend[perm[b]], pkey[perm[b]]
+                        b += 1
+                    c += 1
+                wlen = c
+                for k in range(wlen):
+                    wait[k], wkey[k] = tmp[wlen - 1 - k], tmpk[wlen - 1 - k]
+                low = 0
+            else:
+                for b in range(plen - 1, -1, -1):
+                    q, kq = pend[perm[b]], pkey[perm[b]]
+                    # First index whose entry is better (smaller key, or equal key and position).
+                    lo, hi = 0, wlen
+                    while lo < hi:
+                        mid = (lo + hi) // 2
+                        if wkey[mid] < kq or (wkey[mid] == kq and wait[mid] < q):
+                            hi = mid
+                        else:
+                            lo = mid + 1
+                    for k in range(wlen, lo, -1):
+                        wait[k], wkey[k] = wait[k - 1], wkey[k - 1]
+                    wait[lo], wkey[lo] = q, kq
+                    wlen += 1
+                    low = min(low, lo)
+            for k in range(low, wlen):
+                need = (prompt[wait[k]] + gen[wait[k]] + bs - 1) // bs
+                pmin[k] = need if k == 0 else min(pmin[k - 1], need)
+            plen = 0
+        if wlen == 0 and hlen == 0:
+            t = arrival[order[order_ptr]]  # nothing to run: idle until the next arrival
+            continue
+        if nbat + 1 > cap_b or nit + wlen + hlen > cap_i or nev_log + hlen > cap_e:
+            status = GROW
+            break
+        for k in range(hlen):
+            r = hold[k]
+            if rule == STATIC:
+                hkey[k] = skey[r]
+            elif rule == REMAINING_AREA:
+                rem = output[r] - gen[r]
+                hkey[k] = rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem
+            else:
+                hkey[k] = output[r] - gen[r]
+        hord = np.argsort(hkey[:hlen], kind="mergesort")
+        free, tok_left, pre_left, run_left = cap_blocks, budget_c, budget_p, budget_r
+        first_item, first_ev = nit, nev_log
+        h2 = 0
+        admitted = 0
+        i, j = 0, wlen - 1  # the waiting list is walked from its best end
+        wait_open = True
+        while i < hlen or (wait_open and j >= 0):
+            take_holder = i < hlen and (not wait_open or j < 0 or preempt == 0 or hkey[hord[i]] <= wkey[j])
+            if take_holder:
+                r = hold[hord[i]]
+                i += 1
+                m = held[r]
+                if phase[r] == DECODE:
+                    tok = 1 if tok_left >= 1 else 0
+                else:
+                    tok = min(prompt[r] + gen[r] - m, tok_left, pre_left)
+                need = (m + tok + bs - 1) // bs
+                if tok >= 1 and run_left >= 1 and need <= free:
+                    it[0, nit], it[1, nit], it[2, nit], it[3, nit] = r, tok, m, phase[r]
+                    nit += 1
+                    free -= need
+                    tok_left -= tok
+                    if phase[r] != DECODE:
+                        pre_left -= tok
+                    run_left -= 1
+                else:
+                    keep = (m + bs - 1) // bs
+                    if run_left >= 1 and keep <= free:
+                        hold2[h2] = r
+                        h2 += 1
+                        free -= keep
+                        run_left -= 1
+                    else:
+                        ev[nev_log] = r
+                        nev_log += 1
+                continue
+            # Nothing left in [0, j] can fit: its smallest first item is too big.
+            smallest = min(pmin[j], (min(tok_left, pre_left) + bs - 1) // bs)
+            if run_left <= 0 or tok_left <= 0 or pre_left <= 0 or free < smallest:
+                wait_open = False
+                continue
+            r = wait[j]
+            j -= 1
+            tok = min(prompt[r] + gen[r], tok_left, pre_left)
+            need = (tok + bs - 1) // bs
+            if need <= free:
+                it[0, nit], it[1, nit], it[2, nit] = r, tok, 0
+                it[3, nit] = PREFILL if gen[r] == 0 else REFILL
+                nit += 1
+                free -= need
+                tok_left -= tok
+                pre_left -= tok
+                run_left -= 1
+                mark[r] = 1
+                admitted += 1
+            elif fast != 0:
+                wait_open = False
+        # Items in position order: a stable layout, so repeated decode batches coalesce into runs.
+        perm = np.argsort(it[0, first_item:nit], kind="mergesort")
+        for row in range(4):
+            seg = it[row, first_item:nit].copy()
+            for k in range(perm.shape[0]):
+                it[row, first_item + k] = seg[perm[k]]
+        # Apply: evictions first (as the core does), then the items.
+        for k in range(first_ev, nev_log):
+            r = ev[k]
+            held[r] = 0
+            phase[r] = REFILL if gen[r] > 0 else PREFILL
+            nev[r] += 1
+            pend[plen] = r
+            plen += 1
+        for k in range(first_item, nit):
+            r, tok = it[0, k], it[1, k]
+            held[r] += tok
+            if held[r] == prompt[r] + gen[r]:
+                gen[r] += 1
+                phase[r] = DECODE
+                if gen[r] >= output[r]:
+                    held[r] = 0
+                    done[r] = 1
+                    ndone += 1
+                    continue
+            hold2[h2] = r
+            h2 += 1
+        if admitted > 0:
+            # Admitted requests leave the scanned (best) end of the waiting list.
+            c = j + 1
+            for k in range(j + 1, wlen):
+                r = wait[k]
+                if mark[r] == 0:
+                    wait[c], wkey[c] = r, wkey[k]
+                    pmin[c] = (prompt[r] + gen[r] + bs - 1) // bs
+                    if c > 0:
+                        pmin[c] = min(pmin[c], pmin[c - 1])
+                    c += 1
+                else:
+                    mark[r] = 0
+            wlen = c
+        for k in range(h2):
+            hold[k] = hold2[k]
+        hlen = h2
+        bf[0, nbat] = t
+        bi[0, nbat + 1] = nit
+        bi[1, nbat + 1] = nev_log
+        decided += 1
+        if const != 0:
+            bf[1, nbat] = clock[1]
+            t = t + clock[1]
+            nbat += 1
+        else:
+            bf[1, nbat] = np.nan
+            nbat += 1
+            if order_ptr < n:
+                status = NEED_DURATION  # the next decision depends on when this batch ends
+                break
+    sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7] = (
+        order_ptr,
+        wlen,
+        hlen,
+        nbat,
+        nit,
+        nev_log,
+        ndone,
+        plen,
+    )
+    clock[0] = t
+    return status
+
+
+#: The interpreted reference (tests compare it with the compiled kernel).
+advance_py = advance
+#: The compiled kernel (compiled on first use, cached on disk).
+advance_jit = nb.njit(cache=True)(advance)
