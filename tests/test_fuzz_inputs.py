@@ -174,7 +174,7 @@ def _loads_or_input_error(load) -> Any:  # type: ignore[no-untyped-def]
         return None
 
 
-@settings(FUZZ, max_examples=80)
+@settings(FUZZ, max_examples=60)
 @given(text=instance_texts)
 def test_instance_loader_and_quick_commands(tmp_path: Path, text: str | bytes) -> None:
     path = _write(tmp_path / "inst.json", text)
@@ -184,7 +184,7 @@ def test_instance_loader_and_quick_commands(tmp_path: Path, text: str | bytes) -
     _run("simulate", str(path), "-p", "sarathi")
 
 
-@settings(FUZZ, max_examples=80)
+@settings(FUZZ, max_examples=60)
 @given(text=schedule_texts)
 def test_schedule_loader_and_validate(tmp_path: Path, text: str | bytes) -> None:
     inst = _write(tmp_path / "inst.json", json.dumps(BASE_INSTANCE))
@@ -230,3 +230,45 @@ def test_a_time_limit_that_is_not_a_positive_finite_number_is_refused(tmp_path: 
     path = _write(tmp_path / "inst.json", json.dumps(BASE_INSTANCE))
     assert _run("solve", str(path), "--time-limit", value)[0] == 2
     assert _run("compare", str(path), "--time-limit", value)[0] == 2
+
+
+GENERATOR_VALUES = st.sampled_from(
+    [
+        "0",
+        "-1",
+        "1",
+        "2",
+        "1e30",
+        "1e-300",
+        "nan",
+        "inf",
+        "",
+        "x",
+        "true",
+        "2.5",
+        str(2**70),
+        "poisson",
+        "LILO+SISO",
+    ]
+)
+
+
+@st.composite
+def generate_argv(draw: st.DrawFn) -> list[str]:
+    from kvsched.instances.generators import GENERATORS
+
+    kind = draw(st.sampled_from(sorted(GENERATORS)))
+    keys = draw(st.lists(st.sampled_from(sorted(GENERATORS[kind].keys)), max_size=3, unique=True))
+    argv = ["generate", kind, "--n", draw(st.sampled_from(["1", "3", "5"])), "-M", "4096"]
+    for key in keys:
+        argv += ["--param", f"{key}={draw(GENERATOR_VALUES)}"]
+    return argv
+
+
+@settings(FUZZ, max_examples=25)
+@given(argv=generate_argv())
+def test_generate_with_malformed_parameters(tmp_path: Path, argv: list[str]) -> None:
+    out = tmp_path / "g.json"
+    code, _ = _run(*argv, "-o", str(out))
+    if code == 0:  # what generate writes loads back
+        load_instance(out)

@@ -35,7 +35,7 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.instances import azure, sharegpt
-from kvsched.instances.io import check_time_model
+from kvsched.instances.io import MAX_TOKENS, check_time_model
 from kvsched.instances.laws import (
     ArrivalProcess,
     Fixed,
@@ -291,6 +291,8 @@ class _Params:
         if value is None:
             noun = {int: "an integer", float: "a finite number", str: "a non-empty string"}[typ]
             raise InputError(f"{self.kind}: {key}={raw!r} is not {noun}")
+        if typ is int and abs(value) > MAX_TOKENS:
+            raise InputError(f"{self.kind}: {key}={raw!r} must be at most {MAX_TOKENS}")
         if choices is not None and value not in choices:
             raise InputError(f"{self.kind}: {key}={value!r} is not one of {', '.join(choices)}")
         if low is not None and (value < low or (strict and value == low)):

@@ -25,6 +25,9 @@ import numpy as np
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 
+#: The most requests a generator makes (its columns stay far below any memory limit).
+MAX_REQUESTS = 10_000_000
+
 # --------------------------------------------------------------------------- randomness
 
 _STREAMS = ("arrival", "prompt", "output", "predict", "order")
@@ -267,5 +270,8 @@ def assemble(
 
 def check_n_seed(n: int, seed: int) -> None:
     """Raise :class:`InputError` unless ``n >= 1`` and ``seed >= 0`` are integers."""
-    require(isinstance(n, int | np.integer) and n >= 1, f"n must be an integer >= 1, got {n!r}")
+    require(
+        isinstance(n, int | np.integer) and 1 <= n <= MAX_REQUESTS,
+        f"n must be an integer in 1..{MAX_REQUESTS:,}, got {n!r}",
+    )
     require(isinstance(seed, int | np.integer) and seed >= 0, f"seed must be an integer >= 0, got {seed!r}")
