@@ -110,18 +110,32 @@ def _prompt_isolated(f: Separable, tok: Tokens) -> np.ndarray:
     )
 
 
-def _token_costs(f: Separable, s: np.ndarray) -> np.ndarray:
+def _token_costs(f: Separable, s: np.ndarray, q: float) -> np.ndarray:
     """b_u: least time of the batches that lead to a token with S = I + u - 1 known tokens (u >= 2)."""
     decode = f.fixed + f.fixed_decode + f.per_token + f.decode + f.decode_kv * (s - 1)
-    # A refill of all S tokens: at least one batch; c^2 >= c per chunk and the quadratic telescopes to S^2.
-    refill = (
-        f.fixed
-        + f.fixed_prefill
-        + f.prefill
+    return np.minimum(decode, _refill(f, s, q, f.fixed + f.fixed_prefill))
+
+
+def _refill(f: Separable, s: np.ndarray, q: float, fixed: np.ndarray | float) -> np.ndarray:
+    """A whole refill of S tokens: at least ceil(S/q) chunks, each paying ``fixed`` and the per-chunk
+    cost; c^2 >= c per chunk, and the quadratic telescopes to S^2 over the chunks."""
+    chunks = np.maximum(1.0, np.ceil(s / q))
+    return (
+        chunks * (fixed + f.prefill)
         + (f.per_token + f.prefill_token + f.prefill_sq) * s
         + f.prefill_quad * s * s
     )
-    return np.minimum(decode, refill)
+
+
+def _share(tok: Tokens, mix: tuple[float, float, float], w: np.ndarray, c: np.ndarray | float) -> np.ndarray:
+    """An item's share of its batch's fixed cost: lam_M w/M + lam_C c/C + lam_R/R (a batch's shares sum to <= 1)."""
+    lam_m, lam_c, lam_r = mix
+    out = lam_m * w / tok.capacity
+    if lam_c:
+        out = out + lam_c * c / tok.c_cap
+    if lam_r:
+        out = out + lam_r / tok.r_cap
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +169,9 @@ def seconds_bounds(
     n = tok.prompt.size
     a = tok.arrival
     s = tok.grid
-    b_cum = _exclusive_cumsum(_token_costs(f, s))  # b over S; tail(S) = b_cum[hi + 1] - b_cum[S + 1]
+    b_cum = _exclusive_cumsum(
+        _token_costs(f, s, tok.q_cap)
+    )  # b over S; tail(S) = b_cum[hi + 1] - b_cum[S + 1]
     chain = tok.over_tokens(b_cum)
     prompt_iso = _prompt_isolated(f, tok)
     alone = prompt_iso + chain
@@ -163,37 +179,21 @@ def seconds_bounds(
     i = tok.prompt
     best_mbt, best_ttft, best_mix, best_area = -math.inf, -math.inf, (1.0, 0.0, 0.0), -math.inf
     makespan = float(np.max(a + alone))
-    for lam_m, lam_c, lam_r in mixtures or _shares(tok):
+    for mix in mixtures or _shares(tok):
         try:
-
-            def share(
-                w: np.ndarray, c: np.ndarray | float, lam_m=lam_m, lam_c=lam_c, lam_r=lam_r
-            ) -> np.ndarray:
-                out = lam_m * w / tok.capacity
-                if lam_c:
-                    out = out + lam_c * c / tok.c_cap
-                if lam_r:
-                    out = out + lam_r / tok.r_cap
-                return out
-
             p1 = (
-                (f.fixed + f.fixed_prefill) * share(i, i)
+                (f.fixed + f.fixed_prefill) * _share(tok, mix, i, i)
                 + (f.per_token + f.prefill_token + f.prefill_sq) * i
                 + f.prefill
                 + f.prefill_quad * i * i
             )
-            decode = (
-                (f.fixed + f.fixed_decode) * share(s, 1.0) + f.per_token + f.decode + f.decode_kv * (s - 1)
-            )
-            refill = (
-                (f.fixed + f.fixed_prefill) * share(s, s)
-                + (f.per_token + f.prefill_token + f.prefill_sq) * s
-                + f.prefill
-                + f.prefill_quad * s * s
-            )
+            decode = (f.fixed + f.fixed_decode) * _share(tok, mix, s, 1.0)
+            decode = decode + f.per_token + f.decode + f.decode_kv * (s - 1)
+            # The refill's chunks share their batches' fixed costs too; only the last chunk's KV share is
+            # counted (it holds all S tokens), and the token share of all S tokens.
+            refill = _refill(f, s, tok.q_cap, 0.0) + (f.fixed + f.fixed_prefill) * _share(tok, mix, s, s)
             p = np.minimum(decode, refill)
-            p_cum = _exclusive_cumsum(p)
-            work = p1 + tok.over_tokens(p_cum)
+            work = p1 + tok.over_tokens(_exclusive_cumsum(p))
             # sum_u p (p/2 + tail) with tail = b_cum[hi + 1] - b_cum[S + 1].
             own = tok.over_tokens(_exclusive_cumsum(p * p / 2 - p * b_cum[1:]))
             moment = p1 * (p1 / 2 + chain) + own + b_cum[tok.hi + 1] * (work - p1)
@@ -201,7 +201,7 @@ def seconds_bounds(
             delta = np.divide(moment, work, out=np.zeros(n), where=work > 0)
             mbt = float((mean + delta).sum() - a.sum())
             if mbt > best_mbt:
-                best_mbt, best_mix = mbt, (lam_m, lam_c, lam_r)
+                best_mbt, best_mix = mbt, mix
             ttft_mean = preemptive_mean_busy(p1, a, slotted=False, deadline=deadline)
             best_ttft = max(best_ttft, float((ttft_mean + p1 / 2).sum() - a.sum()))
             # Sorted work: the k-th completion is no earlier than SRPT's k-th on the machine (release dates).
@@ -211,7 +211,6 @@ def seconds_bounds(
             makespan = max(makespan, float(np.max(a[order] + np.cumsum(work[order]))))
         except DeadlineReached:  # keep what is done: the isolated bounds and the finished mixtures
             break
-
     return SecondsBounds(
         isolated=isolated,
         work_area=best_area,
