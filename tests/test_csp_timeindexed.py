@@ -187,8 +187,8 @@ def test_a_model_too_large_for_the_limit_returns_the_incumbent_and_a_valid_bound
     assert result.stopped.startswith("about") and result.stats["nonzeros_estimate"] > 3
     assert replay(inst, result.schedule).ok
     assert result.status == SolveStatus.FEASIBLE and result.gap > 0
-    # The combinatorial bound holds for every schedule, the built model's incumbent included.
-    assert result.best_bound == result.stats["combinatorial_bound"] <= full.objective <= result.objective
+    # The portfolio's bounds hold for every schedule, the built model's incumbent included.
+    assert result.best_bound == result.all_schedules_bound.value <= full.objective <= result.objective
 
 
 def test_cpsat_reports_anytime_progress():

@@ -19,18 +19,17 @@ A result always has a validated schedule, and a bound wherever one is known.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 
 from kvsched.csp.backends import RawSolution, SolverOptions, check_solver, export_model, solve_model
-from kvsched.csp.bounds import lower_bounds
-from kvsched.csp.certificate import Bound, Scope, narrower, scope_of
+from kvsched.csp.bounds import portfolio
+from kvsched.csp.certificate import Scope, narrower, scope_of
 from kvsched.csp.certify import ModelError, Seen, certify, model_bound, tolerance
 from kvsched.csp.formulations import make_formulation
 from kvsched.csp.formulations.base import Built, Declined, Formulation
-from kvsched.csp.objectives import objective_function
+from kvsched.csp.incumbents import greedy
 from kvsched.csp.result import AnytimePoint, Result, SolveStatus
+from kvsched.csp.run import Progress, SolveLog
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance
@@ -46,72 +45,45 @@ TIME_INDEXED_SHARE = 0.2
 #: Seconds kept after the back end for decoding and replaying its schedule (at most this share of the limit).
 DECODE_MARGIN = 0.5
 DECODE_SHARE = 0.03
-#: Policies for a first schedule when the formulation has none of its own in time (fast, any class).
+#: The greedy rule for a first schedule when the formulation has none of its own in time (any class).
+FALLBACK_RULE = "remaining-area"
+#: Policies tried if the greedy cannot run the instance.
 FALLBACK_POLICIES = ("vllm", "sarathi")
-
-Progress = Callable[[AnytimePoint], None]
-
-
-class _Run:
-    """The state of one solve: its clock, what it has seen, and its progress reports."""
-
-    def __init__(self, instance: Instance, objective: str, progress: Progress | None) -> None:
-        self.instance = instance
-        self.measure = objective_function(objective)
-        self.started = time.perf_counter()
-        self.progress = progress
-        self.points: list[AnytimePoint] = []
-        self.bounds: list[Bound] = []
-        self.seen: list[Seen] = []
-        self.best_value: float | None = None
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
-
-    def report(self, incumbent: float | None = None, bound: float | None = None) -> None:
-        if incumbent is not None:
-            self.best_value = incumbent if self.best_value is None else min(self.best_value, incumbent)
-        best = max((b.value for b in self.bounds), default=None) if bound is None else bound
-        point = AnytimePoint(self.elapsed(), self.best_value, best)
-        self.points.append(point)
-        if self.progress is not None:
-            self.progress(point)
-
-    def add_bound(self, bound: Bound | None) -> None:
-        if bound is not None:
-            self.bounds.append(bound)
-
-    def evaluate(self, schedule: Schedule, what: str, scope: Scope | None = None) -> float:
-        """Replay ``schedule`` strictly (raises if illegal) and remember its value and scope."""
-        value = self.measure(replay(self.instance, schedule))
-        self.seen.append(Seen(value, scope or scope_of(schedule), what))
-        self.report(incumbent=value)
-        return value
+#: Share of the time for the bounds portfolio (it takes milliseconds; the share only caps it).
+BOUNDS_SHARE = 0.1
 
 
-def _combinatorial(run: _Run, objective: str) -> None:
+def _bounds(run: SolveLog, objective: str, deadline: Deadline) -> None:
+    """The bounds portfolio: each bound valid for every legal schedule (docs/bounds.md)."""
     try:
-        value = lower_bounds(run.instance).for_objective(objective)
-    except KvschedError:  # not unit time: no combinatorial bound of this kind
+        found = portfolio(run.instance, objective, deadline)
+    except KvschedError:  # a cost model no bound covers: no bound of this kind
         return
-    run.add_bound(Bound(value, "combinatorial", Scope.ALL))
+    for bound in found:
+        run.add_bound(bound)
     run.report()
 
 
-def _fallback(run: _Run, deadline: Deadline) -> tuple[Schedule, float, str] | None:
-    """A fast schedule of any class when the formulation found none of its own in time."""
-    best = None
+def _fallback(run: SolveLog, objective: str, deadline: Deadline) -> tuple[Schedule, float, str] | None:
+    """A fast schedule of any class when the formulation found none of its own in time.
+
+    The eviction-aware greedy is event-driven (an idle stretch costs nothing) and
+    finishes a complete schedule quickly even once ``deadline`` has passed.
+    """
+    try:
+        inc = greedy(run.instance, FALLBACK_RULE, objective=objective, deadline=deadline)
+    except KvschedError:
+        inc = None
+    if inc is not None:
+        value = run.evaluate(inc.schedule, inc.name)
+        return inc.schedule, value, inc.name
     for name in FALLBACK_POLICIES:
-        if best is not None and deadline.expired():
-            break
         try:
             schedule = simulate(run.instance, make_policy(name)).schedule
         except KvschedError:
             continue
-        value = run.evaluate(schedule, f"policy {name}")
-        if best is None or value < best[1]:
-            best = (schedule, value, f"policy {name}")
-    return best
+        return schedule, run.evaluate(schedule, f"policy {name}"), f"policy {name}"
+    return None
 
 
 def _with_meta(schedule: Schedule, **meta: object) -> Schedule:
@@ -172,11 +144,11 @@ def solve(
     options = options or SolverOptions()
     deadline = deadline or Deadline.after(options.time_limit)
     check_solver(solver)
-    run = _Run(instance, objective, progress)
+    run = SolveLog(instance, objective, progress)
     form = make_formulation(
         formulation, instance, objective, allow_eviction=allow_eviction, solver=solver, seed=options.seed
     )
-    _combinatorial(run, objective)
+    _bounds(run, objective, deadline.share(BOUNDS_SHARE))
 
     # ----------------------------------------------------------- schedules
     candidates: list[tuple[Schedule, str]] = []
@@ -242,7 +214,7 @@ def _time_indexed_incumbent(
 
 
 def _solve_built(
-    run: _Run,
+    run: SolveLog,
     form: Formulation,
     built: Built,
     objective: str,
@@ -327,10 +299,10 @@ def _check_model(
 
 
 def _outside(
-    run: _Run, form: Formulation, objective: str, solver: str, deadline: Deadline, why: str
+    run: SolveLog, form: Formulation, objective: str, solver: str, deadline: Deadline, why: str
 ) -> Result:
     """The result when the formulation has no schedule of its class: a fast schedule and bounds for all."""
-    first = _fallback(run, deadline)
+    first = _fallback(run, objective, deadline)
     if first is None:
         raise ModelError("no policy produced a legal schedule for a feasible instance")
     schedule, value, label = first
@@ -338,7 +310,7 @@ def _outside(
 
 
 def _finish(
-    run: _Run,
+    run: SolveLog,
     form: Formulation,
     objective: str,
     solver: str,
@@ -361,7 +333,7 @@ def _finish(
         "batches": len(schedule.batches),
         "evictions": int(sum(b.evicted.size for b in schedule.batches)),
         "warm_start": source,
-        "combinatorial_bound": next((b.value for b in every if b.source == "combinatorial"), None),
+        "bound_for_every_schedule": max((b.value for b in every), default=None),
     }
     if stopped and status != SolveStatus.OPTIMAL:
         stats["stopped"] = stopped

@@ -1,0 +1,59 @@
+"""The record of one solve: its clock, the bounds and schedules it has seen, and its progress reports.
+
+The driver (:mod:`kvsched.csp.driver`) and the certified pipeline
+(:mod:`kvsched.csp.pipeline`) both keep one, so that every schedule they see is
+checked against every bound (:func:`kvsched.csp.certify.check_bounds`) and the
+anytime curve (incumbent and bound over time) is the same kind of record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from kvsched.csp.certificate import Bound, Scope, scope_of
+from kvsched.csp.certify import Seen
+from kvsched.csp.objectives import objective_function
+from kvsched.csp.result import AnytimePoint
+from kvsched.instances.model import Instance
+from kvsched.schedule.ir import Schedule
+from kvsched.schedule.validate import replay
+
+Progress = Callable[[AnytimePoint], None]
+
+
+class SolveLog:
+    """The state of one solve: its clock, what it has seen, and its progress reports."""
+
+    def __init__(self, instance: Instance, objective: str, progress: Progress | None) -> None:
+        self.instance = instance
+        self.measure = objective_function(objective)
+        self.started = time.perf_counter()
+        self.progress = progress
+        self.points: list[AnytimePoint] = []
+        self.bounds: list[Bound] = []
+        self.seen: list[Seen] = []
+        self.best_value: float | None = None
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def report(self, incumbent: float | None = None, bound: float | None = None) -> None:
+        if incumbent is not None:
+            self.best_value = incumbent if self.best_value is None else min(self.best_value, incumbent)
+        best = max((b.value for b in self.bounds), default=None) if bound is None else bound
+        point = AnytimePoint(self.elapsed(), self.best_value, best)
+        self.points.append(point)
+        if self.progress is not None:
+            self.progress(point)
+
+    def add_bound(self, bound: Bound | None) -> None:
+        if bound is not None:
+            self.bounds.append(bound)
+
+    def evaluate(self, schedule: Schedule, what: str, scope: Scope | None = None) -> float:
+        """Replay ``schedule`` strictly (raises if illegal) and remember its value and scope."""
+        value = self.measure(replay(self.instance, schedule))
+        self.seen.append(Seen(value, scope or scope_of(schedule), what))
+        self.report(incumbent=value)
+        return value
