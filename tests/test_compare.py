@@ -1,14 +1,25 @@
 """Regret reports: policies and the exact optimum on the same instance and cost model."""
 
+import dataclasses
+import importlib
 import math
+import time
 
 import pytest
 
 from kvsched.analysis import compare
-from kvsched.csp import SolverOptions, SolveStatus
+from kvsched.analysis.compare import MAX_REGRET_ALL, MAX_REGRET_SCOPE, REGRET, REGRET_PCT
+from kvsched.cli import main
+from kvsched.csp import Scope, SolverOptions, SolveStatus
+from kvsched.errors import InputError
 from kvsched.instances.io import load_instance
+from kvsched.instances.model import TimeModel
 from kvsched.schedule.validate import replay
+from kvsched.stop import Deadline
 from tests.test_examples import EXAMPLES
+
+# The module (``kvsched.analysis.compare`` the attribute is the function).
+compare_mod = importlib.import_module("kvsched.analysis.compare")
 
 FAST = SolverOptions(time_limit=20, threads=1)
 
@@ -20,13 +31,13 @@ def test_regret_on_figure15_shows_evictions_beat_the_no_eviction_class():
     assert cmp.result.status == SolveStatus.OPTIMAL
     # Without evictions the best is 4 requests one after another: 4 + 8 + 12 + 16 = 40 slots.
     assert cmp.result.objective == 40
-    assert t.loc["vllm-ef", "objective"] == 40 and t.loc["vllm-ef", "regret"] == 0
+    assert t.loc["vllm-ef", "objective"] == 40 and t.loc["vllm-ef", REGRET] == 0
     # vLLM evicts (seed 003 Fig. 15) and beats that class optimum: negative regret.
-    assert t.loc["vllm", "objective"] == 36 and t.loc["vllm", "regret"] == -4
+    assert t.loc["vllm", "objective"] == 36 and t.loc["vllm", REGRET] == -4
     assert t.loc["vllm", "evictions"] == 2
     # The certified column is against bounds valid for every schedule.
     assert cmp.lower_bound is not None and cmp.lower_bound <= 36
-    assert t.loc["vllm", "certified_max_regret"] == 36 - cmp.lower_bound
+    assert t.loc["vllm", MAX_REGRET_ALL] == 36 - cmp.lower_bound
     for schedule in cmp.schedules.values():
         assert replay(inst, schedule).ok
 
@@ -46,3 +57,148 @@ def test_other_objectives(objective):
     cmp = compare(inst, ["sarathi"], objective=objective, options=FAST)
     assert cmp.result.objective_name == objective
     assert cmp.table.loc["sarathi", "objective"] >= cmp.lower_bound
+
+
+# ----------------------------------------------------------------------------- scope and intervals
+def test_every_regret_names_its_reference_and_the_scope_beside_it():
+    inst = load_instance(EXAMPLES / "figure15.json")
+    cmp = compare(inst, ["vllm", "vllm-ef"], options=FAST)
+    t = cmp.table
+    assert cmp.result.scope == Scope.CONTIGUOUS
+    assert (t["scope"] == "contiguous").all()
+    for column in (REGRET, REGRET_PCT, MAX_REGRET_SCOPE, MAX_REGRET_ALL):
+        assert column in t.columns
+    # A proven optimum closes the interval: the regret against the scope's optimum is known exactly.
+    assert (t[MAX_REGRET_SCOPE] == t[REGRET]).all()
+
+
+def test_an_unproven_optimum_gives_an_interval_that_contains_the_true_regret(monkeypatch):
+    inst = load_instance(EXAMPLES / "figure15.json")
+    exact = compare(inst, ["vllm", "vllm-ef"], options=FAST)
+    optimum = exact.result.objective
+    real = compare_mod.solve
+
+    def unproven(*args, **kwargs):
+        # As a time-out would leave it: a schedule worse than the optimum and a weaker (true) bound.
+        res = real(*args, **kwargs)
+        return dataclasses.replace(res, status=SolveStatus.FEASIBLE, best_bound=optimum - 6.0, gap=0.2)
+
+    monkeypatch.setattr(compare_mod, "solve", unproven)
+    t = compare(inst, ["vllm", "vllm-ef"], options=FAST).table
+    true_regret = t["objective"] - optimum
+    assert (t[REGRET] <= true_regret).all() and (true_regret <= t[MAX_REGRET_SCOPE]).all()
+    assert (t[MAX_REGRET_SCOPE] - t[REGRET] == 6.0).all()
+
+
+# ----------------------------------------------------------------------------- checked before running
+@pytest.fixture
+def no_simulation(monkeypatch):
+    """Fail the test if any policy runs."""
+
+    def simulate(*args, **kwargs):
+        raise AssertionError("a policy ran before the configuration was checked")
+
+    monkeypatch.setattr(compare_mod, "simulate", simulate)
+
+
+def _seconds_based(name: str = "tiny.json"):
+    inst = load_instance(EXAMPLES / name)
+    return dataclasses.replace(inst, time_model=TimeModel("infermax-linear", {}))
+
+
+def test_a_formulation_that_cannot_take_the_instance_fails_before_any_policy_runs(no_simulation):
+    t0 = time.perf_counter()
+    with pytest.raises(InputError, match="unit time model"):
+        compare(_seconds_based(), "all", formulation="time", options=FAST)
+    assert time.perf_counter() - t0 < 5  # milliseconds, not the 36 policies
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"options": SolverOptions(time_limit=0)}, "time_limit"),
+        ({"options": SolverOptions(time_limit=float("nan"))}, "time_limit"),
+        ({"options": SolverOptions(threads=0)}, "threads"),
+        ({"options": SolverOptions(gap=1.5)}, "gap"),
+        ({"solve_options": {"allow_evictions": False}}, "solve_options: unknown 'allow_evictions'"),
+        ({"solver": "gurobi"}, "solver"),
+        ({"formulation": "tokens"}, "formulation"),
+        ({"objective": "latency"}, "objective"),
+    ],
+)
+def test_a_bad_solver_configuration_fails_before_any_policy_runs(no_simulation, kwargs, match):
+    inst = load_instance(EXAMPLES / "tiny.json")
+    with pytest.raises(InputError, match=match) as err:
+        compare(inst, ["sarathi"], **kwargs)
+    assert "\n" not in str(err.value)
+
+
+def test_skipping_solver_errors_runs_the_policies_but_not_the_solve(monkeypatch):
+    def solve(*args, **kwargs):
+        raise AssertionError("the solve ran although its formulation cannot take the instance")
+
+    monkeypatch.setattr(compare_mod, "solve", solve)
+    cmp = compare(_seconds_based(), ["sarathi"], options=FAST, skip_solver_errors=True)
+    assert cmp.result is None and "unit time model" in cmp.solver_error
+    assert math.isfinite(cmp.table.loc["sarathi", "objective"])
+
+
+def test_cli_compare_rejects_a_formulation_before_running_policies(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(compare_mod, "simulate", lambda *a, **k: pytest.fail("a policy ran"))
+    args = ["compare", str(EXAMPLES / "tiny.json"), "--cost-model", "infermax-linear", "--time-limit", "5"]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip()
+    assert "unit time model" in err and len(err.splitlines()) == 1
+
+
+# ----------------------------------------------------------------------------- the deadline
+def test_the_deadline_reaches_the_solve_and_the_policies_count_against_it(monkeypatch):
+    inst = load_instance(EXAMPLES / "figure15.json")
+    seen = []
+    real = compare_mod.solve
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["deadline"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare_mod, "solve", spy)
+    deadline = Deadline.after(30)
+    compare(inst, ["vllm"], options=FAST, deadline=deadline)
+    assert seen == [deadline]
+
+
+def test_a_spent_deadline_still_gives_a_validated_schedule_and_true_bounds():
+    inst = load_instance(EXAMPLES / "figure15.json")
+    cmp = compare(inst, ["vllm", "vllm-ef"], options=FAST, deadline=Deadline(end=0.0, limit=1.0))
+    res = cmp.result
+    assert res.schedule is not None and replay(inst, res.schedule).ok
+    assert cmp.lower_bound is not None and cmp.lower_bound <= 36  # vllm's 36 is the true optimum
+    if res.best_bound is not None:
+        assert res.best_bound <= res.objective
+    assert (cmp.table[MAX_REGRET_ALL] >= 0).all()
+
+
+def test_cli_compare_prints_the_scope_and_what_each_regret_is_against(capsys):
+    args = ["compare", str(EXAMPLES / "figure15.json"), "--policies", "vllm,vllm-ef", "--time-limit", "10"]
+    assert main([*args, "--threads", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    for text in ("scope", "contiguous", "regret vs solver", "max regret vs all schedules", "(certified)"):
+        assert text in out, text
+    assert "the proven optimum over that scope" in out
+
+
+def test_cli_compare_hands_the_solve_one_deadline_from_the_command_start(monkeypatch):
+    import kvsched.analysis as analysis
+
+    seen = []
+    real = analysis.compare
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["deadline"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(analysis, "compare", spy)
+    args = ["compare", str(EXAMPLES / "tiny.json"), "--policies", "sarathi", "--time-limit", "10"]
+    assert main([*args, "--threads", "1"]) == 0
+    (deadline,) = seen
+    assert deadline.limit == 10 and deadline.end - time.monotonic() < 10

@@ -14,7 +14,7 @@ from kvsched.analysis.spec import parse_spec
 from kvsched.analysis.store import load_results
 from kvsched.analysis.sweep import run_sweep
 from kvsched.cli import main
-from kvsched.csp import SolverOptions, solve
+from kvsched.csp import Scope, SolverOptions, solve
 from kvsched.errors import InputError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.io import load_instance
@@ -187,3 +187,26 @@ def test_anytime_from_a_solve_result_file(tmp_path):
     out = tmp_path / "a.svg"
     assert main(["plot", "anytime", str(result), "--out", str(out)]) == 0
     assert Path(out).read_text().lstrip().startswith("<?xml")
+
+
+def test_anytime_plot_names_the_scope_and_draws_the_bound_over_every_schedule():
+    inst = load_instance(EXAMPLES / "tiny.json")
+    res = solve(inst, options=SolverOptions(time_limit=10, threads=1))
+    assert res.scope == Scope.CONTIGUOUS and res.all_schedules_bound is not None
+    ax = plots.plot_anytime(res).axes[0]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    # The curves are the anytime points: the best schedule and the bound over the result's scope.
+    pts = plots.anytime_points(res)
+    inc = pts.dropna(subset=["incumbent"])
+    assert list(lines["best schedule"].get_xdata()) == inc["time"].tolist()
+    assert list(lines["best schedule"].get_ydata()) == inc["incumbent"].tolist()
+    scoped = [k for k in lines if k.startswith("bound over contiguous schedules")]
+    assert len(scoped) == 1 and res.bound_source in scoped[0]
+    # The time-indexed scope is narrower than every schedule: the certified bound is drawn too.
+    every = res.all_schedules_bound
+    line = lines[f"bound over every schedule ({every.source})"]
+    assert set(line.get_ydata()) == {every.value}
+    assert "contiguous" in ax.get_title()
+    # Plain points (from a result file) have no scope to name.
+    plain = plots.plot_anytime([[0.1, 4, 1]]).axes[0]
+    assert [line.get_label() for line in plain.get_lines()] == ["best schedule", "bound"]

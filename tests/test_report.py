@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import base64
+import html
 import re
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from kvsched.analysis.compare import MAX_REGRET_ALL, MAX_REGRET_SCOPE, REGRET
 from kvsched.analysis.report import database_report, instance_report
 from kvsched.analysis.spec import parse_spec
 from kvsched.analysis.sweep import run_sweep
@@ -166,3 +169,38 @@ def test_gantt_headings_say_what_is_proven(instance_page):
     text = gantt_heading("the exact solution", "optimum", "total-latency", 38.0, "s", stopped)
     assert text.startswith("the best schedule found") and "not proven optimal; bound 30" in text
     assert "total latency 38 s" in text
+
+
+def test_the_anytime_caption_and_the_regret_legend_name_scope_and_bound_source(instance_page, tmp_path):
+    page = html.unescape(instance_page.read_text())
+    # batch-indexed: every legal schedule; its regret columns say what they are measured against.
+    assert "Solver progress (batch-indexed/cpsat, optimal)" in page and "Scope: every legal schedule" in page
+    assert re.search(r"bound source: \w+", page)
+    for column in (REGRET, MAX_REGRET_SCOPE, MAX_REGRET_ALL):
+        assert f"<th>{column}</th>" in page and f"<li>{column}: against" in page
+    # time-indexed: a narrower scope, so the caption adds the bound over every legal schedule.
+    inst = load_instance(FIG15)
+    page = html.unescape(instance_report(inst, tmp_path, policies=["vllm"], options=FAST).read_text())
+    assert "Scope: schedules serving each request without a break" in page
+    assert "bound source: highs" in page and "bound over every legal schedule: 30" in page
+    assert re.search(
+        r"<td>vllm</td>\s*<td>policy</td>\s*<td>36</td>\s*<td>contiguous</td>\s*<td>-4</td>", page
+    )
+
+
+def test_cli_report_hands_the_solve_what_is_left_of_the_time_limit(tmp_path, monkeypatch):
+    import kvsched.analysis as analysis
+
+    seen = []
+    real = analysis.compare
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["deadline"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(analysis, "compare", spy)
+    args = ["report", str(FIG15), "--out", str(tmp_path), "--policies", "vllm", "--time-limit", "10"]
+    assert main([*args, "--threads", "1"]) == 0
+    (deadline,) = seen
+    # Counted from the command's start, less the time kept for the figures (1 s of 10).
+    assert deadline.limit == 10 and deadline.bounded and deadline.end - time.monotonic() < 9

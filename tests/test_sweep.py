@@ -14,7 +14,9 @@ import pytest
 import yaml
 
 from kvsched.analysis import spec as spec_mod
+from kvsched.analysis import store as store_mod
 from kvsched.analysis import sweep as sweep_mod
+from kvsched.analysis.compare import MAX_REGRET_ALL, MAX_REGRET_SCOPE, REGRET
 from kvsched.analysis.regret import instance_regret, regret_table
 from kvsched.analysis.spec import load_spec, parse_spec
 from kvsched.analysis.store import export, load_results, open_db
@@ -151,6 +153,9 @@ def test_sweep_writes_one_validated_row_per_cell_and_a_rerun_skips_them(tmp_path
     policies = frame[frame["kind"] == "policy"]
     assert solver["bound"].notna().all() and solver["solver_version"].str.startswith("highspy").all()
     assert policies["solver_version"].isna().all()
+    # Each solve stores the schedules its optimum ranges over and where its bound comes from.
+    assert (solver["scope"] == "contiguous").all() and solver["bound_source"].notna().all()
+    assert policies["scope"].isna().all() and policies["bound_source"].isna().all()
     # Nothing beats the optimum of the time-indexed class here (no policy evicts at this M).
     best = solver.set_index("instance_key")["objective"]
     assert (policies["objective"].to_numpy() >= best[policies["instance_key"]].to_numpy() - 1e-9).all()
@@ -256,11 +261,74 @@ def test_cli_sweep_results_and_regret(tmp_path, capsys):
     rows = pd.read_csv(out_csv)
     assert len(rows) == 6 and {"rate", "mean_latency", "p99_ttft", "objective", "config"} <= set(rows.columns)
     assert main(["results", str(db)]) == 0
-    assert "tiny" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "tiny" in out and "scope" in out and "bound source" in out and "contiguous" in out
     table_csv = tmp_path / "regret.csv"
     assert main(["regret", str(db), "--csv", str(table_csv)]) == 0
-    assert "regret vs the solver's optimum" in capsys.readouterr().out
-    assert set(pd.read_csv(table_csv)["policy"]) == {"sarathi", "vllm-ef"}
+    out = " ".join(capsys.readouterr().out.split())
+    assert "regret vs the solver's optimum over schedules serving each request without a break" in out
+    regret = pd.read_csv(table_csv)
+    assert set(regret["policy"]) == {"sarathi", "vllm-ef"} and (regret["scopes"] == "contiguous").all()
+
+
+def test_a_solver_cell_has_one_deadline_from_its_start_and_policy_cells_none(tmp_path, monkeypatch):
+    module = sys.modules["kvsched.analysis.compare"]
+    real = module.compare
+    seen = []
+
+    def spy(*args, **kwargs):
+        seen.append((kwargs.get("solver"), kwargs.get("deadline")))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(module, "compare", spy)
+    data = tiny()
+    data["instances"][0]["seeds"] = 1
+    sweep(tmp_path, data)
+    solver = [d for s, d in seen if s is not None]
+    assert len(solver) == 1 and solver[0].limit == TINY["solver"]["time_limit"]
+    assert all(d is None for s, d in seen if s is None)
+
+
+def test_a_solver_that_cannot_take_the_instance_is_an_error_row_before_its_policies_run(
+    tmp_path, monkeypatch
+):
+    def never(*args, **kwargs):
+        raise AssertionError("a warm-start policy ran before the formulation was checked")
+
+    data = tiny(solver={"name": "highs", "time_limit": 10, "threads": 1})
+    data["instances"][0]["time_model"] = "infermax-linear"
+    data["policies"] = ["sarathi"]
+    monkeypatch.setattr(sys.modules["kvsched.analysis.compare"], "simulate", never)
+    rows = [sweep_mod.run_cell(c) for c in parse_spec(data).cells() if c.runner["kind"] == "solver"]
+    assert rows and all(r["status"] == "error" and "unit time model" in r["error"] for r in rows)
+
+
+def test_an_old_database_gains_the_scope_columns_on_open(tmp_path, capsys):
+    path = tmp_path / "old.sqlite"
+    old = [c for c in store_mod.COLUMNS if c not in store_mod.ADDED]
+    conn = sqlite3.connect(path)
+    conn.executescript(
+        f"CREATE TABLE cells ({', '.join(old)}); CREATE TABLE meta (name TEXT PRIMARY KEY, value TEXT);"
+        "INSERT INTO meta VALUES ('schema_version', '1');"
+    )
+    conn.execute(
+        "INSERT INTO cells (key, instance_key, sweep, kind, name, objective_name, config, status, objective, "
+        "bound, runtime) VALUES ('s', 'i', 'old', 'solver', 'optimum', 'total-latency', '{}', 'optimal', 10, "
+        "10, 1.0), ('p', 'i', 'old', 'policy', 'A', 'total-latency', '{}', 'ok', 12, NULL, 0.1)"
+    )
+    conn.commit()
+    conn.close()
+    frame = load_results(path)
+    assert {"scope", "bound_source"} <= set(frame.columns) and frame["scope"].isna().all()
+    with open_db(path) as db:
+        version = db.conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()[0]
+        assert int(version) == store_mod.SCHEMA_VERSION
+        db.write(_row("new", "j", "solver", "opt", "optimal", 5, bound=5, **_A))
+    # An old solve's scope is unknown, never assumed.
+    per = instance_regret(load_results(path), "optimum")
+    assert per.loc[per["name"] == "A", "scope"].isna().all() and per["regret"].tolist() == [2.0]
+    assert main(["results", str(path)]) == 0
+    assert "unknown" in capsys.readouterr().out
 
 
 def test_results_errors_are_one_line(tmp_path, capsys):
@@ -308,6 +376,10 @@ def _row(key: str, inst: str, kind: str, name: str, status: str, objective: floa
     }
 
 
+_C = {"scope": "contiguous", "bound_source": "highs"}
+_A = {"scope": "all", "bound_source": "combinatorial"}
+
+
 @pytest.fixture
 def hand_db(tmp_path: Path) -> Path:
     """Two instances with known numbers.
@@ -317,11 +389,11 @@ def hand_db(tmp_path: Path) -> Path:
     """
     path = tmp_path / "hand.sqlite"
     rows = [
-        _row("s1", "i1", "solver", "opt", "optimal", 10, bound=10, lower_bound=8),
+        _row("s1", "i1", "solver", "opt", "optimal", 10, bound=10, lower_bound=8, **_C),
         _row("a1", "i1", "policy", "A", "ok", 10, lower_bound=8),
         _row("b1", "i1", "policy", "B", "ok", 12, lower_bound=8),
         _row("c1", "i1", "policy", "C", "error", None, error="cannot run"),
-        _row("s2", "i2", "solver", "opt", "feasible", 20, bound=18, lower_bound=15, n=8),
+        _row("s2", "i2", "solver", "opt", "feasible", 20, bound=18, lower_bound=15, n=8, **_A),
         _row("a2", "i2", "policy", "A", "ok", 25, lower_bound=15, n=8),
         _row("b2", "i2", "policy", "B", "ok", 22, lower_bound=15, n=8),
         _row("c2", "i2", "policy", "C", "ok", 30, lower_bound=15, n=8),
@@ -365,6 +437,21 @@ def test_regret_uses_the_same_definition_as_compare(hand_db):
     per = instance_regret(load_results(hand_db), "optimum").set_index(["instance_key", "name"])
     assert per.loc[("i2", "A"), "regret"] == 5 and not per.loc[("i2", "A"), "proven"]
     assert per.loc[("i1", "A"), "proven"]
+
+
+def test_each_instance_regret_has_its_scope_and_its_interval(hand_db):
+    frame = load_results(hand_db)
+    per = instance_regret(frame, "optimum").set_index(["instance_key", "name"])
+    # i1 proven over the contiguous class: the interval is closed; i2 not proven: [25 - 20, 25 - 18].
+    assert per.loc[("i1", "B"), "scope"] == "contiguous" and per.loc[("i1", "B"), "bound_source"] == "highs"
+    assert per.loc[("i1", "B"), [REGRET, MAX_REGRET_SCOPE, MAX_REGRET_ALL]].tolist() == [2, 2, 4]
+    assert per.loc[("i2", "A"), "scope"] == "all"
+    assert per.loc[("i2", "A"), [REGRET, MAX_REGRET_SCOPE, MAX_REGRET_ALL]].tolist() == [5, 7, 10]
+    # The certified reference is over every schedule; the best policy has no scope.
+    assert (instance_regret(frame, "certified")["scope"] == "all").all()
+    best = instance_regret(frame, "best-policy")
+    assert best["scope"].isna().all() and best.loc[best["name"] == "A", REGRET].tolist() == [0, 5]
+    assert regret_table(frame).loc["A", "scopes"] == "contiguous, all"
 
 
 _PARENT = """

@@ -2,16 +2,21 @@
 
 Each policy runs in the simulator; its schedule is replayed through the
 semantic core and measured. The exact solver is warm-started from the best
-heuristic schedule. Regret is reported two ways:
+heuristic schedule. A policy's objective ``h`` is measured against three
+references, each column named after its reference (see :func:`add_regret`):
 
-* against the solver's schedule class: ``regret = h - incumbent``, with the
-  interval ``[h - incumbent, h - class bound]`` when optimality is not proven;
-* *certified*: ``h - L``, where L is a lower bound valid for every legal
-  schedule (the combinatorial bounds, and the solver's bound when its
-  formulation covers every schedule). No heuristic can be further from the
-  true optimum than this.
+* ``regret_vs_solver = h - incumbent``: the solver's best schedule, the
+  optimum over the result's ``scope`` when it is proven;
+* ``max_regret_vs_scope_bound = h - B``: B the proven bound over ``scope``
+  (equal to ``regret_vs_solver`` when the optimum is proven). The regret
+  against the optimum over ``scope`` lies in ``[h - incumbent, h - B]``;
+* ``max_regret_vs_all_schedules = h - L``: L a lower bound valid for every
+  legal schedule (the combinatorial bounds, and the solver's bounds whose
+  scope is every schedule). No heuristic can be further from the true optimum
+  than this: the *certified* regret.
 
-The time-indexed formulation covers only schedules without chunking, pauses or
+The ``scope`` column names the set the solver's optimum ranges over. The
+time-indexed formulation covers only schedules without chunking, pauses or
 evictions, so a heuristic may beat its optimum (negative regret): that is a
 finding about the schedule class, and the certified column stays valid.
 """
@@ -27,6 +32,7 @@ import pandas as pd
 from kvsched.costmodel import UnitCost
 from kvsched.csp import BACKENDS, FORMULATIONS, Result, Scope, SolverOptions, SolveStatus, solve
 from kvsched.csp.bounds import lower_bounds
+from kvsched.csp.formulations import make_formulation
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import POLICIES, Policy, make_policy, simulate
@@ -35,6 +41,16 @@ from kvsched.schedule.ir import Schedule
 from kvsched.schedule.metrics import RunMetrics, run_metrics
 from kvsched.schedule.serving import SLO, ServingMetrics, serving_metrics
 from kvsched.schedule.validate import instance_cost_model, replay
+from kvsched.stop import Deadline, check_time_limit
+
+#: The regret columns, each named after what it is measured against (see :func:`add_regret`).
+REGRET = "regret_vs_solver"
+REGRET_PCT = "regret_vs_solver_pct"
+MAX_REGRET_SCOPE = "max_regret_vs_scope_bound"
+MAX_REGRET_ALL = "max_regret_vs_all_schedules"
+REGRET_COLUMNS = (REGRET, REGRET_PCT, MAX_REGRET_SCOPE, MAX_REGRET_ALL)
+#: Keyword arguments of :func:`kvsched.csp.solve` that ``solve_options`` may set (compare sets the rest).
+SOLVE_OPTIONS = ("allow_eviction", "strengthen", "export")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -145,6 +161,45 @@ def _policies(names: list[str], params: Mapping[str, Mapping[str, Any]]) -> dict
     return out
 
 
+def _check_solver(
+    instance: Instance,
+    objective: str,
+    solver: str,
+    formulation: str,
+    options: SolverOptions,
+    solve_options: Mapping[str, Any],
+) -> str | None:
+    """Check the solver's configuration before anything runs (a bad one raises :class:`InputError`).
+
+    Returns why the formulation cannot take ``instance`` (e.g. the time-indexed
+    model on a seconds-based cost model), or None: building the formulation
+    object checks that in milliseconds, where the solve itself would only find
+    it after every policy has run.
+    """
+    check_time_limit(options.time_limit, "time_limit")
+    if isinstance(options.threads, bool) or not isinstance(options.threads, int) or options.threads < 1:
+        raise InputError(f"threads: must be a whole number >= 1, got {options.threads!r}")
+    if not 0 <= options.gap < 1:
+        raise InputError(f"gap: must be in [0, 1), got {options.gap!r}")
+    stray = sorted(set(solve_options) - set(SOLVE_OPTIONS))
+    if stray:
+        raise InputError(
+            f"solve_options: unknown {', '.join(map(repr, stray))} (known: {', '.join(SOLVE_OPTIONS)})"
+        )
+    try:
+        make_formulation(
+            formulation,
+            instance,
+            objective,
+            allow_eviction=bool(solve_options.get("allow_eviction", True)),
+            solver=solver,
+            seed=options.seed,
+        )
+    except KvschedError as exc:
+        return str(exc)
+    return None
+
+
 def compare(
     instance: Instance,
     policies: str | Iterable[str],
@@ -157,6 +212,7 @@ def compare(
     skip_solver_errors: bool = False,
     solve_options: Mapping[str, Any] | None = None,
     slo: SLO | None = None,
+    deadline: Deadline | None = None,
 ) -> Comparison:
     """Run ``policies`` and the exact solver on ``instance`` and tabulate their regret.
 
@@ -173,10 +229,23 @@ def compare(
     model): the comparison has no solver row and says why in ``solver_error``.
     ``solve_options`` are further keyword arguments of
     :func:`kvsched.csp.solve` (e.g. ``allow_eviction``, ``strengthen``).
+    The solver's options and whether its formulation can take the instance are
+    checked before any policy runs, so a bad configuration fails at once.
+    ``deadline`` is when the solve must end; the policies run first and count
+    against it, so the solver gets what is left (with nothing left it still
+    returns its fast schedule and bounds). Without it the solve has
+    ``options.time_limit`` from its own start.
     """
     _check_arguments(objective, solver, formulation)
     measure = OBJECTIVES[objective]
     built = _policies(policy_names(policies), policy_params or {})
+    solver_error = None
+    if solver is not None:
+        solver_error = _check_solver(
+            instance, objective, solver, formulation, options or SolverOptions(), solve_options or {}
+        )
+        if solver_error is not None and not skip_solver_errors:
+            raise InputError(solver_error)
     rows: list[dict[str, Any]] = []
     schedules: dict[str, Schedule] = {}
     metrics: dict[str, RunMetrics] = {}
@@ -194,8 +263,7 @@ def compare(
         schedules[name] = sim.schedule
 
     result = None
-    solver_error = None
-    if solver is not None:
+    if solver is not None and solver_error is None:
         ran = [r for r in rows if "objective" in r]
         best = min(ran, key=lambda r: r["objective"])["name"] if ran else None
         try:
@@ -206,6 +274,7 @@ def compare(
                 solver=solver,
                 options=options,
                 warm_start=schedules.get(best) if best else None,
+                deadline=deadline,
                 **(solve_options or {}),
             )
         except KvschedError as exc:
@@ -228,7 +297,11 @@ def compare(
     if "objective" not in table.columns:  # no policy could run and no solver ran
         table["objective"] = float("nan")
     if result is not None:
-        add_regret(table, result.objective, result.best_bound, lower)
+        # A proven optimum is its own bound: the interval closes (the proven bound may sit below it by
+        # less than the objective's rounding).
+        proven = result.status == SolveStatus.OPTIMAL
+        add_regret(table, result.objective, result.objective if proven else result.best_bound, lower)
+        table["scope"] = str(result.scope)
     elif lower is not None:
         add_regret(table, None, None, lower)
     return Comparison(table, result, objective, lower, schedules, metrics, solver_error, serving)
@@ -240,23 +313,28 @@ def add_regret(
     """Add the regret columns to ``table`` (which has an ``objective`` column), in place.
 
     The one definition of regret, shared by :func:`compare` and the sweep
-    aggregation (:mod:`kvsched.analysis.regret`).
+    aggregation (:mod:`kvsched.analysis.regret`). Each column is named after
+    its reference.
 
     Parameters
     ----------
     incumbent
-        The solver's (or any reference) objective: gives ``regret`` and ``regret_pct``.
+        The solver's best schedule (or any reference objective): gives
+        ``regret_vs_solver`` and ``regret_vs_solver_pct``.
     bound
-        The solver's proven bound on its schedule class: gives ``regret_max``.
+        The solver's proven bound over its scope (its objective when proven
+        optimal): gives ``max_regret_vs_scope_bound``, the upper end of the
+        regret interval against the optimum over that scope.
     lower
-        A lower bound valid for every legal schedule: gives ``certified_max_regret``.
+        A lower bound valid for every legal schedule: gives
+        ``max_regret_vs_all_schedules`` (the certified regret).
     """
     if incumbent is not None:
-        table["regret"] = table["objective"] - incumbent
-        table["regret_pct"] = 100.0 * table["regret"] / incumbent if incumbent else float("nan")
-        table["regret_max"] = table["objective"] - bound if bound is not None else float("nan")
+        table[REGRET] = table["objective"] - incumbent
+        table[REGRET_PCT] = 100.0 * table[REGRET] / incumbent if incumbent else float("nan")
+        table[MAX_REGRET_SCOPE] = table["objective"] - bound if bound is not None else float("nan")
     if lower is not None:
-        table["certified_max_regret"] = table["objective"] - lower
+        table[MAX_REGRET_ALL] = table["objective"] - lower
     return table
 
 

@@ -24,6 +24,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from kvsched.csp.certificate import Scope
 from kvsched.csp.result import AnytimePoint, Result
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
@@ -245,21 +246,46 @@ def plot_cdfs(instance: Instance, schedules: Mapping[str, Schedule], *, title: s
 
 
 def plot_anytime(source: Result | Iterable[Any], *, title: str = "") -> Figure:
-    """The solver's incumbent and bound over time."""
+    """The solver's incumbent (best schedule found) and proven bound over time.
+
+    With a :class:`~kvsched.csp.Result`, the legend names the scope the bound
+    ranges over and its source, and a narrower scope than every schedule adds
+    the bound valid for every legal schedule as a dashed line.
+    """
     pts = anytime_points(source)
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.subplots()
+    result = source if isinstance(source, Result) else None
     if pts.empty:
         ax.text(0.5, 0.5, "the solver reported no progress", ha="center", va="center", transform=ax.transAxes)
     else:
         inc = pts.dropna(subset=["incumbent"])
         bnd = pts.dropna(subset=["bound"])
-        ax.step(inc["time"], inc["incumbent"], where="post", color="#d62728", marker=".", label="incumbent")
-        ax.step(bnd["time"], bnd["bound"], where="post", color=KV_COLOR, marker=".", label="bound")
+        bound_label = "bound"
+        if result is not None:
+            bound_label = f"bound over {result.scope} schedules"
+            if result.bound_source:
+                bound_label += f" (final: {result.bound_source})"
+        ax.step(
+            inc["time"], inc["incumbent"], where="post", color="#d62728", marker=".", label="best schedule"
+        )
+        ax.step(bnd["time"], bnd["bound"], where="post", color=KV_COLOR, marker=".", label=bound_label)
+        every = None if result is None else result.all_schedules_bound
+        if every is not None and result is not None and result.scope != Scope.ALL:
+            ax.axhline(
+                every.value,
+                color="#2ca02c",
+                linestyle="--",
+                linewidth=1,
+                label=f"bound over every schedule ({every.source})",
+            )
         ax.legend(fontsize=8)
     ax.set_xlabel("solver time (s)")
     ax.set_ylabel("objective")
-    ax.set_title(title or "solver progress")
+    default = "solver progress"
+    if result is not None:
+        default += f": {result.status}, scope {result.scope}"
+    ax.set_title(title or default)
     ax.grid(alpha=0.3)
     return fig
 

@@ -26,11 +26,19 @@ from matplotlib.figure import Figure
 
 from kvsched import __version__
 from kvsched.analysis import plots
-from kvsched.analysis.compare import Comparison
+from kvsched.analysis.compare import (
+    MAX_REGRET_ALL,
+    MAX_REGRET_SCOPE,
+    REGRET,
+    REGRET_PCT,
+    Comparison,
+)
 from kvsched.csp.certificate import Scope
+from kvsched.csp.result import Result, SolveStatus
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.schedule.metrics import format_number
+from kvsched.stop import Deadline
 
 REPORT_FILE = "index.html"
 
@@ -133,9 +141,11 @@ def gantt_heading(role: str, name: str, objective: str, value: Any, unit: str, r
 _COMPARE_COLUMNS = (
     "kind",
     "objective",
-    "regret",
-    "regret_pct",
-    "certified_max_regret",
+    "scope",
+    REGRET,
+    REGRET_PCT,
+    MAX_REGRET_SCOPE,
+    MAX_REGRET_ALL,
     "mean_latency",
     "mean_ttft",
     "p99_ttft",
@@ -160,11 +170,13 @@ def instance_report(
     solve_options: dict[str, Any] | None = None,
     source: str = "",
     comparison: Comparison | None = None,
+    deadline: Deadline | None = None,
 ) -> Path:
     """Solve ``instance``, compare ``policies`` (all by default) and write the report; returns its path.
 
     A ``comparison`` already computed (by :func:`~kvsched.analysis.compare.compare`
-    with ``objective``) is used as it is instead.
+    with ``objective``) is used as it is instead. ``deadline`` is when the
+    solve must end (the policies run first and count against it).
     """
     from kvsched.analysis.compare import compare
     from kvsched.heuristics import POLICIES
@@ -179,6 +191,7 @@ def instance_report(
         options=options,
         skip_solver_errors=True,
         solve_options=solve_options,
+        deadline=deadline,
     )
     table = cmp.table.sort_values("objective", na_position="last")
     ran = table[(table["kind"] == "policy") & table["objective"].notna()]
@@ -235,7 +248,7 @@ def instance_report(
             f"Policies ({objective}, {unit})",
             _table(shown_table, index_name="schedule")
             + f'<p class="note">Best policy: {html.escape(best or "–")}; worst: {html.escape(worst or "–")}. '
-            "Every schedule was replayed through the semantic core (validated).</p>",
+            "Every schedule was replayed through the semantic core (validated).</p>" + _regret_legend(cmp),
         )
     )
     figs = []
@@ -256,10 +269,54 @@ def instance_report(
         figs.append(_figure(plots.plot_kv(instance, shown), "KV usage over time"))
         figs.append(_figure(plots.plot_cdfs(instance, shown), "TTFT and time-between-tokens distributions"))
     if res is not None:
-        figs.append(_figure(plots.plot_anytime(res), "Solver progress: incumbent and bound over time"))
+        figs.append(_figure(plots.plot_anytime(res), anytime_caption(res)))
     sections.append(_Section("Figures", "\n".join(figs)))
     title = f"kvsched report: {instance.name or source or 'instance'}"
     return _write(out_dir, _page(title, source or instance.name, sections))
+
+
+def anytime_caption(result: Result) -> str:
+    """The caption of the anytime figure: what it draws, the scope and the bound source."""
+    every = result.all_schedules_bound
+    text = (
+        f"Solver progress ({result.formulation}/{result.solver}, {result.status}): the best schedule found "
+        f"and the proven bound over time. Scope: {result.scope.description}; "
+        f"bound source: {result.bound_source or 'none'}"
+    )
+    if every is not None and result.scope != Scope.ALL:
+        text += f"; bound over every legal schedule: {_fmt(every.value)} ({every.source})"
+    return text + "."
+
+
+def _regret_legend(cmp: Comparison) -> str:
+    """What each regret column is measured against, in words."""
+    res = cmp.result
+    items = []
+    if res is not None:
+        proven = res.status == SolveStatus.OPTIMAL
+        items.append(
+            f"{REGRET}: against the solver's best schedule ({_fmt(res.objective)}, "
+            f"{'the proven optimum' if proven else 'not proven optimal'} over {res.scope.description}); "
+            f"{REGRET_PCT} in percent of it."
+        )
+        source = f" from {res.bound_source}" if res.bound_source else ""
+        items.append(
+            f"{MAX_REGRET_SCOPE}: against the proven bound over that scope ({_fmt(res.best_bound)}{source}); "
+            + (
+                "equal to the regret, the optimum being proven."
+                if proven
+                else "the regret against that scope's optimum lies between the two."
+            )
+        )
+    if cmp.lower_bound is not None:
+        items.append(
+            f"{MAX_REGRET_ALL}: against {_fmt(cmp.lower_bound)}, a bound valid for every legal schedule "
+            "(evictions and chunking included): the certified regret, no policy is further from the optimum."
+        )
+    if not items:
+        return ""
+    body = "".join(f"<li>{html.escape(t)}</li>" for t in items)
+    return f'<ul class="note">{body}</ul>'
 
 
 # ----------------------------------------------------------------------------- a results database
@@ -286,9 +343,10 @@ def database_report(db_path: str | Path, out_dir: str | Path, *, against: str | 
         _Section(
             f"Regret {describe_reference(frame, against)}",
             _table(table)
-            + '<p class="note">regret_pct is relative to the reference; stability is the standard deviation '
-            "of regret_pct across instances; win_rate the share of instances where the policy is the best "
-            "policy (ties included).</p>",
+            + '<p class="note">regret_pct is relative to the reference; scopes are the sets of schedules '
+            "the references range over (all: every legal schedule; contiguous: the time-indexed class); "
+            "stability is the standard deviation of regret_pct across instances; win_rate the share of "
+            "instances where the policy is the best policy (ties included).</p>",
         )
     )
     figs = [_figure(plots.plot_load(frame), "Mean latency against load, per policy (mean over instances)")]

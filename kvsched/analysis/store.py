@@ -20,14 +20,21 @@ Schema (table ``cells``; see ``docs/analysis.md``)::
     status TEXT               'ok' or 'error' (policy); optimal/feasible/... or 'error' (solver)
     error TEXT                the one-line reason when status is 'error'
     objective REAL            the schedule's objective, measured by replay
-    bound REAL                the solver's proven bound on its schedule class
+    bound REAL                the solver's proven bound over its scope
     lower_bound REAL          a bound valid for every legal schedule
+    scope TEXT                the schedules the solver's optimum and bound range over:
+                              all, no-eviction or contiguous (kvsched.csp.Scope; solver rows)
+    bound_source TEXT         where the solver's bound comes from (a back end, or a relaxation)
     gap REAL                  the solver's relative gap
     runtime REAL              seconds (simulation, or solve)
     metrics TEXT              JSON: kvsched.schedule.metrics.RunMetrics
     anytime TEXT              JSON: [[time, incumbent, bound], ...] (solver)
     kvsched_version TEXT, solver_version TEXT
     created TEXT              UTC timestamp (ISO 8601)
+
+Opening a database written by an older kvsched adds the columns it lacks
+(:data:`ADDED`; NULL in its old rows: scope unknown, never assumed) and
+records the new ``schema_version`` in table ``meta``.
 """
 
 from __future__ import annotations
@@ -43,7 +50,9 @@ import pandas as pd
 
 from kvsched.errors import InputError
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+#: Columns added after schema version 1, by the version that added them (added on open, NULL in old rows).
+ADDED: dict[str, int] = {"scope": 2, "bound_source": 2}
 COLUMNS: tuple[str, ...] = (
     "key",
     "instance_key",
@@ -61,6 +70,8 @@ COLUMNS: tuple[str, ...] = (
     "objective",
     "bound",
     "lower_bound",
+    "scope",
+    "bound_source",
     "gap",
     "runtime",
     "metrics",
@@ -153,19 +164,34 @@ def open_db(path: str | Path, *, create: bool = False) -> Iterator[ResultsDB]:
     try:
         try:
             conn.executescript(_SCHEMA)
-            conn.execute(
-                "INSERT OR IGNORE INTO meta (name, value) VALUES ('schema_version', ?)",
-                (str(SCHEMA_VERSION),),
-            )
-            conn.commit()
             cols = {r[1] for r in conn.execute("PRAGMA table_info(cells)")}
+            if not set(COLUMNS) - set(ADDED) <= cols:
+                raise InputError(
+                    f"{path}: not a kvsched results database (table cells lacks kvsched's columns)"
+                )
+            _migrate(conn, cols)
         except sqlite3.Error as exc:
             raise InputError(f"{path}: not a kvsched results database ({exc})") from None
-        if not set(COLUMNS) <= cols:
-            raise InputError(f"{path}: not a kvsched results database (table cells lacks kvsched's columns)")
         yield ResultsDB(conn, path)
     finally:
         conn.close()
+
+
+def _migrate(conn: sqlite3.Connection, cols: set[str]) -> None:
+    """Bring a database to :data:`SCHEMA_VERSION`: add the columns it lacks, record the version."""
+    for name in ADDED:
+        if name not in cols:
+            try:
+                conn.execute(f"ALTER TABLE cells ADD COLUMN {name} {_TYPES.get(name, 'TEXT')}")
+            except sqlite3.OperationalError as exc:  # another process opening it added it first
+                if "duplicate column" not in str(exc):
+                    raise
+    with conn:
+        conn.execute(
+            "INSERT INTO meta (name, value) VALUES ('schema_version', ?) "
+            "ON CONFLICT(name) DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < ?",
+            (str(SCHEMA_VERSION), SCHEMA_VERSION),
+        )
 
 
 def _json_column(series: pd.Series) -> pd.DataFrame:

@@ -46,6 +46,7 @@ from kvsched.analysis.spec import Cell, SweepSpec
 from kvsched.analysis.store import open_db
 from kvsched.errors import InputError, KvschedError
 from kvsched.instances.model import Instance, Limits, TimeModel
+from kvsched.stop import Deadline
 
 BACKENDS = ("process", "ray")
 #: Python package whose version identifies each solver back end.
@@ -119,7 +120,10 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     """Run one cell and return its database row.
 
     A :class:`KvschedError` becomes a row with ``status = 'error'``; anything
-    else propagates.
+    else propagates. A solver cell's ``time_limit`` bounds the whole cell, from
+    building its instance through the warm-start policies to the validated
+    result (one :class:`~kvsched.stop.Deadline`); its row records the
+    ``scope`` and ``bound_source`` of the result.
     """
     from kvsched.analysis.compare import compare
     from kvsched.csp import SolverOptions
@@ -129,6 +133,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     runner = cell.runner
     t0 = time.perf_counter()
     try:
+        deadline = Deadline.after(runner["time_limit"]) if runner["kind"] == "solver" else None
         instance = build_instance(cell.instance)
         if "file" in cell.instance:
             row["n"] = len(instance)
@@ -166,6 +171,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
                 formulation=runner["formulation"],
                 slo=slo,
                 options=options,
+                deadline=deadline,
             )
             result = cmp.result
             assert result is not None
@@ -176,6 +182,8 @@ def run_cell(cell: Cell) -> dict[str, Any]:
                 status=str(result.status),
                 objective=result.objective,
                 bound=result.best_bound,
+                scope=str(result.scope),
+                bound_source=result.bound_source,
                 gap=result.gap,
                 runtime=result.runtime,
                 anytime=[[p.time, p.incumbent, p.bound] for p in result.anytime],

@@ -22,8 +22,12 @@ from kvsched.commands.outputs import add_slo_arg
 from kvsched.commands.solve import _add_solver_args, _model_kwargs, _options
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
+from kvsched.stop import Deadline
 
 PLOT_KINDS = ("gantt", "kv", "load", "regret", "cdf", "anytime")
+#: Seconds of ``report``'s time limit kept for drawing the figures after the solve (at most this share).
+REPORT_MARGIN = 2.0
+REPORT_SHARE = 0.1
 
 
 def _policy_names(text: str) -> list[str]:
@@ -92,6 +96,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_results(args: argparse.Namespace) -> int:
+    import pandas as pd
+
     from kvsched.analysis.store import export, load_results
 
     if args.to:
@@ -106,13 +112,22 @@ def cmd_results(args: argparse.Namespace) -> int:
         raise InputError("--out needs --to csv or --to parquet")
     frame = load_results(args.db)
     table = Table(title=f"{args.db}: {len(frame)} cells")
-    for col in ("sweep", "kind", "status", "cells", "runtime (s)"):
+    for col in ("sweep", "kind", "status", "scope", "bound source", "cells", "runtime (s)"):
         table.add_column(col, justify="right" if col in ("cells", "runtime (s)") else "left")
     if not frame.empty:
-        grouped = frame.groupby(["sweep", "kind", "status"], dropna=False)["runtime"].agg(["count", "sum"])
-        for (sweep, kind, status), row in grouped.iterrows():
+        keys = ["sweep", "kind", "status", "scope", "bound_source"]
+        grouped = frame.groupby(keys, dropna=False)["runtime"].agg(["count", "sum"])
+        for (sweep, kind, status, scope, source), row in grouped.iterrows():
+            # A solver row without a scope was written before scopes were stored: unknown, not assumed.
+            unknown = "unknown" if kind == "solver" and status != "error" else "-"
             table.add_row(
-                str(sweep), str(kind), str(status), str(int(row["count"])), format_number(float(row["sum"]))
+                str(sweep),
+                str(kind),
+                str(status),
+                unknown if pd.isna(scope) else str(scope),
+                (unknown if pd.isna(scope) else "none") if pd.isna(source) else str(source),
+                str(int(row["count"])),
+                format_number(float(row["sum"])),
             )
     Console().print(table)
     return 0
@@ -247,6 +262,8 @@ def cmd_report(args: argparse.Namespace) -> int:
     from kvsched.analysis.report import database_report, instance_report
     from kvsched.analysis.store import is_database
 
+    # --time-limit bounds the command: loading and the policies count against the solve.
+    deadline = Deadline.for_command(args.time_limit)
     if not Path(args.target).exists():
         raise InputError(f"{args.target}: no such file")
     check_output_folder(args.out, "--out", [args.target])
@@ -268,6 +285,8 @@ def cmd_report(args: argparse.Namespace) -> int:
             options=_options(args),
             skip_solver_errors=True,
             solve_options=None if args.no_solver else _model_kwargs(args),
+            # Time is kept for drawing the figures after the solve.
+            deadline=deadline.before(min(REPORT_MARGIN, REPORT_SHARE * deadline.limit)),
         )
         print_comparison(cmp, args.objective, instance.name or args.target)
         path = instance_report(
