@@ -57,6 +57,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"kvsched {args.command}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # the reader went away (kvsched ... | head): not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the exit's final flush cannot fail again
+        return 141
     except Exception as exc:  # a bug: one line and a hint, the traceback only on request
         if os.environ.get("KVSCHED_DEBUG", "") not in ("", "0"):
             traceback.print_exc()
