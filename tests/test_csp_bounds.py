@@ -235,6 +235,18 @@ def test_event_loops_stop_at_the_deadline():
         mbt.srpt_completions(work, release, Deadline.after(1e-9))
 
 
+@pytest.mark.parametrize("block", [1, 3, 16])
+def test_block_rounded_areas_match_a_per_token_sum(block):
+    rng = np.random.default_rng(2)
+    reqs = tuple(Request(f"r{k}", 0, int(rng.integers(1, 40)), int(rng.integers(1, 40))) for k in range(50))
+    inst = Instance(reqs, Limits(kv_capacity=160, block_size=block), TimeModel("unit"))
+    arrays = mbt.RequestArrays.of(inst)
+    for k, r in enumerate(reqs):
+        w = [block * -(-(r.prompt + u - 1) // block) for u in range(1, r.output + 1)]
+        assert arrays.area[k] == sum(w)
+        assert arrays.area_tail[k] == sum(x * (r.output - u) for u, x in enumerate(w))
+
+
 def test_ten_thousand_sharegpt_mean_busy_time_is_reproduced():
     # shared/notes/005 Sec. 2 gives 2.8474e7 on `generate sharegpt --n 10000`; a scaled copy keeps the test fast:
     # the bound is the slotted smallest-area-first schedule plus delta, here checked against a brute sum.
@@ -310,7 +322,7 @@ def test_portfolio_checks_its_objective_and_takes_a_deadline():
 def test_bounds_below_the_optimum_and_tight_when_memory_binds():
     inst = mcsf_instance(1, [1, 1, 2, 3], 4)
     b = lower_bounds(inst)
-    opt = solve(inst, options=SolverOptions(time_limit=10, threads=1)).objective
+    opt = solve(inst, formulation="time", options=SolverOptions(time_limit=10, threads=1)).objective
     assert b.total_latency <= best(inst, "total-latency").value <= opt == 16
 
 

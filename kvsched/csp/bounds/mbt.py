@@ -187,13 +187,16 @@ class RequestArrays:
             o = output
             area_tail = prompt * o * (o + 1) / 2 + (o - 1) * o * (o + 1) / 6
             first_kv = prompt
-        else:  # per token: sum of O is at most a few million
-            lengths = output.astype(np.int64)
-            owner = np.repeat(np.arange(len(reqs)), lengths)
-            u = np.arange(lengths.sum()) - np.repeat(np.cumsum(lengths) - lengths, lengths) + 1
-            w = np.ceil((prompt[owner] + u - 1) / block) * block
-            area = np.bincount(owner, weights=w, minlength=len(reqs))
-            area_tail = np.bincount(owner, weights=w * (output[owner] - u + 1), minlength=len(reqs))
+        else:  # w(S) = S rounded up to blocks, summed over S = I .. I + O - 1 by prefix sums over S
+            top = int((prompt + output).max())
+            grid = np.arange(top + 1, dtype=np.float64)
+            w = np.ceil(grid / block) * block
+            cum_w = np.concatenate([[0.0], np.cumsum(w)])
+            cum_sw = np.concatenate([[0.0], np.cumsum(grid * w)])
+            lo, hi = prompt.astype(np.int64), (prompt + output).astype(np.int64)  # S in [lo, hi)
+            area = cum_w[hi] - cum_w[lo]
+            # token u has S = I + u - 1 and weight O - u + 1 = I + O - S
+            area_tail = (prompt + output) * area - (cum_sw[hi] - cum_sw[lo])
             first_kv = np.ceil(prompt / block) * block
         chunk = min(
             (c for c in (lim.max_batch_tokens, lim.max_prefill_tokens) if c is not None), default=math.inf
