@@ -57,7 +57,8 @@ class Tokens:
     lo: np.ndarray  # S of token 2: I + 1
     hi: np.ndarray  # S of token O: I + O - 1 (lo > hi when O = 1)
     grid: np.ndarray  # S = 0 .. max(hi)
-    capacity: float  # M
+    capacity: float  # M in tokens of whole blocks
+    block: int  # KV block size: a request holding S tokens takes S rounded up to blocks of M
     c_cap: float | None  # C
     q_cap: float  # min(C, P): the largest prefill chunk (inf without budgets)
     r_cap: float | None  # max_running
@@ -81,10 +82,15 @@ class Tokens:
             hi,
             np.arange(int(hi.max()) + 1, dtype=np.float64),
             float(lim.kv_blocks * lim.block_size),
+            lim.block_size,
             None if lim.max_batch_tokens is None else float(lim.max_batch_tokens),
             float(chunk),
             None if lim.max_running is None else float(lim.max_running),
         )
+
+    def blocks(self, tokens: np.ndarray) -> np.ndarray:
+        """KV capacity taken by ``tokens`` KV tokens: rounded up to whole blocks."""
+        return np.ceil(tokens / self.block) * self.block if self.block > 1 else tokens
 
     def over_tokens(self, cum: np.ndarray) -> np.ndarray:
         """Per request: the sum over its tokens u = 2..O of f(S_u), from ``cum`` = exclusive prefix sums of f."""
@@ -179,19 +185,20 @@ def seconds_bounds(
     i = tok.prompt
     best_mbt, best_ttft, best_mix, best_area = -math.inf, -math.inf, (1.0, 0.0, 0.0), -math.inf
     makespan = float(np.max(a + alone))
+    held = tok.blocks(s)  # KV a request with S known tokens holds in the batch generating its next token
     for mix in mixtures or _shares(tok):
         try:
             p1 = (
-                (f.fixed + f.fixed_prefill) * _share(tok, mix, i, i)
+                (f.fixed + f.fixed_prefill) * _share(tok, mix, tok.blocks(i), i)
                 + (f.per_token + f.prefill_token + f.prefill_sq) * i
                 + f.prefill
                 + f.prefill_quad * i * i
             )
-            decode = (f.fixed + f.fixed_decode) * _share(tok, mix, s, 1.0)
+            decode = (f.fixed + f.fixed_decode) * _share(tok, mix, held, 1.0)
             decode = decode + f.per_token + f.decode + f.decode_kv * (s - 1)
             # The refill's chunks share their batches' fixed costs too; only the last chunk's KV share is
             # counted (it holds all S tokens), and the token share of all S tokens.
-            refill = _refill(f, s, tok.q_cap, 0.0) + (f.fixed + f.fixed_prefill) * _share(tok, mix, s, s)
+            refill = _refill(f, s, tok.q_cap, 0.0) + (f.fixed + f.fixed_prefill) * _share(tok, mix, held, s)
             p = np.minimum(decode, refill)
             work = p1 + tok.over_tokens(_exclusive_cumsum(p))
             # sum_u p (p/2 + tail) with tail = b_cum[hi + 1] - b_cum[S + 1].
