@@ -163,6 +163,7 @@ def test_gantt_headings_say_what_is_proven(instance_page):
     )
     assert "the worst policy, vllm-ef: total latency 40 slots" in page
     assert not re.search(r"optimum \S* ?optimal", page)
+    assert "tokens_per_slot" in page and "tokens_per_s<" not in page  # slots are not seconds
     stopped = SimpleNamespace(
         formulation="time-indexed", solver="highs", status="feasible", scope=Scope.ALL, best_bound=30.0
     )
