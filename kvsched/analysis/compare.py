@@ -32,6 +32,7 @@ import pandas as pd
 from kvsched.costmodel import UnitCost
 from kvsched.csp import BACKENDS, FORMULATIONS, Result, Scope, SolverOptions, SolveStatus, solve
 from kvsched.csp.bounds import lower_bounds
+from kvsched.csp.formulations import FORMULATIONS as EXACT_FORMULATIONS
 from kvsched.csp.formulations import make_formulation
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import InputError, KvschedError
@@ -174,7 +175,8 @@ def _check_solver(
     Returns why the formulation cannot take ``instance`` (e.g. the time-indexed
     model on a seconds-based cost model), or None: building the formulation
     object checks that in milliseconds, where the solve itself would only find
-    it after every policy has run.
+    it after every policy has run. A name the solve driver resolves itself
+    (``auto``, which takes every instance) has no formulation object to build.
     """
     check_time_limit(options.time_limit, "time_limit")
     if isinstance(options.threads, bool) or not isinstance(options.threads, int) or options.threads < 1:
@@ -186,6 +188,8 @@ def _check_solver(
         raise InputError(
             f"solve_options: unknown {', '.join(map(repr, stray))} (known: {', '.join(SOLVE_OPTIONS)})"
         )
+    if formulation not in EXACT_FORMULATIONS:
+        return None
     try:
         make_formulation(
             formulation,
