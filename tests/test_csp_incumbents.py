@@ -1,0 +1,185 @@
+"""Incumbents: the eviction-aware greedy, best_incumbent and the LNS, each schedule replayed by the core."""
+
+import time
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kvsched.csp.incumbents import Incumbent, decide, greedy, kv_area
+from kvsched.csp.incumbents.best import best_incumbent
+from kvsched.csp.incumbents.lns import improve
+from kvsched.csp.objectives import OBJECTIVES
+from kvsched.errors import InputError
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.schedule.validate import replay
+from kvsched.stop import Deadline
+from tests.brute import brute_force
+
+
+def _inst(reqs, m, c=None, p=None, r=None, *, block=1, time_model="unit"):
+    requests = tuple(Request(f"r{k}", float(a), i, o) for k, (i, o, a) in enumerate(reqs))
+    return Instance(requests, Limits(m, block, c, p, r), TimeModel(time_model))
+
+
+def _random_instance(rng: np.random.Generator, n: int) -> Instance:
+    """Mixed limits: arrivals, blocks, budgets C/P, max_running, unit or linear time."""
+    reqs = [
+        (int(rng.integers(1, 25)), int(rng.integers(1, 25)), float(rng.integers(0, 20))) for _ in range(n)
+    ]
+    peak = max(i + o - 1 for i, o, _ in reqs)
+    block = int(rng.choice([1, 1, 4]))
+    m = max(-(-peak // block) * block, int(rng.integers(peak, 3 * peak)))
+    c = None if rng.random() < 0.5 else int(rng.integers(8, 50))
+    p = None if rng.random() < 0.6 else int(rng.integers(4, 30))
+    r = None if rng.random() < 0.7 else int(rng.integers(1, 6))
+    model = "unit" if rng.random() < 0.7 else "infermax-linear"
+    return _inst(reqs, m, c, p, r, block=block, time_model=model)
+
+
+def _value(inst: Instance, inc: Incumbent) -> float:
+    return OBJECTIVES[inc.objective](replay(inst, inc.schedule))
+
+
+# ------------------------------------------------------------------ legality and the two kernels
+@pytest.mark.parametrize("seed", range(6))
+def test_compiled_and_interpreted_kernels_make_the_same_legal_schedule(seed):
+    rng = np.random.default_rng(seed)
+    inst = _random_instance(rng, int(rng.integers(2, 25)))
+    for rule in ("remaining-area", "area", "fcfs"):
+        for preempt in (True, False):
+            fast = greedy(inst, rule, preempt=preempt)  # replayed strictly inside: legal and complete
+            slow = greedy(inst, rule, preempt=preempt, jit=False)
+            assert fast.schedule.same_as(slow.schedule)
+            assert fast.value == slow.value == _value(inst, fast)
+
+
+tiny = st.lists(
+    st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(0, 2)), min_size=1, max_size=3
+).flatmap(
+    lambda reqs: st.tuples(
+        st.just(reqs),
+        st.integers(max(i + o - 1 for i, o, _ in reqs), 6),
+        st.sampled_from([None, 2, 3]),
+        st.sampled_from([None, 1, 2]),
+    )
+)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny, st.sampled_from(sorted(OBJECTIVES)))
+def test_greedy_is_never_below_the_brute_force_optimum(case, objective):
+    reqs, m, c, p = case
+    inst = _inst(reqs, m, c, p)
+    optimum = brute_force(inst, objective)
+    for rule in ("remaining-area", "area", "output"):
+        for preempt in (True, False):
+            assert greedy(inst, rule, preempt=preempt, objective=objective).value >= optimum - 1e-9
+
+
+# ------------------------------------------------------------------ evictions
+def test_preemption_evicts_when_it_helps():
+    # A (I 5, O 5) holds 5 of M = 9 at t = 1, when B (I 5, O 1) arrives: B fits only if A goes
+    # (pausing A is not enough). Evicting is optimal here; the best eviction-free schedule is worse.
+    inst = _inst([(5, 5, 0), (5, 1, 1)], 9)
+    evicting = greedy(inst, "remaining-area", preempt=True)
+    waiting = greedy(inst, "remaining-area", preempt=False)
+    assert evicting.stats["evictions"] == 1 and waiting.stats["evictions"] == 0
+    assert (evicting.value, waiting.value) == (7.0, 10.0)
+    assert evicting.value == brute_force(inst, "total-latency") < brute_force(inst, "total-latency", False)
+
+
+def test_eviction_is_free_under_unit_time_without_budget():
+    """The notes' claim, by replay: a refill batch generates a token and holds I + G KV, as a decode would."""
+    rng = np.random.default_rng(3)
+    reqs = [(int(rng.integers(1, 30)), int(rng.integers(1, 30)), 0.0) for _ in range(40)]
+    inst = _inst(reqs, max(i + o - 1 for i, o, _ in reqs) + 20)
+    inc = greedy(inst, "remaining-area")
+    assert inc.stats["evictions"] > 0
+    trace = replay(inst, inc.schedule)
+    prompt = np.array([i for i, _, _ in reqs])
+    output = np.array([o for _, o, _ in reqs])
+    generated = np.zeros(len(reqs), dtype=np.int64)
+    held = np.zeros(len(reqs), dtype=np.int64)
+    for batch, record in zip(inc.schedule.batches, trace.records, strict=True):
+        held[batch.evicted] = 0
+        # Every item generates (no batch is spent on a refill alone) ...
+        assert record.generated.size == batch.size
+        # ... and holds exactly the op chain's I + G KV during the batch, refill or decode.
+        paused = int(held.sum() - held[batch.requests].sum())
+        chain = prompt[batch.requests] + generated[batch.requests]
+        assert record.kv_tokens == paused + int(chain.sum())
+        generated[batch.requests] += 1
+        held[batch.requests] = np.where(generated[batch.requests] < output[batch.requests], chain, 0)
+    # So each request is in exactly O batches: its op chain, evictions or not.
+    assert trace.num_batches == len(inc.schedule)
+    assert int(sum(b.size for b in inc.schedule.batches)) == sum(o for _, o, _ in reqs)
+
+
+def test_budgets_chunk_prefills_and_charge_refills():
+    inst = _inst([(9, 4, 0), (7, 6, 0), (3, 8, 1), (8, 2, 2)], 16, c=5, p=4, r=2)
+    inc = greedy(inst, "remaining-area")
+    for batch in inc.schedule.batches:
+        assert batch.num_tokens <= 5
+        assert int(batch.tokens[batch.phases != 1].sum()) <= 4
+    assert max(b.tokens.max() for b in inc.schedule.batches) > 1  # prefills went through in chunks
+
+
+def test_block_size_and_linear_time_with_arrivals():
+    rng = np.random.default_rng(7)
+    reqs = [(int(rng.integers(1, 40)), int(rng.integers(1, 40)), float(rng.uniform(0, 5))) for _ in range(30)]
+    inst = _inst(reqs, 128, block=16, time_model="infermax-linear")
+    inc = greedy(inst)
+    assert inc.value == pytest.approx(_value(inst, inc))
+    assert inc.schedule.makespan > 0
+
+
+# ------------------------------------------------------------------ priorities, deadline
+def test_external_priority_reproduces_a_static_rule():
+    inst = _random_instance(np.random.default_rng(11), 20)
+    prompt = np.array([r.prompt for r in inst.requests])
+    output = np.array([r.output for r in inst.requests])
+    by_rule = greedy(inst, "area")
+    by_keys = greedy(inst, priority=kv_area(prompt, output))
+    assert by_rule.schedule.same_as(by_keys.schedule)
+    with pytest.raises(InputError):
+        greedy(inst, priority=np.zeros(3))
+    with pytest.raises(InputError):
+        greedy(inst, "nonsense")
+
+
+def test_an_expired_deadline_still_gives_a_complete_legal_schedule():
+    inst = _random_instance(np.random.default_rng(5), 30)
+    expired = Deadline(time.monotonic() - 1.0, 1.0)
+    for jit in (True, False):
+        log = decide(inst, deadline=expired, jit=jit)
+        assert log.num_batches > 0
+        inc = greedy(inst, deadline=expired, jit=jit)
+        assert inc.value == _value(inst, inc)
+    best = best_incumbent(inst, deadline=expired)
+    assert list(best.stats["tried"]) == [best.name]  # only the first variant ran
+    assert best.stats["skipped"]
+
+
+# ------------------------------------------------------------------ best_incumbent and LNS
+def test_best_incumbent_is_the_best_validated_candidate():
+    inst = _random_instance(np.random.default_rng(2), 25)
+    best = best_incumbent(inst, policies=("mcsf", "sarathi"))
+    tried = best.stats["tried"]
+    assert best.value == min(tried.values()) == tried[best.name]
+    assert any(name.startswith("policy:") for name in tried)
+    assert best.value == pytest.approx(_value(inst, best))
+
+
+def test_lns_never_worsens_and_keeps_its_deadline():
+    rng = np.random.default_rng(4)
+    reqs = [(int(rng.integers(1, 20)), int(rng.integers(1, 20)), 0.0) for _ in range(25)]
+    inst = _inst(reqs, max(i + o - 1 for i, o, _ in reqs) + 40)
+    start = greedy(inst, "fcfs", preempt=False)
+    t0 = time.monotonic()
+    better = improve(inst, start, Deadline.after(1.0), window=6)
+    assert time.monotonic() - t0 < 1.0 + 0.5
+    assert better.value <= start.value
+    assert better.value == _value(inst, better)
+    assert better.stats["evaluations"] > 0
