@@ -146,7 +146,7 @@ def test_skipping_solver_errors_runs_the_policies_but_not_the_solve(monkeypatch)
 def test_cli_compare_rejects_a_formulation_before_running_policies(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(compare_mod, "simulate", lambda *a, **k: pytest.fail("a policy ran"))
     args = ["compare", str(EXAMPLES / "tiny.json"), "--cost-model", "infermax-linear", "--time-limit", "5"]
-    assert main(args) == 2
+    assert main([*args, "--formulation", "time"]) == 2
     err = capsys.readouterr().err.strip()
     assert "unit time model" in err and len(err.splitlines()) == 1
 
@@ -180,7 +180,7 @@ def test_a_spent_deadline_still_gives_a_validated_schedule_and_true_bounds():
 
 def test_cli_compare_prints_the_scope_and_what_each_regret_is_against(capsys):
     args = ["compare", str(EXAMPLES / "figure15.json"), "--policies", "vllm,vllm-ef", "--time-limit", "10"]
-    assert main([*args, "--threads", "1"]) == 0
+    assert main([*args, "--threads", "1", "--formulation", "time"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     for text in ("scope", "contiguous", "regret vs solver", "max regret vs all schedules", "(certified)"):
         assert text in out, text

@@ -181,7 +181,8 @@ def test_the_anytime_caption_and_the_regret_legend_name_scope_and_bound_source(i
         assert f"<th>{column}</th>" in page and f"<li>{column}: against" in page
     # time-indexed: a narrower scope, so the caption adds the bound over every legal schedule.
     inst = load_instance(FIG15)
-    page = html.unescape(instance_report(inst, tmp_path, policies=["vllm"], options=FAST).read_text())
+    page = instance_report(inst, tmp_path, policies=["vllm"], formulation="time", options=FAST).read_text()
+    page = html.unescape(page)
     assert "Scope: schedules serving each request without a break" in page
     assert "bound source: highs" in page and "bound over every legal schedule: 30" in page
     assert re.search(
