@@ -198,6 +198,10 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     a format by it (figures, Parquet) work unchanged.
     """
     target = Path(path)
+    if target.exists() and not target.is_file():
+        # A device, pipe or terminal (-o /dev/stdout): written in place, never replaced.
+        yield target
+        return
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix)
     os.close(fd)
