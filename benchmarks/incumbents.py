@@ -1,0 +1,137 @@
+"""Incumbents at scale: the eviction-aware greedy, best_incumbent and the LNS (run by hand, not a test).
+
+Usage::
+
+    python benchmarks/incumbents.py                      # every case
+    python benchmarks/incumbents.py --case sharegpt-10k --limit 30
+    python benchmarks/incumbents.py --lns 10             # LNS for 10 s on the cases with n <= 1000
+
+Cases:
+
+* ``sharegpt-10k``: ``kvsched generate sharegpt --n 10000`` (seed 0): unit time, all at 0, M = 100,000;
+  notes 005 Sec. 2: greedy (smallest remaining area first) 2.8551e7, MBT bound 2.8474e7;
+* ``sharegpt-1k-poisson``: 1,000 ShareGPT requests, Poisson arrivals at rate 0.5 per slot, M = 20,000
+  (issue 15's arrival case); ``-budget``: the same with C = P = 2048;
+* ``sharegpt-1k-linear``: 1,000 ShareGPT requests all at 0, M = 20,000, C = P = 512, ``infermax-linear``
+  (batch times from the cost model, chunked prefill);
+* ``sharegpt100-kv30`` / ``-kv20``: ``benchmarks/solve.py``'s ``sharegpt_scaled(100, 10)`` at KV 30% / 20% of
+  the summed peaks; notes 005 Sec. 2.2: greedy about 3770 (KV 30%) against the time-indexed eviction-free
+  optimum 3836 (LP 3817.5).
+
+Columns: the first greedy (smallest remaining area first, preemptive) with its time split into deciding
+(compiled kernel), building the Schedule and replaying it through the core; best_incumbent within
+``--limit`` seconds (greedy variants, then the fast policies when the estimate fits); the best policy it
+ran; the LNS when asked. Wall times are from a shared 2-core machine: read ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Callable
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from kvsched.csp.incumbents import greedy
+from kvsched.csp.incumbents.best import best_incumbent
+from kvsched.csp.incumbents.lns import improve
+from kvsched.csp.incumbents.rules import kv_area
+from kvsched.instances.generators import Poisson
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.instances.sharegpt import sharegpt
+from kvsched.stop import Deadline
+
+
+def _sharegpt(n: int, m: int, *, rate: float | None = None, budget: int | None = None, model: str = "unit"):
+    limits = Limits(kv_capacity=m, max_batch_tokens=budget, max_prefill_tokens=budget)
+    arrival = None if rate is None else Poisson(rate)
+    return sharegpt(n, 0, limits, TimeModel(model), arrival=arrival)
+
+
+def _scaled(n: int, div: int, kv_fraction: float) -> Instance:
+    """As ``benchmarks/solve.py``'s ``sharegpt_scaled`` (lengths / div, all at 0, KV a share of the peaks)."""
+    raw = sharegpt(n, 0, Limits(kv_capacity=10**7))
+    reqs = tuple(
+        Request(r.id, 0.0, max(1, round(r.prompt / div)), max(1, round(r.output / div))) for r in raw.requests
+    )
+    peaks = [r.prompt + r.output - 1 for r in reqs]
+    kv = max(max(peaks), math.ceil(kv_fraction * sum(peaks)))
+    return Instance(reqs, Limits(kv_capacity=kv), TimeModel("unit"), name=f"sharegpt-{n}/{div}")
+
+
+CASES: dict[str, Callable[[], Instance]] = {
+    "sharegpt-10k": lambda: _sharegpt(10_000, 100_000),
+    "sharegpt-1k-poisson": lambda: _sharegpt(1_000, 20_000, rate=0.5),
+    "sharegpt-1k-poisson-budget": lambda: _sharegpt(1_000, 20_000, rate=0.5, budget=2048),
+    "sharegpt-1k-linear": lambda: _sharegpt(1_000, 20_000, budget=512, model="infermax-linear"),
+    "sharegpt100-kv30": lambda: _scaled(100, 10, 0.3),
+    "sharegpt100-kv20": lambda: _scaled(100, 10, 0.2),
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--case", action="append", choices=sorted(CASES), help="run only these cases")
+    parser.add_argument("--limit", type=float, default=20.0, help="best_incumbent's deadline in seconds")
+    parser.add_argument(
+        "--lns", type=float, default=0.0, help="LNS seconds per case with n <= 1000 (0: none)"
+    )
+    args = parser.parse_args(argv)
+    console = Console(width=220)
+    t0 = time.perf_counter()
+    greedy(_scaled(5, 1, 0.5))  # load the compiled kernel (from numba's cache, or compile it) once
+    console.print(f"kernel ready in {time.perf_counter() - t0:.1f} s")
+    table = Table(title="incumbents (wall seconds on a shared 2-core machine)")
+    for col in (
+        "case",
+        "n",
+        "greedy",
+        "decide/build/replay s",
+        "evictions",
+        "best",
+        "best by",
+        "best s",
+        "best policy",
+        "lns",
+    ):
+        table.add_column(col, justify="left" if col in ("case", "best by", "best policy") else "right")
+    for name in args.case or list(CASES):
+        inst = CASES[name]()
+        first = greedy(inst)
+        split = "/".join(f"{first.stats[k]:.2f}" for k in ("decide_s", "build_s", "replay_s"))
+        t0 = time.perf_counter()
+        best = best_incumbent(inst, deadline=Deadline.after(args.limit))
+        best_s = time.perf_counter() - t0
+        policies = {k: v for k, v in best.stats["tried"].items() if k.startswith("policy:")}
+        top = min(policies.items(), key=lambda kv: kv[1]) if policies else None
+        lns = "-"
+        if args.lns > 0 and len(inst) <= 1000:
+            prompt = np.array([r.prompt for r in inst.requests])
+            output = np.array([r.output for r in inst.requests])
+            keys = kv_area(prompt, output)
+            better = improve(
+                inst, best, Deadline.after(args.lns), keys=keys, preempt="no-preempt" not in best.name
+            )
+            lns = f"{better.value:.6g} ({better.stats['evaluations']} evals)"
+        table.add_row(
+            name,
+            str(len(inst)),
+            f"{first.value:.6g}",
+            split,
+            str(first.stats["evictions"]),
+            f"{best.value:.6g}",
+            best.name,
+            f"{best_s:.1f}",
+            f"{top[1]:.6g} {top[0]}" if top else f"- (skipped {len(best.stats['skipped'])})",
+            lns,
+        )
+        console.print(f"done {name}", style="dim")
+    console.print(table)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
