@@ -236,7 +236,7 @@ def optimality_sweep(count: int, convention: str, seed: int) -> dict[str, Any]:
         m = int(s + max(o) + rng.integers(0, 2 * s + max(o)))
         inst = mcsf_instance(s, o, m, convention=convention)  # type: ignore[arg-type]
         alg1 = total_latency(simulate(inst, make("mcsf-alg1")).trace)
-        result = solve(inst, solver="highs", options=options)
+        result = solve(inst, formulation="time", solver="highs", options=options)
         proven += result.status == SolveStatus.OPTIMAL
         assert result.objective is not None and result.objective <= alg1 + 1e-9, "optimum above Algorithm 1"
         if result.objective < alg1 - 1e-9:

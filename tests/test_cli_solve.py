@@ -34,7 +34,9 @@ def test_solve_writes_schedule_and_result(tmp_path, capsys):
     args = ["solve", FIG15, "--time-limit", "20", "-o", str(out), "--json", str(res), "--export", str(mps)]
     assert main(args) == 0
     doc = json.loads(res.read_text())
-    assert doc["status"] == "optimal" and doc["objective"] == 40 and doc["best_bound"] == 40
+    # --formulation auto: the exact batch-indexed model, over every legal schedule (evictions pay here).
+    assert doc["status"] == "optimal" and doc["objective"] == 36 and doc["best_bound"] == 36
+    assert doc["scope"] == "all" and doc["stats"]["auto"].endswith("(every legal schedule)")
     inst = load_instance(FIG15)
     assert replay(inst, load_schedule(out, inst)).ok
     assert mps.stat().st_size > 0
@@ -45,7 +47,7 @@ def test_compare_csv_and_json(tmp_path):
     assert main(["compare", FIG15, "--policies", "vllm,vllm-ef", "--csv", str(csv), "--json", str(js)]) == 0
     doc = json.loads(js.read_text())
     names = {r["name"] for r in doc["rows"]}
-    assert {"vllm", "vllm-ef"} <= names and doc["result"]["objective"] == 40
+    assert {"vllm", "vllm-ef"} <= names and doc["result"]["objective"] == 36  # auto: every legal schedule
     assert "regret" in csv.read_text().splitlines()[0]
 
 
@@ -55,7 +57,10 @@ def test_bad_input_lines():
         (["simulate", FIG15, "-p", "vllm", "--param", "bogus=1"], "unknown parameter"),
         (["compare", FIG15, "--policies", "vllm,zzz"], "unknown policy 'zzz'"),
         (["solve", FIG15, "--time-limit", "-1"], "--time-limit"),
-        (["solve", str(EXAMPLES / "sharegpt-small.json")], "needs the unit time model"),
+        (
+            ["solve", str(EXAMPLES / "sharegpt-small.json"), "--formulation", "time"],
+            "needs the unit time model",
+        ),
     ):
         proc = run_cli(*args)
         assert proc.returncode == 2, (args, proc.stderr)
@@ -75,14 +80,14 @@ def test_solve_no_eviction_restricts_the_batch_model(tmp_path):
 
 
 def test_solver_options_for_the_other_formulation_are_refused(capsys):
-    assert main(["solve", FIG15, "--no-eviction"]) == 2
-    assert "--no-eviction: applies to --formulation batch only" in capsys.readouterr().err
+    assert main(["solve", FIG15, "--formulation", "time", "--no-eviction"]) == 2
+    assert "--no-eviction: applies to --formulation batch or auto" in capsys.readouterr().err
     assert main(["solve", FIG15, "--formulation", "batch", "--no-strengthen"]) == 2
     assert "--no-strengthen: applies to --formulation time only" in capsys.readouterr().err
 
 
 def test_solve_reports_the_reduced_cost_windows(capsys):
-    assert main(["solve", FIG15, "--time-limit", "20"]) == 0
+    assert main(["solve", FIG15, "--formulation", "time", "--time-limit", "20"]) == 0
     out = capsys.readouterr().out
     assert "lagrangian bound" in out and "mean window" in out
 

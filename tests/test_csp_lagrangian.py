@@ -37,7 +37,7 @@ def test_bound_is_below_the_brute_force_optimum_and_windows_keep_one(inst, objec
     assert lag is not None and lag.bound <= best + 1e-9
     for window, start in zip(lag.windows(ti, ti.value(hint), hint), hint, strict=True):
         assert window.first <= start <= window.last
-    result = solve(inst, objective=objective, options=FAST)
+    result = solve(inst, formulation="time", objective=objective, options=FAST)
     assert result.status == SolveStatus.OPTIMAL and result.objective == pytest.approx(best)
     assert result.stats["lagrangian_bound"] <= best + 1e-9
 
@@ -58,8 +58,8 @@ def _sharegpt_like(n: int, seed: int) -> Instance:
 @pytest.mark.parametrize("seed", [0, 1])
 def test_narrowed_windows_prove_the_same_optimum_with_a_much_smaller_model(seed):
     inst = _sharegpt_like(12, seed)
-    strong = solve(inst, options=FAST)
-    plain = solve(inst, options=FAST, strengthen=False)
+    strong = solve(inst, formulation="time", options=FAST)
+    plain = solve(inst, formulation="time", options=FAST, strengthen=False)
     assert strong.status == plain.status == SolveStatus.OPTIMAL
     assert strong.objective == plain.objective
     assert strong.stats["mean_window"] < plain.stats["mean_window"] / 2
@@ -73,7 +73,9 @@ def test_makespan_keeps_the_objective_windows():
     ti = TimeIndexed(inst, "makespan")
     hint = ti.heuristic_starts()
     assert lagrangian(ti, hint, FAST) is None
-    assert solve(inst, objective="makespan", options=FAST).stats["lagrangian_bound"] is None
+    assert (
+        solve(inst, formulation="time", objective="makespan", options=FAST).stats["lagrangian_bound"] is None
+    )
 
 
 def test_local_search_never_worsens_and_stays_legal():

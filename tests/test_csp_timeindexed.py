@@ -49,7 +49,7 @@ def test_mcsf_algorithm1_counterexample_eq1():
     legal = replay(inst, ti.schedule_of(np.array([0, 1, 1, 3])))
     assert [r.kv_tokens for r in legal.records] == [1, 4, 4, 4, 2, 3, 4]
     for solver in SOLVERS:
-        result = solve(inst, solver=solver, options=FAST)
+        result = solve(inst, formulation="time", solver=solver, options=FAST)
         assert result.status == SolveStatus.OPTIMAL
         assert result.objective == 16 and result.best_bound == 16
     assert brute_force(inst, "total-latency", span=6) == 16
@@ -60,7 +60,7 @@ def test_mcsf_algorithm1_counterexample_ip_convention():
     inst = mcsf_instance(1, [2, 3, 3, 4, 5], 6, convention="ip")
     assert TimeIndexed(inst).value(np.array([0, 0, 0, 3, 5])) == 25
     for solver in SOLVERS:
-        assert solve(inst, solver=solver, options=FAST).objective == 23
+        assert solve(inst, formulation="time", solver=solver, options=FAST).objective == 23
 
 
 small_instances = st.builds(
@@ -89,7 +89,7 @@ def _instance(reqs, m_extra, block, cap_c, cap_run):
 def test_all_back_ends_agree_with_brute_force(inst, objective):
     expected = brute_force(inst, objective, span=7)
     for solver in SOLVERS:
-        result = solve(inst, objective=objective, solver=solver, options=FAST)
+        result = solve(inst, formulation="time", objective=objective, solver=solver, options=FAST)
         assert result.status == SolveStatus.OPTIMAL, solver
         assert result.objective == pytest.approx(expected), solver
         assert replay(inst, result.schedule).ok
@@ -157,7 +157,9 @@ def _medium_instance(n=14):
 
 def test_a_timeout_returns_the_incumbent_and_a_bound():
     inst = _medium_instance()
-    result = solve(inst, solver="highs", options=SolverOptions(time_limit=0.05, threads=1))
+    result = solve(
+        inst, formulation="time", solver="highs", options=SolverOptions(time_limit=0.05, threads=1)
+    )
     assert result.schedule is not None and replay(inst, result.schedule).ok
     assert result.status in (SolveStatus.FEASIBLE, SolveStatus.OPTIMAL)
     assert result.objective <= result.stats["upper_bound"]
@@ -180,10 +182,10 @@ def test_a_model_too_large_for_the_limit_returns_the_incumbent_and_a_valid_bound
     solve_module = importlib.import_module("kvsched.csp.formulations.time")
 
     inst = _medium_instance()
-    full = solve(inst, solver="highs", options=SolverOptions(time_limit=3, threads=1))
+    full = solve(inst, formulation="time", solver="highs", options=SolverOptions(time_limit=3, threads=1))
     monkeypatch.setattr(solve_module, "MIN_NONZEROS", 0)
     monkeypatch.setattr(solve_module, "NONZEROS_PER_SECOND", 1)
-    result = solve(inst, solver="highs", options=SolverOptions(time_limit=3, threads=1))
+    result = solve(inst, formulation="time", solver="highs", options=SolverOptions(time_limit=3, threads=1))
     assert result.stopped.startswith("about") and result.stats["nonzeros_estimate"] > 3
     assert replay(inst, result.schedule).ok
     assert result.status == SolveStatus.FEASIBLE and result.gap > 0
@@ -193,7 +195,7 @@ def test_a_model_too_large_for_the_limit_returns_the_incumbent_and_a_valid_bound
 
 def test_cpsat_reports_anytime_progress():
     inst = mcsf_instance(1, [2, 3, 3, 4, 5], 6, convention="ip")
-    result = solve(inst, solver="cpsat", options=FAST)
+    result = solve(inst, formulation="time", solver="cpsat", options=FAST)
     assert result.anytime and result.anytime[-1].incumbent == result.objective
 
 
@@ -201,7 +203,7 @@ def test_cpsat_reports_anytime_progress():
 def test_export_solves_to_the_same_optimum(tmp_path, suffix):
     inst = mcsf_instance(1, [1, 1, 2, 3], 4)
     path = tmp_path / f"model{suffix}"
-    result = solve(inst, solver="highs", options=FAST, export=path)
+    result = solve(inst, formulation="time", solver="highs", options=FAST, export=path)
     h = highspy.Highs()
     h.setOptionValue("output_flag", False)
     h.readModel(str(path))
@@ -213,7 +215,7 @@ def test_warm_start_from_a_schedule_in_the_class():
     inst = mcsf_instance(1, [1, 1, 2, 3], 4)
     ti = TimeIndexed(inst)
     optimal = ti.schedule_of(np.array([0, 1, 1, 3]))
-    result = solve(inst, solver="highs", options=FAST, warm_start=optimal)
+    result = solve(inst, formulation="time", solver="highs", options=FAST, warm_start=optimal)
     assert result.stats["warm_start"] == "warm start" and result.stats["upper_bound"] == 16
 
 
@@ -236,14 +238,16 @@ def test_warm_start_from_a_schedule_in_the_class():
 )
 def test_instances_outside_the_class_are_refused_clearly(instance, message):
     with pytest.raises(InputError, match=message):
-        solve(instance)
+        solve(instance, formulation="time")
 
 
 def test_highs_thread_count_can_change_within_a_process():
     # HiGHS keeps a process-wide thread pool; a later solve with another count must still run.
     inst = mcsf_instance(1, [1, 1, 2, 3], 4)
     for threads in (1, 2, 1):
-        result = solve(inst, solver="highs", options=SolverOptions(time_limit=20, threads=threads))
+        result = solve(
+            inst, formulation="time", solver="highs", options=SolverOptions(time_limit=20, threads=threads)
+        )
         assert result.status == SolveStatus.OPTIMAL and result.best_bound == 16
 
 

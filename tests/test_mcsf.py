@@ -166,7 +166,7 @@ def test_the_optimum_never_exceeds_algorithm1_and_is_often_better():
     for _ in range(count):
         inst = random_semi_online(rng)
         alg1 = total_latency(simulate(inst, make("mcsf-alg1")).trace)
-        result = solve(inst, solver="highs", options=options)
+        result = solve(inst, formulation="time", solver="highs", options=options)
         assert result.status == SolveStatus.OPTIMAL
         assert result.objective <= alg1 + 1e-9
         if result.objective < alg1 - 1e-9:

@@ -110,7 +110,7 @@ def test_token_gaps_are_the_tbt_samples(fig15):
 
 def test_anytime_points_close_at_the_final_result():
     inst = load_instance(EXAMPLES / "tiny.json")
-    res = solve(inst, options=SolverOptions(time_limit=10, threads=1))
+    res = solve(inst, formulation="time", options=SolverOptions(time_limit=10, threads=1))
     pts = plots.anytime_points(res)
     last = pts.iloc[-1]
     assert (last["time"], last["incumbent"], last["bound"]) == (res.runtime, res.objective, res.best_bound)
@@ -137,7 +137,7 @@ def test_regret_size_data_per_n(results):
 @pytest.mark.parametrize("suffix", [".png", ".svg", ".pdf"])
 def test_every_plot_writes_a_non_empty_file(tmp_path, fig15, results, suffix):
     inst, schedules = fig15
-    res = solve(inst, options=SolverOptions(time_limit=10, threads=1))
+    res = solve(inst, formulation="time", options=SolverOptions(time_limit=10, threads=1))
     figures = {
         "gantt": plots.plot_gantt(inst, schedules["vllm"]),
         "kv": plots.plot_kv(inst, schedules),
@@ -191,7 +191,7 @@ def test_anytime_from_a_solve_result_file(tmp_path):
 
 def test_anytime_plot_names_the_scope_and_draws_the_bound_over_every_schedule():
     inst = load_instance(EXAMPLES / "tiny.json")
-    res = solve(inst, options=SolverOptions(time_limit=10, threads=1))
+    res = solve(inst, formulation="time", options=SolverOptions(time_limit=10, threads=1))
     assert res.scope == Scope.CONTIGUOUS and res.all_schedules_bound is not None
     ax = plots.plot_anytime(res).axes[0]
     lines = {line.get_label(): line for line in ax.get_lines()}

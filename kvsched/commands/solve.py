@@ -51,10 +51,11 @@ def _add_solver_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--solver", choices=SOLVERS, default="highs", help="back end (default highs)")
     g.add_argument(
         "--formulation",
-        choices=("time", "batch"),
-        default="time",
-        help="time: time-indexed (unit time, no chunking or eviction); batch: batch-indexed (every legal "
-        "schedule, small instances) (default time)",
+        choices=("auto", "time", "batch"),
+        default="auto",
+        help="auto: the exact batch-indexed model where it can prove, the certified pipeline otherwise "
+        "(any size, any cost model; says which); time: time-indexed (unit time, each request served "
+        "without a break); batch: batch-indexed (every legal schedule, small instances) (default auto)",
     )
     g.add_argument("--objective", choices=OBJECTIVES, default="total-latency", help="(default total-latency)")
     g.add_argument(
@@ -83,12 +84,12 @@ def _add_solver_args(p: argparse.ArgumentParser) -> None:
 
 def _model_kwargs(args: argparse.Namespace) -> dict[str, bool]:
     """The formulation options of ``args`` that apply to its formulation."""
-    if args.formulation == "batch":
+    if args.formulation in ("batch", "auto"):
         if args.no_strengthen:
             raise InputError("--no-strengthen: applies to --formulation time only")
         return {"allow_eviction": not args.no_eviction}
     if args.no_eviction:
-        raise InputError("--no-eviction: applies to --formulation batch only (time never evicts)")
+        raise InputError("--no-eviction: applies to --formulation batch or auto (time never evicts)")
     return {"strengthen": not args.no_strengthen}
 
 
@@ -177,7 +178,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             table.add_row(key.replace("_", " "), _fmt(result.stats[key]))
     console.print(table)
     assert result.schedule is not None  # solve always returns a schedule
-    trace = replay(instance, result.schedule)
+    trace = result.trace or replay(instance, result.schedule)
     print_summary(
         trace,
         console=console,

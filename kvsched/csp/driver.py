@@ -19,6 +19,7 @@ A result always has a validated schedule, and a bound wherever one is known.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from kvsched.csp.backends import RawSolution, SolverOptions, check_solver, export_model, solve_model
@@ -28,8 +29,9 @@ from kvsched.csp.certify import ModelError, Seen, certify, model_bound, toleranc
 from kvsched.csp.formulations import make_formulation
 from kvsched.csp.formulations.base import Built, Declined, Formulation
 from kvsched.csp.incumbents import greedy
+from kvsched.csp.pipeline import solve_pipeline
 from kvsched.csp.result import AnytimePoint, Result, SolveStatus
-from kvsched.csp.run import Progress, SolveLog
+from kvsched.csp.run import Progress, SolveLog, with_meta
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance
@@ -37,7 +39,10 @@ from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline
 
-FORMULATIONS = ("time", "batch")
+FORMULATIONS = ("auto", "time", "batch")
+#: ``auto`` runs the exact batch-indexed model up to this many requests (it proves ShareGPT draws of
+#: up to 12-15 in a minute), the certified pipeline beyond, or where no exact model applies.
+AUTO_EXACT_MAX = 12
 #: Share of what is left that the formulation's own incumbents may use.
 INCUMBENT_SHARE = 0.5
 #: Share of what is left for the time-indexed incumbent of a batch-indexed solve.
@@ -86,15 +91,11 @@ def _fallback(run: SolveLog, objective: str, deadline: Deadline) -> tuple[Schedu
     return None
 
 
-def _with_meta(schedule: Schedule, **meta: object) -> Schedule:
-    return Schedule(schedule.batches, {**schedule.meta, **meta})
-
-
 def solve(
     instance: Instance,
     *,
     objective: str = "total-latency",
-    formulation: str = "time",
+    formulation: str = "auto",
     solver: str = "highs",
     options: SolverOptions | None = None,
     warm_start: Schedule | None = None,
@@ -111,6 +112,10 @@ def solve(
     objective
         ``total-latency`` (sum of completion minus arrival), ``makespan`` or ``sum-ttft``.
     formulation
+        ``auto`` (default): the batch-indexed model where it can prove (up to
+        :data:`AUTO_EXACT_MAX` requests, unit or infermax-linear time), the
+        certified pipeline (:mod:`kvsched.csp.pipeline`) otherwise; the result's
+        ``stats["auto"]`` says which and why.
         ``time``: the time-indexed model (unit time; schedules that serve each
         request without a break: :data:`Scope.CONTIGUOUS`);
         ``batch``: the batch-indexed model (every legal schedule: chunking,
@@ -145,6 +150,24 @@ def solve(
     deadline = deadline or Deadline.after(options.time_limit)
     check_solver(solver)
     run = SolveLog(instance, objective, progress)
+    if formulation == "auto":
+        chosen, why = choose_formulation(instance, objective, allow_eviction)
+        if chosen == "pipeline":
+            result = solve_pipeline(run, objective, deadline, warm_start)
+        else:
+            result = solve(
+                instance,
+                objective=objective,
+                formulation=chosen,
+                solver=solver,
+                options=options,
+                warm_start=warm_start,
+                export=export,
+                allow_eviction=allow_eviction,
+                deadline=deadline,
+                progress=progress,
+            )
+        return replace(result, stats={**result.stats, "auto": why})
     form = make_formulation(
         formulation, instance, objective, allow_eviction=allow_eviction, solver=solver, seed=options.seed
     )
@@ -189,6 +212,23 @@ def solve(
     return _solve_built(
         run, form, built, objective, solver, options, deadline, hint, upper, hint_source, export
     )
+
+
+def choose_formulation(instance: Instance, objective: str, allow_eviction: bool) -> tuple[str, str]:
+    """What ``--formulation auto`` runs on ``instance``, and why (one line for the user)."""
+    n = len(instance)
+    if not allow_eviction:
+        return "batch", "eviction-free schedules only: the batch-indexed model"
+    if n > AUTO_EXACT_MAX:
+        return (
+            "pipeline",
+            f"{n} requests: the certified pipeline (exact models prove up to about {AUTO_EXACT_MAX})",
+        )
+    try:
+        make_formulation("batch", instance, objective)
+    except KvschedError as exc:
+        return "pipeline", f"the certified pipeline (no exact model: {exc})"
+    return "batch", f"{n} requests: the exact batch-indexed model (every legal schedule)"
 
 
 def _time_indexed_incumbent(
@@ -325,7 +365,7 @@ def _finish(
 ) -> Result:
     scope = scope or form.scope
     status, bound = certify(value, scope, run.bounds, run.seen, None if raw is None else raw.status)
-    schedule = _with_meta(schedule, solver=solver, objective=objective, status=str(status), scope=str(scope))
+    schedule = with_meta(schedule, solver=solver, objective=objective, status=str(status), scope=str(scope))
     every = [b for b in run.bounds if b.scope == Scope.ALL]
     stats = {
         "upper_bound": value,  # the best schedule known before the back end ran, where it ran
@@ -352,4 +392,5 @@ def _finish(
         scope=scope,
         bounds=tuple(run.bounds),
         stopped="" if status == SolveStatus.OPTIMAL else stopped,
+        trace=run.trace_of(value),
     )

@@ -9,6 +9,7 @@ from typing import Any
 
 from kvsched.csp.certificate import Bound, Scope, best_bound
 from kvsched.schedule.ir import Schedule
+from kvsched.schedule.validate import Trace
 
 
 class SolveStatus(StrEnum):
@@ -71,6 +72,9 @@ class Result:
     bounds
         Every bound computed during the solve, each with its source and scope;
         :attr:`all_schedules_bound` is the best one over every legal schedule.
+    trace
+        The semantic core's replay of ``schedule`` where the solve kept it (so
+        callers need not replay it again), else None.
     stopped
         Why the solve stopped before proving optimality (``"deadline"``,
         ``"interrupted"``, ``"limit"``, ``"not built"``) or ``""``.
@@ -101,6 +105,7 @@ class Result:
     bound_source: str | None = None
     bounds: tuple[Bound, ...] = ()
     stopped: str = ""
+    trace: Trace | None = None
 
     @classmethod
     def settled(

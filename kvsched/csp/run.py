@@ -17,7 +17,7 @@ from kvsched.csp.objectives import objective_function
 from kvsched.csp.result import AnytimePoint
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
-from kvsched.schedule.validate import replay
+from kvsched.schedule.validate import Trace, replay
 
 Progress = Callable[[AnytimePoint], None]
 
@@ -34,6 +34,7 @@ class SolveLog:
         self.bounds: list[Bound] = []
         self.seen: list[Seen] = []
         self.best_value: float | None = None
+        self._best_trace: tuple[float, Trace] | None = None
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -53,7 +54,25 @@ class SolveLog:
 
     def evaluate(self, schedule: Schedule, what: str, scope: Scope | None = None) -> float:
         """Replay ``schedule`` strictly (raises if illegal) and remember its value and scope."""
-        value = self.measure(replay(self.instance, schedule))
-        self.seen.append(Seen(value, scope or scope_of(schedule), what))
-        self.report(incumbent=value)
+        trace = replay(self.instance, schedule)
+        value = self.measure(trace)
+        if self._best_trace is None or value < self._best_trace[0]:
+            self._best_trace = (value, trace)  # the result reuses it: no second replay
+        self.record(value, what, scope or scope_of(schedule))
         return value
+
+    def record(self, value: float, what: str, scope: Scope) -> None:
+        """Remember the value of a schedule that the semantic core has already replayed."""
+        self.seen.append(Seen(value, scope, what))
+        self.report(incumbent=value)
+
+    def trace_of(self, value: float) -> Trace | None:
+        """The replay of the best schedule evaluated, if its value is ``value``."""
+        if self._best_trace is not None and self._best_trace[0] == value:
+            return self._best_trace[1]
+        return None
+
+
+def with_meta(schedule: Schedule, **meta: object) -> Schedule:
+    """``schedule`` (its batches and runs as they are) with ``meta`` added to its provenance."""
+    return Schedule(schedule.entries, {**schedule.meta, **meta})

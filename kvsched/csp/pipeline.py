@@ -1,0 +1,125 @@
+"""The certified pipeline: an optimum interval for instances of any size, by one deadline.
+
+For instances too large for an exact model (or under cost models no exact model
+takes), ``solve(formulation="auto")`` runs these stages, each under a share of
+what is left, each keeping what the earlier ones found:
+
+1. the bounds portfolio (:func:`kvsched.csp.bounds.portfolio`): closed-form
+   bounds valid for every legal schedule, in milliseconds;
+2. incumbents (:mod:`kvsched.csp.incumbents`): the eviction-aware greedy under
+   several priority rules, then fast policies; each replayed by the core;
+3. under unit time, the chain Lagrangian (:func:`kvsched.csp.bounds.chain_lagrangian`):
+   a bound valid for every legal schedule, evictions included, warm-started
+   from the best incumbent;
+4. large-neighbourhood search on the best incumbent with what is left.
+
+The result's scope is every legal schedule; its bound is the best of the
+portfolio and the Lagrangian, each named by its source; it is ``optimal`` only
+when that bound meets the best schedule.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kvsched.costmodel import UnitCost
+from kvsched.csp.bounds import chain_lagrangian, portfolio
+from kvsched.csp.certificate import Scope, scope_of
+from kvsched.csp.certify import certify
+from kvsched.csp.incumbents import Incumbent, greedy
+from kvsched.csp.result import AnytimePoint, Result, SolveStatus
+from kvsched.csp.run import SolveLog, with_meta
+from kvsched.errors import KvschedError
+from kvsched.heuristics import make_policy, simulate
+from kvsched.schedule.ir import Schedule
+from kvsched.schedule.validate import instance_cost_model
+from kvsched.stop import Deadline
+
+#: Greedy priority rules tried, best first on the benchmarks (notes 005, section 2).
+RULES: Sequence[str] = ("remaining-area", "area", "remaining-output")
+#: Fast policies tried after the greedy, time permitting.
+POLICIES: Sequence[str] = ("sarathi", "vllm")
+#: Shares of what is left for each stage.
+BOUNDS_SHARE = 0.05
+INCUMBENT_SHARE = 0.3
+LAGRANGIAN_SHARE = 0.75
+#: Above this many requests, policies (simulated batch by batch) are skipped for the greedy alone.
+MAX_POLICY_REQUESTS = 20_000
+
+
+def _incumbents(log: SolveLog, objective: str, deadline: Deadline) -> list[Incumbent]:
+    found: list[Incumbent] = []
+    for rule in RULES:
+        if found and deadline.expired():
+            break
+        try:
+            inc = greedy(log.instance, rule, objective=objective, deadline=deadline)
+        except KvschedError:
+            continue
+        log.record(inc.value, inc.name, scope_of(inc.schedule))  # greedy() replayed it through the core
+        found.append(inc)
+    if len(log.instance) <= MAX_POLICY_REQUESTS:
+        for name in POLICIES:
+            if deadline.expired():
+                break
+            try:
+                schedule = simulate(log.instance, make_policy(name)).schedule
+            except KvschedError:
+                continue
+            value = log.evaluate(schedule, f"policy:{name}")
+            found.append(Incumbent(f"policy:{name}", schedule, value, objective))
+    return found
+
+
+def _lagrangian(log: SolveLog, objective: str, best: Incumbent, deadline: Deadline) -> dict:
+    if not isinstance(instance_cost_model(log.instance), UnitCost) or objective == "makespan":
+        return {}
+    started = log.elapsed()
+    try:
+        lag = chain_lagrangian(log.instance, objective, deadline=deadline)
+    except KvschedError as exc:
+        return {"lagrangian": f"not run: {exc}"}
+    log.add_bound(lag.bound)
+    for seconds, value in lag.history:
+        log.points.append(AnytimePoint(started + seconds, log.best_value, value))
+    log.report()
+    return {"lagrangian_iterations": lag.iterations, "lagrangian_seconds": lag.seconds}
+
+
+def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start: Schedule | None) -> Result:
+    """Run the pipeline's stages by ``deadline`` and certify the best schedule against the best bound."""
+    stats: dict = {}
+    for bound in portfolio(log.instance, objective, deadline.share(BOUNDS_SHARE)):
+        log.add_bound(bound)
+    log.report()
+    found = _incumbents(log, objective, deadline.share(INCUMBENT_SHARE))
+    if warm_start is not None:
+        try:
+            value = log.evaluate(warm_start, "warm start")
+            found.append(Incumbent("warm start", warm_start, value, objective))
+        except KvschedError:
+            pass
+    if not found:
+        raise KvschedError("no greedy rule or policy produced a legal schedule for this instance")
+    best = min(found, key=lambda inc: inc.value)
+    stats["incumbents"] = {inc.name: inc.value for inc in found}
+    stats.update(_lagrangian(log, objective, best, deadline.share(LAGRANGIAN_SHARE)))
+    status, bound = certify(best.value, Scope.ALL, log.bounds, log.seen)
+    schedule = with_meta(best.schedule, objective=objective, status=str(status), scope=str(Scope.ALL))
+    log.report(incumbent=best.value)
+    return Result.settled(
+        status,
+        best.value,
+        bound,
+        log.started,
+        schedule=schedule,
+        anytime=tuple(log.points),
+        solver="kvsched",
+        formulation="pipeline",
+        objective_name=objective,
+        stats={**stats, "found_by": best.name, "batches": len(best.schedule.batches)},
+        scope=Scope.ALL,
+        bounds=tuple(log.bounds),
+        stopped="" if status == SolveStatus.OPTIMAL else ("deadline" if deadline.expired() else "gap"),
+        trace=log.trace_of(best.value),
+    )
