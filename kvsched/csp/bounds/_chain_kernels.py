@@ -295,3 +295,110 @@ def price_chains_numpy(
                 zz = zz[1:]
         prices[j] = float(np.min(f + slots + 1 - a))
     return prices
+
+
+@nb.njit(cache=True, inline="always")
+def _contiguous_cost(s, o, a, i_j, block, big, ycum, tcum, zcum, z):  # pragma: no cover - compiled
+    """S + O - a plus the prices of ops S .. S + O - 1 (weights (I + t - S) / block)."""
+    end = min(s + o, big)
+    v = s + o - a + ((i_j - s) * (ycum[end] - ycum[s]) + tcum[end] - tcum[s]) / block
+    if z.size:
+        v += zcum[end] - zcum[s] + (i_j - 1) * z[s]
+    return v
+
+
+@nb.njit(cache=True, parallel=True)
+def price_contiguous(
+    earliest,
+    output,
+    prompt,
+    arrival,
+    block,
+    y,
+    z,
+    prev_start,
+    use_prev,
+):  # pragma: no cover - compiled
+    """Each request's cheapest *contiguous* chain (ops in slots S .. S + O - 1): price and start.
+
+    Not a bound for every schedule (pauses are excluded), only a cheap direction for the
+    multipliers: ``O(window)`` per request with prefix sums of ``y`` and ``t y``, against
+    ``O(O x window)`` for the chain programme. Weights are ``(I + u - 1) / block`` (linear).
+    """
+    n = output.size
+    big = y.size
+    ycum = np.zeros(big + 1)
+    tcum = np.zeros(big + 1)
+    zcum = np.zeros(big + 1)
+    for t in range(big):
+        ycum[t + 1] = ycum[t] + y[t]
+        tcum[t + 1] = tcum[t] + t * y[t]
+        if z.size:
+            zcum[t + 1] = zcum[t] + z[t]
+    price = np.empty(n)
+    start = np.empty(n, dtype=np.int64)
+    for j in nb.prange(n):
+        e, o, a, i_j = earliest[j], output[j], arrival[j], prompt[j]
+        best = max(big, e) + o - a  # wholly past the horizon
+        bs = max(big, e)
+        if use_prev and e <= prev_start[j] < big:
+            v = _contiguous_cost(prev_start[j], o, a, i_j, block, big, ycum, tcum, zcum, z)
+            if v < best:
+                best = v
+                bs = prev_start[j]
+        # Every start costs at least S + O - a: none after a + best - O can be cheaper.
+        s = e
+        while s < big and s <= a + best - o + BAND_TOL:
+            v = _contiguous_cost(s, o, a, i_j, block, big, ycum, tcum, zcum, z)
+            if v < best:
+                best = v
+                bs = s
+            s += 1
+        price[j] = best
+        start[j] = bs
+    return price, start
+
+
+@nb.njit(cache=True)
+def contiguous_loads(output, prompt, block, start, horizon, with_tokens):  # pragma: no cover
+    """Blocks (linear weights) and tokens the contiguous chains put in each slot ``< horizon``."""
+    load = np.zeros(horizon)
+    tokens = np.zeros(horizon if with_tokens else 0)
+    for j in range(output.size):
+        s = start[j]
+        for u in range(output[j]):
+            t = s + u
+            if t >= horizon:
+                break
+            load[t] += (prompt[j] + u) / block
+            if with_tokens:
+                tokens[t] += 1.0
+        if with_tokens and s < horizon:
+            tokens[s] += prompt[j] - 1
+    return load, tokens
+
+
+@nb.njit(cache=True)
+def band_cells(earliest, output, prompt, arrival, block, y, objective):  # pragma: no cover - compiled
+    """An estimate of the chain programme's work at ``y``: sum over requests of O x band width.
+
+    The band of :func:`price_chains` without last call's chains (contiguous-from-earliest
+    and past-the-horizon chains only, budget rows left out): an over-estimate of the
+    work of a warm call, used to decide whether a call fits the time left.
+    """
+    big = y.size
+    ycum = np.zeros(big + 1)
+    tcum = np.zeros(big + 1)
+    for t in range(big):
+        ycum[t + 1] = ycum[t] + y[t]
+        tcum[t + 1] = tcum[t] + t * y[t]
+    cells = 0.0
+    for j in range(output.size):
+        e, o, a, i_j = earliest[j], output[j], arrival[j], prompt[j]
+        ub = max(big, e) + o - a
+        if e < big:
+            end = min(e + o, big)
+            ub = min(ub, e + o - a + ((i_j - e) * (ycum[end] - ycum[e]) + tcum[end] - tcum[e]) / block)
+        width = max(1.0, np.floor(a + ub - o - e + BAND_TOL) + 1) if objective == LATENCY else 1.0
+        cells += o * width
+    return cells

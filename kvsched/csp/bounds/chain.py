@@ -102,6 +102,10 @@ TARGET_SHARE = 0.05
 PATIENCE = 15
 #: Weight of the new subgradient in the averaged direction (volume algorithm); the rest is the old one.
 SMOOTHING = 0.4
+#: Share of the time left that the contiguous pricing may spend moving the multipliers first.
+CONTIGUOUS_SHARE = 0.4
+#: Dynamic-programme cells per second assumed for a first chain pricing (2 cores, loaded: cautious).
+CELLS_PER_SECOND = 8e7
 #: Extra slots of dual horizon past the incumbent's makespan (share of it).
 HORIZON_MARGIN = 0.05
 
@@ -331,65 +335,164 @@ def chain_lagrangian(
         y[: min(horizon, len(y0))] = np.maximum(0.0, y0[:horizon])
     z = np.zeros(horizon if data.budget is not None else 0)
 
-    best, best_y, best_z = -math.inf, y.copy(), z.copy()
     history: list[tuple[float, float]] = []
-    factor, streak, prev = 1.0, 0, None
-    dir_y, dir_z = None, None
-    last_cost, it = 0.0, 0
-    for it in range(1, max_iterations + 1):
-        # A pricing cannot be interrupted: do not start one the deadline cannot fit.
-        if deadline.expired() or (it > 1 and deadline.remaining() < 1.2 * last_cost):
-            it -= 1
-            break
-        tic = time.perf_counter()
-        pricing = evaluate(data, y, z, prev=prev)
-        last_cost = time.perf_counter() - tic
-        prev = pricing.chains
-        if pricing.value > best:
-            gained = pricing.value - best
-            best, best_y, best_z = pricing.value, y.copy(), z.copy()
-            history.append((time.perf_counter() - wall, data.to_bound(best)))
-            streak = 0 if gained > 1e-6 * max(1.0, abs(best)) else streak + 1
-        else:
-            streak += 1
-        # Volume-style direction: the new subgradient averaged with the old direction. Steps are
-        # taken in the multipliers of the rows divided by their right-hand sides (M y and C z), so
-        # that memory and token rows move at comparable rates.
-        g_y = pricing.load / data.capacity - 1.0
-        g_z = pricing.tokens / float(data.budget) - 1.0 if z.size else z
-        dir_y = g_y if dir_y is None else (1 - SMOOTHING) * dir_y + SMOOTHING * g_y
-        dir_z = g_z if dir_z is None else (1 - SMOOTHING) * dir_z + SMOOTHING * g_z
-        if streak >= PATIENCE:
-            factor *= 0.5
-            streak = 0
-            y, z, prev = best_y.copy(), best_z.copy(), None
-            dir_y, dir_z = None, None
-            if factor < 1e-3:
+
+    def record(value: float) -> None:
+        if not history or data.to_bound(value) > history[-1][1]:
+            history.append((time.perf_counter() - wall, data.to_bound(value)))
+
+    # A valid bound at once: y = 0 prices each request alone (cheap: every band is narrow).
+    zero = evaluate(data, np.zeros(horizon), np.zeros_like(z))
+    best, best_y, best_z, iterations = zero.value, np.zeros(horizon), np.zeros_like(z), 1
+    record(best)
+    if data.objective == LATENCY and not deadline.expired():
+        # Phase 1: move y with the cheap contiguous pricing (its values are not bounds).
+        fast = _Ascent(data, upper, _contiguous_pricer(data))
+        fast.run(y, z, deadline.share(CONTIGUOUS_SHARE), max_iterations)
+        y, z = fast.best_y, fast.best_z
+        # A chain pricing at large multipliers has wide bands: shrink them until one fits the time left
+        # (a convex combination with y = 0, whose value is already known, loses little).
+        for _ in range(8):
+            if not deadline.bounded or _predict(data, y) < deadline.remaining():
                 break
-            continue
-        # Components at 0 pushed further down do not move: leave them out of the norm.
-        move_y = np.where((y > 0) | (dir_y > 0), dir_y, 0.0)
-        move_z = np.where((z > 0) | (dir_z > 0), dir_z, 0.0)
-        norm = float(move_y @ move_y + move_z @ move_z)
-        if norm <= 0.0:
-            break  # a zero subgradient: y is optimal
-        # Polyak towards the incumbent's value, but no further than TARGET_SHARE above the best bound:
-        # a poor incumbent would otherwise make every step overshoot.
-        target = min(upper, best + TARGET_SHARE * max(1.0, abs(best)))
-        target = max(target, best + 1e-4 * max(1.0, abs(best)))
-        step = factor * (target - pricing.value) / norm
-        y = np.maximum(0.0, y + step * move_y / data.capacity)
-        if z.size:
-            z = np.maximum(0.0, z + step * move_z / float(data.budget))
-    # With no pricing done, the objective's sign is the only bound (latencies are >= 0).
-    bound = max(0.0, data.to_bound(best))
+            y, z = 0.7 * y, 0.7 * z
+    # Phase 2: the exact chain pricing; every value is a bound.
+    exact = _Ascent(
+        data,
+        upper,
+        _chain_pricer(data),
+        on_improve=record,
+        floor=best,
+        first_cost=lambda y: _predict(data, y),
+    )
+    exact.run(y, z, deadline, max_iterations)
+    iterations += exact.iterations
+    if exact.best > best:
+        best, best_y, best_z = exact.best, exact.best_y, exact.best_z
     return ChainLagrangian(
-        bound=Bound(bound, "chain-lagrangian", Scope.ALL),
-        value=data.slot * best if math.isfinite(best) else 0.0,
+        bound=Bound(max(0.0, data.to_bound(best)), "chain-lagrangian", Scope.ALL),
+        value=data.slot * best,
         y=best_y,
         z=best_z,
-        iterations=it,
+        iterations=iterations,
         seconds=time.perf_counter() - wall,
         incumbent=data.slot * upper,
         history=tuple(history),
     )
+
+
+def _predict(data: ChainData, y: np.ndarray) -> float:
+    """Seconds a cold chain pricing at ``y`` may take (its band cells at ``CELLS_PER_SECOND``)."""
+    cells = _kernels().band_cells(
+        data.earliest, data.output, data.prompt, data.arrival, data.block, y, data.objective
+    )
+    return float(cells) / CELLS_PER_SECOND
+
+
+def _chain_pricer(data: ChainData):
+    """Exact chain pricing; keeps last call's chains to narrow the next bands."""
+    prev: list[np.ndarray | None] = [None]
+
+    def price(y: np.ndarray, z: np.ndarray, reset: bool) -> tuple[float, np.ndarray, np.ndarray]:
+        pricing = evaluate(data, y, z, prev=None if reset else prev[0])
+        prev[0] = pricing.chains
+        return pricing.value, pricing.load, pricing.tokens
+
+    return price
+
+
+def _contiguous_pricer(data: ChainData):
+    """Contiguous pricing (pauses excluded: a direction, not a bound); keeps last call's starts."""
+    prev: list[np.ndarray | None] = [None]
+
+    def price(y: np.ndarray, z: np.ndarray, reset: bool) -> tuple[float, np.ndarray, np.ndarray]:
+        kernels = _kernels()
+        use = prev[0] is not None and not reset
+        start_prev = prev[0] if use else np.zeros(1, dtype=np.int64)
+        price_j, start = kernels.price_contiguous(
+            data.earliest, data.output, data.prompt, data.arrival, data.block, y, z, start_prev, use
+        )
+        prev[0] = start
+        load, tokens = kernels.contiguous_loads(
+            data.output, data.prompt, data.block, start, y.size, z.size > 0
+        )
+        value = float(price_j.sum() - data.capacity * y.sum())
+        if z.size:
+            value -= float(data.budget) * float(z.sum())
+        return value, load, tokens
+
+    return price
+
+
+class _Ascent:
+    """Projected subgradient ascent with Polyak steps, volume-style averaging and resets to the best point."""
+
+    def __init__(
+        self,
+        data: ChainData,
+        upper: float,
+        price,
+        on_improve=None,
+        floor: float = -math.inf,
+        first_cost=lambda y: 0.0,
+    ):
+        self.data, self.upper, self.price, self.on_improve = data, upper, price, on_improve
+        self.best, self.best_y, self.best_z = -math.inf, None, None
+        self.floor = floor  # the best value known from elsewhere (a target never below it)
+        self.iterations = 0
+        self.first_cost = first_cost  # predicted seconds of the first pricing at y
+
+    def run(self, y: np.ndarray, z: np.ndarray, deadline: Deadline, max_iterations: int) -> None:
+        data = self.data
+        self.best_y, self.best_z = y.copy(), z.copy()
+        factor, streak, reset = 1.0, 0, True
+        dir_y = dir_z = None
+        last_cost = 0.0
+        for _ in range(max_iterations):
+            # A pricing cannot be interrupted: do not start one the deadline cannot fit.
+            predicted = 1.2 * last_cost if self.iterations else self.first_cost(y)
+            if deadline.expired() or deadline.remaining() < predicted:
+                break
+            tic = time.perf_counter()
+            value, load, tokens = self.price(y, z, reset)
+            last_cost = time.perf_counter() - tic
+            self.iterations += 1
+            reset = False
+            if value > self.best:
+                gained = value - self.best
+                self.best, self.best_y, self.best_z = value, y.copy(), z.copy()
+                if self.on_improve is not None:
+                    self.on_improve(value)
+                streak = 0 if gained > 1e-6 * max(1.0, abs(value)) else streak + 1
+            else:
+                streak += 1
+            if streak >= PATIENCE:
+                factor *= 0.5
+                streak, reset = 0, True
+                y, z = self.best_y.copy(), self.best_z.copy()
+                dir_y = dir_z = None
+                if factor < 1e-3:
+                    break
+                continue
+            # Volume-style direction: the new subgradient averaged with the old direction. Steps are
+            # taken in the multipliers of the rows divided by their right-hand sides (M y and C z),
+            # so that memory and token rows move at comparable rates.
+            g_y = load / data.capacity - 1.0
+            g_z = tokens / float(data.budget) - 1.0 if z.size else z
+            dir_y = g_y if dir_y is None else (1 - SMOOTHING) * dir_y + SMOOTHING * g_y
+            dir_z = g_z if dir_z is None else (1 - SMOOTHING) * dir_z + SMOOTHING * g_z
+            # Components at 0 pushed further down do not move: leave them out of the norm.
+            move_y = np.where((y > 0) | (dir_y > 0), dir_y, 0.0)
+            move_z = np.where((z > 0) | (dir_z > 0), dir_z, 0.0)
+            norm = float(move_y @ move_y + move_z @ move_z)
+            if norm <= 0.0:
+                break  # a zero subgradient: y is optimal
+            # Polyak towards the incumbent's value, but no further than TARGET_SHARE above the best
+            # value: a poor incumbent would otherwise make every step overshoot.
+            best = max(self.best, self.floor)
+            target = min(self.upper, best + TARGET_SHARE * max(1.0, abs(best)))
+            target = max(target, best + 1e-4 * max(1.0, abs(best)))
+            step = factor * (target - value) / norm
+            y = np.maximum(0.0, y + step * move_y / data.capacity)
+            if z.size:
+                z = np.maximum(0.0, z + step * move_z / float(data.budget))
