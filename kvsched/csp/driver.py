@@ -104,6 +104,7 @@ def solve(
     strengthen: bool = True,
     deadline: Deadline | None = None,
     progress: Progress | None = None,
+    time_limit: float | None = None,
 ) -> Result:
     """Find a hindsight-optimal schedule, or the best one found and a proven bound, by a deadline.
 
@@ -138,6 +139,9 @@ def solve(
     progress
         Called with an :class:`AnytimePoint` (elapsed seconds, best objective,
         best bound) whenever either improves, like OR-Tools' solution callbacks.
+    time_limit
+        Wall-clock seconds for the whole solve (a shorthand for
+        ``deadline=Deadline.after(time_limit)``; default ``options.time_limit``).
 
     Returns
     -------
@@ -147,7 +151,8 @@ def solve(
         and the bound range over.
     """
     options = options or SolverOptions()
-    deadline = deadline or Deadline.after(options.time_limit)
+    if deadline is None:
+        deadline = Deadline.after(options.time_limit if time_limit is None else time_limit)
     check_solver(solver)
     run = SolveLog(instance, objective, progress)
     if formulation == "auto":
