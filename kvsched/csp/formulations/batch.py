@@ -59,8 +59,17 @@ class BatchFormulation:
     def value(self, schedule: Schedule) -> float:
         return self.bi.value(schedule) * self.scale
 
+    def least_variables(self) -> int:
+        """A lower bound on the model's size: every schedule needs the KV area's batches (area / M)."""
+        bi = self.bi
+        area = float(np.sum(bi.output * bi.prompt + bi.output * (bi.output - 1) / 2))
+        batches = max(int(bi.min_batches.max()), math.ceil(area / bi.kv_cap))
+        return VARIABLES_PER_CELL * bi.n * batches
+
     def incumbents(self, deadline: Deadline, options: SolverOptions) -> list[tuple[Schedule, str]]:
         bi = self.bi
+        if self.least_variables() > VARIABLES_PER_SECOND * deadline.limit:
+            return []  # no model of this size can be built in the limit: the driver's fast schedule instead
         out = [(bi.sequential_schedule(), "sequential")]
         for name in WARM_POLICIES:
             if deadline.expired():

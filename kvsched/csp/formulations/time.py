@@ -8,7 +8,7 @@ from kvsched.csp.backends import SolverOptions
 from kvsched.csp.certificate import Bound, Scope
 from kvsched.csp.formulations.base import Built, Declined
 from kvsched.csp.lagrangian import horizon_windows, lagrangian
-from kvsched.csp.timeindexed import TimeIndexed
+from kvsched.csp.timeindexed import MAX_SLOTS, TimeIndexed
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import ScheduleError
 from kvsched.schedule.ir import Schedule
@@ -72,8 +72,8 @@ class TimeFormulation:
         return self.ti.value(starts) * self.scale
 
     def incumbents(self, deadline: Deadline, options: SolverOptions) -> list[tuple[Schedule, str]]:
-        if self.ti.list_horizon > 50 * (len(self.ti.prompt) + int(self.ti.output.sum())):
-            return []  # idle stretches of arrivals far apart: left to the event-driven incumbents
+        if self.ti.list_horizon > MAX_SLOTS:
+            return []  # far-future arrivals or a huge total output: left to the event-driven incumbents
         starts = self.ti.heuristic_starts(deadline.share(LIST_SHARE))
         if starts is None or deadline.expired():
             return []
