@@ -22,10 +22,11 @@ hold KV while paused, and refills hold more: dropping them only relaxes
 of the request's tokens, and its other ``I_j - 1`` prompt tokens are processed
 in slots ``[r_j, t_{j,1}]``, so
 
-    sum_j [t_{j,u} = t, any u] + (I_j - 1) [prompt token slot = t]  <=  C    (tok_t)
+    sum_j ([t_{j,u} = t, any u] + x_{j,t})  <=  C    (tok_t)
 
-(the per-request chunk cap ``q`` and the refill tokens are dropped: relaxations
-again). Under unit time the objective ``sum_j (C_j - a_j)`` is at least
+where ``x_{j,t} >= 0`` spread the other ``I_j - 1`` prompt tokens over slots
+``[r_j, t_{j,1}]`` in any way (the per-request chunk cap ``q`` and the refill
+tokens are dropped: relaxations again). Under unit time the objective ``sum_j (C_j - a_j)`` is at least
 ``sum_j (t_{j,O_j} + 1 - a_j)``. Dualise (mem_t) with ``y_t >= 0`` and (tok_t)
 with ``z_t >= 0`` for the slots ``t < H`` (and ``y_t = z_t = 0`` beyond: any
 ``y, z >= 0`` give a bound). For every schedule
@@ -33,10 +34,13 @@ with ``z_t >= 0`` for the slots ``t < H`` (and ``y_t = z_t = 0`` beyond: any
     objective  >=  sum_j price_j(y, z) - M sum_t y_t - C sum_t z_t  =  L(y, z),
 
 where ``price_j`` is the cheapest chain of request ``j``: the minimum over
-strictly increasing slots ``t_1 < ... < t_O`` (``t_1 >` its earliest slot)
-and a prompt slot ``p in [r_j, t_1]`` of
+strictly increasing slots ``t_1 < ... < t_O`` (``t_1 >=`` its earliest slot)
+and a spread ``x`` of its other prompt tokens of
 
-    t_O + 1 - a_j + sum_u (w_{j,u} y_{t_u} + z_{t_u}) + (I_j - 1) z_p.
+    t_O + 1 - a_j + sum_u (w_{j,u} y_{t_u} + z_{t_u}) + sum_t z_t x_t;
+
+the spread is linear, so at its cheapest all ``I_j - 1`` tokens sit in the
+cheapest slot ``p in [r_j, t_1]``.
 
 Chains may run past ``H``, where nothing is priced ("the zero-price tail"):
 without it the bound would silently assume the optimum ends by ``H``. The
@@ -63,13 +67,19 @@ and tokens are priced, so this bound is weak when memory is tight.
 directly (a feasibility version, "no ``y`` proves the chains cannot all end by
 ``H``", would be a binary search over ``H``); :func:`chain_lagrangian` refuses it.
 
-**Dual method.** Projected subgradient steps with Polyak's rule towards a
-target (the incumbent's value), directions averaged as in the volume algorithm
-(Barahona and Anbil 2000), the step factor halved and the iterate sent back to
-the best multipliers after a run without improvement. Warm start ``y_t =
-N(t) / M``: ``N(t)`` requests in the system in slot ``t`` of an incumbent
-schedule. Every iterate's value is a valid bound; the best is kept, so the
-deadline can stop the ascent at any iteration.
+**Dual method.** (1) One exact pricing at ``y = 0`` (each request alone): a
+valid bound at once. (2) For total latency, the multipliers are first moved
+with *contiguous* pricing (ops in ``S .. S + O - 1``, ``O(window)`` per request
+by prefix sums): a cheap direction only, its values exclude pauses and are never
+reported. (3) The exact chain pricing continues from there; every value is a
+bound. Both phases: projected subgradient steps with Polyak's rule towards a
+target at most ``TARGET_SHARE`` above the best value (never above the
+incumbent), directions averaged as in the volume algorithm (Barahona and Anbil
+2000), rows scaled by their right-hand sides, the step halved and the iterate
+sent back to the best multipliers after ``PATIENCE`` iterations without
+improvement. Warm start ``y_t = N(t) / M``: ``N(t)`` requests in the system in
+slot ``t`` of an incumbent schedule. The deadline is checked before every
+pricing, and a pricing whose predicted time exceeds what is left is not started.
 """
 
 from __future__ import annotations
