@@ -55,6 +55,73 @@ def test_compiled_and_interpreted_kernels_make_the_same_legal_schedule(seed):
             assert fast.value == slow.value == _value(inst, fast)
 
 
+def _reference(inst: Instance, keys: np.ndarray, preempt: bool) -> list[tuple[list, list, list]]:
+    """The greedy's rule written plainly (unit time, distinct keys): a full sort every batch, no skip lists."""
+    lim, n = inst.limits, len(inst)
+    prompt = np.array([r.prompt for r in inst.requests])
+    output = np.array([r.output for r in inst.requests])
+    arrival = np.array([r.arrival for r in inst.requests])
+    gen, held, done = np.zeros(n, int), np.zeros(n, int), np.zeros(n, bool)
+    refilling = np.zeros(n, bool)  # evicted after generating, refill not done (the core's rule)
+    big = 1 << 40
+    t = float(arrival.min())
+    out = []
+    while not done.all():
+        live = [r for r in range(n) if not done[r] and arrival[r] <= t + 1e-9]
+        if not live:
+            t = float(arrival[~done].min())
+            continue
+        rank = (lambda r: keys[r]) if preempt else (lambda r: (held[r] == 0, keys[r]))
+        free, tok_left = lim.kv_blocks, lim.max_batch_tokens or big
+        pre_left, run_left = lim.max_prefill_tokens or big, lim.max_running or big
+        items, evicted = [], []
+        for r in sorted(live, key=rank):
+            decode = held[r] > 0 and gen[r] > 0 and not refilling[r]
+            tok = min(1, tok_left) if decode else min(prompt[r] + gen[r] - held[r], tok_left, pre_left)
+            if tok >= 1 and run_left >= 1 and lim.blocks_for(held[r] + tok) <= free:
+                items.append((r, tok))
+                free -= lim.blocks_for(held[r] + tok)
+                tok_left -= tok
+                pre_left -= 0 if decode else tok
+                run_left -= 1
+            elif held[r] > 0 and run_left >= 1 and lim.blocks_for(held[r]) <= free:
+                free -= lim.blocks_for(held[r])
+                run_left -= 1
+            elif held[r] > 0:
+                evicted.append(r)
+        held[evicted] = 0
+        refilling[evicted] = gen[evicted] > 0
+        for r, tok in items:
+            held[r] += tok
+            if held[r] == prompt[r] + gen[r]:
+                gen[r] += 1
+                refilling[r] = False
+                done[r] = gen[r] == output[r]
+                held[r] = 0 if done[r] else held[r]
+        out.append((sorted(r for r, _ in items), [tok for _, tok in sorted(items)], sorted(evicted)))
+        t += 1.0
+    return out
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_kernel_follows_the_plain_rule(seed):
+    rng = np.random.default_rng(100 + seed)
+    inst = _random_instance(rng, int(rng.integers(20, 160)))
+    inst = Instance(inst.requests, inst.limits, TimeModel("unit"))
+    keys = rng.permutation(len(inst)).astype(float)  # distinct: no tie rule to agree on
+    for preempt in (True, False):
+        log = decide(inst, priority=keys, preempt=preempt)
+        got = [
+            (
+                log.requests[log.item_ptr[b] : log.item_ptr[b + 1]].tolist(),
+                log.tokens[log.item_ptr[b] : log.item_ptr[b + 1]].tolist(),
+                sorted(log.evicted[log.ev_ptr[b] : log.ev_ptr[b + 1]].tolist()),
+            )
+            for b in range(log.num_batches)
+        ]
+        assert got == _reference(inst, keys, preempt)
+
+
 tiny = st.lists(
     st.tuples(st.integers(1, 3), st.integers(1, 3), st.integers(0, 2)), min_size=1, max_size=3
 ).flatmap(

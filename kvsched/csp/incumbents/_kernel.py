@@ -20,7 +20,7 @@ Array layout (``n`` requests; rows of 2-D arrays):
   completed, pending inserts, (unused);
 * ``clock`` float64 (2,): the next batch's earliest start, the constant duration;
 * ``ib`` int64 (8, n): waiting list (worst first), holders, next holders, pending, arrival
-  order, marks, scratch, prefix minimum of the waiting list's first-item blocks;
+  order, marks, scratch, per span of :data:`SPAN` entries the smallest first item in blocks;
 * ``fb`` float64 (4, n): waiting keys, holder keys, pending keys, scratch;
 * the log: ``bf`` float64 (2, cap_b) start and duration; ``bi`` int64 (2, cap_b + 1)
   item and eviction offsets; ``it`` int64 (4, cap_i) request, tokens, KV context,
@@ -40,6 +40,8 @@ DONE, CHUNK, GROW, NEED_DURATION = 0, 1, 2, 3
 #: Same tolerance as the core's arrival check (kvsched.schedule.core.TIME_TOL).
 ARRIVAL_TOL = 1e-9
 _BIG = 1 << 62
+#: Waiting-list entries per span whose smallest first item (in KV blocks) is kept, to skip spans that cannot fit.
+SPAN = 64
 #: More pending inserts than this are merged in one pass rather than inserted one by one.
 BULK = 32
 
@@ -58,7 +60,7 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
     """
     prompt, output, gen, held, phase, done, nev = ia[0], ia[1], ia[2], ia[3], ia[4], ia[5], ia[6]
     arrival, skey = fa[0], fa[1]
-    wait, hold, hold2, pend, order, mark, tmp, pmin = ib[0], ib[1], ib[2], ib[3], ib[4], ib[5], ib[6], ib[7]
+    wait, hold, hold2, pend, order, mark, tmp, bmin = ib[0], ib[1], ib[2], ib[3], ib[4], ib[5], ib[6], ib[7]
     wkey, hkey, pkey, tmpk = fb[0], fb[1], fb[2], fb[3]
     n = prompt.shape[0]
     cap_blocks, bs = lim[0], lim[1]
@@ -140,9 +142,11 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
                     wait[lo], wkey[lo] = q, kq
                     wlen += 1
                     low = min(low, lo)
-            for k in range(low, wlen):
-                need = (prompt[wait[k]] + gen[wait[k]] + bs - 1) // bs
-                pmin[k] = need if k == 0 else min(pmin[k - 1], need)
+            for blk in range(low // SPAN, (wlen + SPAN - 1) // SPAN):
+                least = _BIG
+                for k in range(blk * SPAN, min(wlen, blk * SPAN + SPAN)):
+                    least = min(least, (prompt[wait[k]] + gen[wait[k]] + bs - 1) // bs)
+                bmin[blk] = least
             plen = 0
         if wlen == 0 and hlen == 0:
             t = arrival[order[order_ptr]]  # nothing to run: idle until the next arrival
@@ -159,17 +163,26 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
                 hkey[k] = rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem
             else:
                 hkey[k] = output[r] - gen[r]
-        hord = np.argsort(hkey[:hlen], kind="mergesort")
+        # Holders were left in last batch's priority order, which their new keys mostly keep:
+        # a stable insertion sort is linear on such input (same order as a stable sort).
+        for k in range(1, hlen):
+            r, kr = hold[k], hkey[k]
+            q = k - 1
+            while q >= 0 and hkey[q] > kr:
+                hold[q + 1], hkey[q + 1] = hold[q], hkey[q]
+                q -= 1
+            hold[q + 1], hkey[q + 1] = r, kr
         free, tok_left, pre_left, run_left = cap_blocks, budget_c, budget_p, budget_r
         first_item, first_ev = nit, nev_log
         h2 = 0
         admitted = 0
+        lowest = 0  # lowest waiting index admitted in this batch
         i, j = 0, wlen - 1  # the waiting list is walked from its best end
         wait_open = True
         while i < hlen or (wait_open and j >= 0):
-            take_holder = i < hlen and (not wait_open or j < 0 or preempt == 0 or hkey[hord[i]] <= wkey[j])
+            take_holder = i < hlen and (not wait_open or j < 0 or preempt == 0 or hkey[i] <= wkey[j])
             if take_holder:
-                r = hold[hord[i]]
+                r = hold[i]
                 i += 1
                 m = held[r]
                 if phase[r] == DECODE:
@@ -196,11 +209,14 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
                         ev[nev_log] = r
                         nev_log += 1
                 continue
-            # Nothing left in [0, j] can fit: its smallest first item is too big.
-            smallest = min(pmin[j], (min(tok_left, pre_left) + bs - 1) // bs)
-            if run_left <= 0 or tok_left <= 0 or pre_left <= 0 or free < smallest:
+            if run_left <= 0 or tok_left <= 0 or pre_left <= 0:
                 wait_open = False
                 continue
+            # Skip whole spans of the list whose smallest first item cannot fit (free only shrinks).
+            chunk_blocks = (min(tok_left, pre_left) + bs - 1) // bs
+            if min(bmin[j // SPAN], chunk_blocks) > free:
+                j = (j // SPAN) * SPAN - 1
+                continue  # the next waiting entry may now rank after a holder
             r = wait[j]
             j -= 1
             tok = min(prompt[r] + gen[r], tok_left, pre_left)
@@ -215,6 +231,7 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
                 run_left -= 1
                 mark[r] = 1
                 admitted += 1
+                lowest = j + 1
             elif fast != 0:
                 wait_open = False
         # Items in position order: a stable layout, so repeated decode batches coalesce into runs.
@@ -245,19 +262,21 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
             hold2[h2] = r
             h2 += 1
         if admitted > 0:
-            # Admitted requests leave the scanned (best) end of the waiting list.
-            c = j + 1
-            for k in range(j + 1, wlen):
+            # Admitted requests leave the waiting list; only the part above the lowest one moves.
+            c = lowest
+            for k in range(lowest, wlen):
                 r = wait[k]
                 if mark[r] == 0:
                     wait[c], wkey[c] = r, wkey[k]
-                    pmin[c] = (prompt[r] + gen[r] + bs - 1) // bs
-                    if c > 0:
-                        pmin[c] = min(pmin[c], pmin[c - 1])
                     c += 1
                 else:
                     mark[r] = 0
             wlen = c
+            for blk in range(lowest // SPAN, (wlen + SPAN - 1) // SPAN):
+                least = _BIG
+                for k in range(blk * SPAN, min(wlen, blk * SPAN + SPAN)):
+                    least = min(least, (prompt[wait[k]] + gen[wait[k]] + bs - 1) // bs)
+                bmin[blk] = least
         for k in range(h2):
             hold[k] = hold2[k]
         hlen = h2
