@@ -112,8 +112,14 @@ def main(argv: list[str] | None = None) -> int:
             prompt = np.array([r.prompt for r in inst.requests])
             output = np.array([r.output for r in inst.requests])
             keys = kv_area(prompt, output)
+            params = best.schedule.meta.get("params", {})
             better = improve(
-                inst, best, Deadline.after(args.lns), keys=keys, preempt="no-preempt" not in best.name
+                inst,
+                best,
+                Deadline.after(args.lns),
+                keys=keys,
+                preempt=params.get("preempt", True),
+                lookahead=params.get("lookahead", 0),
             )
             lns = f"{better.value:.6g} ({better.stats['evaluations']} evals)"
         table.add_row(

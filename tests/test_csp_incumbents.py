@@ -202,6 +202,18 @@ def test_block_size_and_linear_time_with_arrivals():
     assert inc.schedule.makespan > 0
 
 
+def test_lookahead_admits_less_and_never_leaves_a_batch_empty():
+    rng = np.random.default_rng(9)
+    reqs = [(int(rng.integers(1, 30)), int(rng.integers(1, 30)), 0.0) for _ in range(40)]
+    inst = _inst(reqs, 120, c=32, p=32, time_model="infermax-linear")
+    plain = greedy(inst, "remaining-area")
+    careful = greedy(inst, "remaining-area", lookahead=8)
+    assert careful.stats["evictions"] < plain.stats["evictions"]
+    serial = greedy(inst, "remaining-area", lookahead=10**6)  # admits only into an empty batch
+    assert all(b.size >= 1 for b in serial.schedule.batches)
+    assert serial.stats["evictions"] == 0
+
+
 # ------------------------------------------------------------------ priorities, deadline
 def test_external_priority_reproduces_a_static_rule():
     inst = _random_instance(np.random.default_rng(11), 20)

@@ -6,8 +6,23 @@
 """
 
 from kvsched.csp.incumbents.base import Incumbent
+from kvsched.csp.incumbents.best import FAST_POLICIES, VARIANTS, best_incumbent, eviction_is_free
 from kvsched.csp.incumbents.greedy import decide, greedy
+from kvsched.csp.incumbents.lns import improve
 from kvsched.csp.incumbents.log import BatchLog
 from kvsched.csp.incumbents.rules import RULES, kv_area, rule_keys
 
-__all__ = ["RULES", "BatchLog", "Incumbent", "decide", "greedy", "kv_area", "rule_keys"]
+__all__ = [
+    "FAST_POLICIES",
+    "RULES",
+    "VARIANTS",
+    "BatchLog",
+    "Incumbent",
+    "best_incumbent",
+    "decide",
+    "eviction_is_free",
+    "greedy",
+    "improve",
+    "kv_area",
+    "rule_keys",
+]

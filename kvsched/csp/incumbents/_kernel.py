@@ -14,8 +14,8 @@ Array layout (``n`` requests; rows of 2-D arrays):
 
 * ``ia`` int64 (7, n): prompt I, output O, generated G, KV held m, phase, done, evictions;
 * ``fa`` float64 (2, n): arrival, static key;
-* ``lim`` int64 (9,): KV blocks, block size, C, P, max_running (-1: none), rule,
-  preempt, fast, whether ``clock[1]`` is every batch's duration;
+* ``lim`` int64 (10,): KV blocks, block size, C, P, max_running (-1: none), rule,
+  preempt, fast, whether ``clock[1]`` is every batch's duration, admission lookahead (tokens);
 * ``sc`` int64 (9,): arrival pointer, waiting, holders, batches, items, evictions,
   completed, pending inserts, (unused);
 * ``clock`` float64 (2,): the next batch's earliest start, the constant duration;
@@ -67,7 +67,7 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
     budget_c = lim[2] if lim[2] >= 0 else _BIG
     budget_p = lim[3] if lim[3] >= 0 else _BIG
     budget_r = lim[4] if lim[4] >= 0 else _BIG
-    rule, preempt, fast, const = lim[5], lim[6], lim[7], lim[8]
+    rule, preempt, fast, const, lookahead = lim[5], lim[6], lim[7], lim[8], lim[9]
     order_ptr, wlen, hlen, nbat, nit, nev_log, ndone, plen = (
         sc[0],
         sc[1],
@@ -221,7 +221,11 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
             j -= 1
             tok = min(prompt[r] + gen[r], tok_left, pre_left)
             need = (tok + bs - 1) // bs
-            if need <= free:
+            # An admission leaves room for ``lookahead`` more tokens of every request run so far
+            # (and itself), so that the next batches' decodes do not evict what was just prefilled;
+            # the first item of a batch needs no room beyond its own (a batch is never empty).
+            room = 0 if nit == first_item else lookahead * (nit - first_item + 1)
+            if need + room <= free:
                 it[0, nit], it[1, nit], it[2, nit] = r, tok, 0
                 it[3, nit] = PREFILL if gen[r] == 0 else REFILL
                 nit += 1

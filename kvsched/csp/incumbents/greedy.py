@@ -43,6 +43,7 @@ def decide(
     *,
     preempt: bool = True,
     priority: np.ndarray | None = None,
+    lookahead: int = 0,
     deadline: Deadline | None = None,
     cost_model: CostModel | None = None,
     jit: bool = True,
@@ -57,6 +58,10 @@ def decide(
         Let waiting requests evict lower-priority holders (else holders always go first).
     priority
         External per-request keys (smallest first), overriding ``rule``.
+    lookahead
+        Admit a waiting request only if, after it, the KV left covers ``lookahead`` more tokens
+        for every request run in the batch so far: fewer admissions that the next decodes evict
+        again, which pays where eviction is not free (token budgets, seconds-based cost models).
     deadline
         Once it expires the kernel stops first-fit search and preemption: it finishes
         the schedule with the cheapest rule it has (holders first, waiting list walked
@@ -94,6 +99,7 @@ def decide(
             int(preempt),
             0,
             int(const),
+            int(lookahead),
         ],
         dtype=np.int64,
     )
@@ -182,6 +188,7 @@ def greedy(
     *,
     preempt: bool = True,
     priority: np.ndarray | None = None,
+    lookahead: int = 0,
     objective: str = "total-latency",
     deadline: Deadline | None = None,
     cost_model: CostModel | None = None,
@@ -203,13 +210,21 @@ def greedy(
     cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
     t0 = time.perf_counter()
     log = decide(
-        instance, rule, preempt=preempt, priority=priority, deadline=deadline, cost_model=cost_model, jit=jit
+        instance,
+        rule,
+        preempt=preempt,
+        priority=priority,
+        lookahead=lookahead,
+        deadline=deadline,
+        cost_model=cost_model,
+        jit=jit,
     )
     t1 = time.perf_counter()
     label = name or ("greedy:priority" if priority is not None else f"greedy:{rule}") + (
         "" if preempt else "/no-preempt"
-    )
-    schedule = log.to_schedule({"policy": label, "params": {"rule": rule, "preempt": preempt}})
+    ) + (f"/lookahead={lookahead}" if lookahead else "")
+    params = {"rule": rule, "preempt": preempt, "lookahead": lookahead}
+    schedule = log.to_schedule({"policy": label, "params": params})
     t2 = time.perf_counter()
     trace = replay(instance, schedule, cost_model)
     value = measure(trace)

@@ -60,6 +60,7 @@ def improve(
     keys: np.ndarray | None = None,
     window: int = 10,
     preempt: bool = True,
+    lookahead: int = 0,
     seed: int = 0,
     cost_model: CostModel | None = None,
     max_passes: int = 3,
@@ -75,8 +76,8 @@ def improve(
         used or a relaxation's alpha-points; default: the incumbent's completion order.
     window
         Requests re-ordered together.
-    preempt
-        The greedy mode the priority vectors are simulated in.
+    preempt, lookahead
+        The greedy mode the priority vectors are simulated in (see :func:`~kvsched.csp.incumbents.greedy.decide`).
     max_passes
         Passes over the whole order (a pass without improvement also ends the search).
 
@@ -102,6 +103,7 @@ def improve(
             instance,
             priority=keys,
             preempt=preempt,
+            lookahead=lookahead,
             objective=incumbent.objective,
             deadline=deadline,
             cost_model=cost_model,
