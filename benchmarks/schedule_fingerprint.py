@@ -16,6 +16,11 @@ same with paged blocks and budgets, chunked-prefill and burst synthetic
 traces). Each run is reduced to one SHA-256 over its batches (start, duration,
 items, phases, evictions, bit-exact) and the core's per-batch records and final
 state; a run that raises is fingerprinted by its error message instead.
+
+Coalesced decode runs (issue #16) are hashed batch by batch (``Schedule`` and
+``Trace.records`` spell a run out), so a schedule stored with runs has the
+fingerprint of the same batches stored one by one. ``--no-coalesce`` simulates
+without runs, to compare the two directly.
 """
 
 from __future__ import annotations
@@ -112,7 +117,7 @@ def fingerprint(result: SimResult) -> str:
     return h.hexdigest()
 
 
-def run_all(only: list[str] | None = None) -> dict[str, dict[str, str]]:
+def run_all(only: list[str] | None = None, *, coalesce: bool = True) -> dict[str, dict[str, str]]:
     out: dict[str, dict[str, str]] = {}
     for name, build in instances().items():
         try:
@@ -126,7 +131,7 @@ def run_all(only: list[str] | None = None) -> dict[str, dict[str, str]]:
                 continue
             t0 = time.perf_counter()
             try:
-                digest = fingerprint(simulate(inst, make_policy(spec.name)))
+                digest = fingerprint(simulate(inst, make_policy(spec.name), coalesce=coalesce))
             except KvschedError as exc:
                 digest = "error: " + str(exc)
             out[name][spec.name] = digest
@@ -141,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--save", type=Path, help="write the fingerprints to this JSON file")
     parser.add_argument("--check", type=Path, help="compare with the fingerprints in this JSON file")
     parser.add_argument("-p", "--policy", action="append", help="only these policies (repeatable)")
+    parser.add_argument("--no-coalesce", action="store_true", help="simulate batch by batch (no runs)")
     args = parser.parse_args(argv)
-    got = run_all(args.policy)
+    got = run_all(args.policy, coalesce=not args.no_coalesce)
     if args.save:
         args.save.write_text(json.dumps(got, indent=1, sort_keys=True) + "\n")
         print(f"saved {sum(map(len, got.values()))} fingerprints to {args.save}")

@@ -485,6 +485,14 @@ class EngineState:
             batch, batch.requests, batch.tokens, batch.phases == _DECODE, int(batch.evicted.size)
         )
 
+    def check_and_apply(self, batch: Batch, index: int | None = None) -> tuple[list[Violation], BatchRecord]:
+        """:meth:`check` then :meth:`apply` (the validator's step), reusing the quick path's reads when legal."""
+        legal = self._quick(batch)
+        if legal is not None:
+            self._evict(batch.evicted)
+            return [], self._advance_legal(batch, legal)
+        return self._full_check(batch, index), self.apply(batch)
+
     def _evict(self, ev: np.ndarray) -> None:
         """Drop the KV of ``ev`` (distinct requests that hold KV)."""
         if not ev.size:

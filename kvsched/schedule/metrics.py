@@ -52,29 +52,17 @@ def _generation_events(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     entries = trace.entries
     if not entries:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-    pos_parts: list[np.ndarray] = []
-    time_parts: list[np.ndarray] = []
-    ends: list[float] = []
-    gens: list[np.ndarray] = []
-
-    def flush() -> None:
-        if gens:
-            counts = np.fromiter((g.size for g in gens), dtype=np.int64, count=len(gens))
-            pos_parts.append(np.concatenate(gens).astype(np.int64, copy=False))
-            time_parts.append(np.repeat(np.array(ends, dtype=np.float64), counts))
-            gens.clear()
-            ends.clear()
-
-    for r in entries:
-        if type(r) is RunRecord:
-            flush()
-            pos_parts.append(np.tile(r.requests, r.repeat))
-            time_parts.append(np.repeat(r.ends(), r.requests.size))
-        else:
-            gens.append(r.generated)
-            ends.append(r.end)
-    flush()
-    pos = np.concatenate(pos_parts)
+    recs = [r for r in entries if type(r) is not RunRecord]
+    runs = [r for r in entries if type(r) is RunRecord]
+    gens = [r.generated for r in recs]
+    counts = np.fromiter((g.size for g in gens), dtype=np.int64, count=len(gens))
+    ends = np.fromiter((r.end for r in recs), dtype=np.float64, count=len(recs))
+    pos_parts = [np.concatenate(gens).astype(np.int64, copy=False)] if gens else []
+    time_parts = [np.repeat(ends, counts)]
+    for r in runs:  # every item of a run generates in each of its batches
+        pos_parts.append(np.tile(r.requests, r.repeat))
+        time_parts.append(np.repeat(r.ends(), r.requests.size))
+    pos = np.concatenate(pos_parts) if pos_parts else np.empty(0, dtype=np.int64)
     times = np.concatenate(time_parts)
     # Records are chronological in a legal trace; sorting on time as well keeps
     # gaps non-negative even for an illegal (overlapping) one.
@@ -299,44 +287,50 @@ def _record_columns(recs: list[BatchRecord]) -> dict[str, np.ndarray]:
     return out
 
 
-def _run_columns(r: RunRecord) -> dict[str, np.ndarray]:
-    k, n = r.repeat, r.requests.size
-    steps = np.arange(1, k + 1, dtype=np.int64)
-    starts = r.run.starts()
-    full = np.full(k, n, dtype=np.int64)
+def _run_columns(runs: list[RunRecord]) -> dict[str, np.ndarray]:
+    """The per-batch columns of every batch of ``runs``, laid out with numpy."""
+    k = np.fromiter((r.repeat for r in runs), dtype=np.int64, count=len(runs))
+    n = np.fromiter((r.requests.size for r in runs), dtype=np.int64, count=len(runs))
+    owner = np.repeat(np.arange(len(runs)), k)
+    step = np.arange(int(k.sum()), dtype=np.int64) - np.repeat(np.cumsum(k) - k, k) + 1  # 1-based in its run
+    items = n[owner]
+
+    def per_run(get: Callable[[RunRecord], int]) -> np.ndarray:
+        return np.fromiter((get(r) for r in runs), dtype=np.int64, count=len(runs))[owner]
+
+    starts = np.concatenate([r.run.starts() for r in runs])
+    if all(r.block_size == 1 for r in runs):
+        kv_blocks = per_run(lambda r: r.kv_blocks) + items * step
+    else:
+        kv_blocks = np.concatenate([r.kv_blocks_during() for r in runs])
+    zeros = np.zeros(step.size, dtype=np.int64)
     return {
-        "index": r.index + steps - 1,
+        "index": per_run(lambda r: r.index) + step - 1,
         "start": starts,
-        "end": starts + r.run.durations,
-        "num_items": full,
-        "num_tokens": full,
-        "prefill_tokens": np.zeros(k, dtype=np.int64),
-        "num_decodes": full,
-        "kv_tokens": r.kv_tokens + n * steps,
-        "kv_blocks": r.kv_blocks_during(),
-        "num_running": np.full(k, r.num_running, dtype=np.int64),
-        "num_evicted": np.zeros(k, dtype=np.int64),
-        "num_generated": full,
+        "end": starts + np.concatenate([r.run.durations for r in runs]),
+        "num_items": items,
+        "num_tokens": items,
+        "prefill_tokens": zeros,
+        "num_decodes": items,
+        "kv_tokens": per_run(lambda r: r.kv_tokens) + items * step,
+        "kv_blocks": kv_blocks,
+        "num_running": per_run(lambda r: r.num_running),
+        "num_evicted": zeros,
+        "num_generated": items,
     }
 
 
 def _batch_columns(trace: Trace) -> dict[str, np.ndarray]:
     """The per-batch columns of :func:`batch_metrics`; runs are laid out with numpy, not expanded."""
-    parts: list[dict[str, np.ndarray]] = []
-    pending: list[BatchRecord] = []
-    for e in trace.entries:
-        if type(e) is RunRecord:
-            if pending:
-                parts.append(_record_columns(pending))
-                pending = []
-            parts.append(_run_columns(e))
-        else:
-            pending.append(e)
-    if pending or not parts:
-        parts.append(_record_columns(pending))
-    if len(parts) == 1:
-        return parts[0]
-    return {name: np.concatenate([p[name] for p in parts]) for name in _COLUMNS}
+    recs = [e for e in trace.entries if type(e) is not RunRecord]
+    runs = [e for e in trace.entries if type(e) is RunRecord]
+    cols = _record_columns(recs)  # type: ignore[arg-type]
+    if not runs:
+        return cols
+    more = _run_columns(runs)  # type: ignore[arg-type]
+    joined = {name: np.concatenate([cols[name], more[name]]) for name in _COLUMNS}
+    order = np.argsort(joined["index"], kind="stable")  # back in batch order
+    return {name: col[order] for name, col in joined.items()}
 
 
 # ----------------------------------------------------------------------- run

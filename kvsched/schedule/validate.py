@@ -93,12 +93,12 @@ def replay(
                 trace.entries.append(state.apply(batch))
             k += entry.repeat
             continue
-        found = state.check(entry, k)
+        found, record = state.check_and_apply(entry, k)
         if found:
             if strict:
                 raise ScheduleError(found)
             trace.violations.extend(found)
-        trace.entries.append(state.apply(entry))
+        trace.entries.append(record)
         k += 1
     unfinished = state.finish()
     if unfinished and strict:
