@@ -190,11 +190,12 @@ def solve(
     best: tuple[Schedule, float, str] | None = None
     for schedule, label in candidates:
         try:
-            value = run.evaluate(schedule, label)
+            value = run.evaluate(schedule, label, incumbent=False)
         except KvschedError:  # an illegal warm start is not an incumbent
             continue
         if form.in_class(schedule):
             run.seen[-1] = Seen(value, narrower(form.scope, scope_of(schedule)), label)
+            run.adopt(schedule, value)
             if best is None or value < best[1] - tolerance(value):
                 best = (schedule, value, label)
     if best is None:

@@ -35,6 +35,7 @@ class SolveLog:
         self.seen: list[Seen] = []
         self.best_value: float | None = None
         self._best_trace: tuple[float, Trace] | None = None
+        self._pending: dict[int, Trace] = {}
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -52,19 +53,36 @@ class SolveLog:
         if bound is not None:
             self.bounds.append(bound)
 
-    def evaluate(self, schedule: Schedule, what: str, scope: Scope | None = None) -> float:
-        """Replay ``schedule`` strictly (raises if illegal) and remember its value and scope."""
+    def evaluate(
+        self, schedule: Schedule, what: str, scope: Scope | None = None, *, incumbent: bool = True
+    ) -> float:
+        """Replay ``schedule`` strictly (raises if illegal) and remember its value and scope.
+
+        ``incumbent=False``: a schedule that may lie outside the result's scope; it
+        is checked against every bound of its own scope but not reported as the
+        best schedule (the caller reports it once it knows it is in scope).
+        """
         trace = replay(self.instance, schedule)
         value = self.measure(trace)
-        if self._best_trace is None or value < self._best_trace[0]:
+        if incumbent and (self._best_trace is None or value < self._best_trace[0]):
             self._best_trace = (value, trace)  # the result reuses it: no second replay
-        self.record(value, what, scope or scope_of(schedule))
+        self.record(value, what, scope or scope_of(schedule), incumbent=incumbent)
+        if not incumbent:
+            self._pending[id(schedule)] = trace
         return value
 
-    def record(self, value: float, what: str, scope: Scope) -> None:
+    def adopt(self, schedule: Schedule, value: float) -> None:
+        """Report a schedule evaluated with ``incumbent=False`` as in scope after all."""
+        trace = self._pending.pop(id(schedule), None)
+        if trace is not None and (self._best_trace is None or value < self._best_trace[0]):
+            self._best_trace = (value, trace)
+        self.report(incumbent=value)
+
+    def record(self, value: float, what: str, scope: Scope, *, incumbent: bool = True) -> None:
         """Remember the value of a schedule that the semantic core has already replayed."""
         self.seen.append(Seen(value, scope, what))
-        self.report(incumbent=value)
+        if incumbent:
+            self.report(incumbent=value)
 
     def trace_of(self, value: float) -> Trace | None:
         """The replay of the best schedule evaluated, if its value is ``value``."""
