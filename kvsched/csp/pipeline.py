@@ -103,7 +103,10 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         raise KvschedError("no greedy rule or policy produced a legal schedule for this instance")
     best = min(found, key=lambda inc: inc.value)
     stats["incumbents"] = {inc.name: inc.value for inc in found}
-    stats.update(_lagrangian(log, objective, best, deadline.share(LAGRANGIAN_SHARE)))
+    try:
+        stats.update(_lagrangian(log, objective, best, deadline.share(LAGRANGIAN_SHARE)))
+    except KeyboardInterrupt:  # Ctrl-C: keep the best schedule and the bounds found so far
+        stats["interrupted"] = "during the Lagrangian"
     status, bound = certify(best.value, Scope.ALL, log.bounds, log.seen)
     schedule = with_meta(best.schedule, objective=objective, status=str(status), scope=str(Scope.ALL))
     log.report(incumbent=best.value)
