@@ -141,8 +141,7 @@ def run_command(inst: Instance, policy: str, tmp: Path) -> tuple[float, float]:
         write_trace(inst, trace)
     lim = inst.limits
     cost = AZURE_COST if inst.time_model.name != "unit" else "unit"
-    kvsched = Path(sys.executable).with_name("kvsched")
-    cmd = [str(kvsched), "simulate", str(trace), "--policy", policy]
+    cmd = [sys.executable, "-m", "kvsched.cli", "simulate", str(trace), "--policy", policy]
     cmd += ["--kv-capacity", str(lim.kv_capacity), "-C", str(lim.max_batch_tokens), "--cost-model", cost]
     cmd += ["--no-progress"]
     start = time.perf_counter()

@@ -219,6 +219,23 @@ class KFCFS:
             return self._alone(view, ranked, is_eligible, is_decode)
         return Decision(requests, tokens, evicted)
 
+    def repeat_decodes(self, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """Coalesced runs (:class:`~kvsched.heuristics.base.SteadyDecodes`): a decode-only batch repeats
+        as long as the core allows it.
+
+        Through a run nothing arrives, completes or changes phase, so the eligible
+        sets, the budgets and every reason a prefill stayed out hold (the free blocks
+        only shrink, and no KV holder ranks below a request that failed memory, or it
+        would have been evicted). The ranking keeps the decodes' order: FCFS and
+        prompt keys are fixed, and true remaining tokens fall by one for every
+        decode. The decodes' memory is the core's KV-capacity limit, which ``limit``
+        already respects. Predicted remaining tokens can tie as predictions run out
+        (and ties reorder), so that ranking is stepped batch by batch.
+        """
+        if self.order == "shortest-remaining" and self.lengths == "predicted":
+            return 0
+        return limit
+
     def _alone(
         self, view: SchedulerView, ranked: list[int], is_eligible: list[bool], is_decode: list[bool]
     ) -> Decision:
