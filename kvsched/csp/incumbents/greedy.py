@@ -8,7 +8,9 @@ fit is paused while its KV still fits, and evicted otherwise; with ``preempt`` a
 higher-priority waiting request takes the memory of lower-priority holders,
 which are then evicted (free under unit time without a budget: the refill
 re-appends I + G tokens and generates in the same batch, exactly as a decode
-would; with a budget it costs tokens, which the packing charges).
+would; with a budget it costs tokens, which the packing charges). Where an eviction
+costs, an admission ``lookahead`` keeps room for the running requests' next
+decodes, so that fewer fresh prefills are evicted again.
 
 The decisions run in a compiled kernel (:mod:`~kvsched.csp.incumbents._kernel`),
 batch durations come from the instance's own cost model (the object the core
