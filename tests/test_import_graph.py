@@ -157,3 +157,21 @@ def test_no_import_circle(part):
 def test_no_csp_file_over_800_lines():
     long = {p.name: n for p in (ROOT / "csp").rglob("*.py") if (n := len(p.read_text().splitlines())) > 800}
     assert not long, long
+
+
+def test_the_cli_parser_does_not_import_the_solvers():
+    # Every command pays for what its parser imports before its clock can do anything useful.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from kvsched.cli import build_parser; build_parser(); "
+        "print(sorted(m for m in ('kvsched.csp', 'kvsched.analysis', 'numba', 'ortools', 'torch') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+    from kvsched.analysis.regret import AGAINST
+    from kvsched.commands.analysis import AGAINST as SPELLED
+
+    assert SPELLED == AGAINST
