@@ -11,7 +11,8 @@ what is left, each keeping what the earlier ones found:
 3. under unit time, the chain Lagrangian (:func:`kvsched.csp.bounds.chain_lagrangian`):
    a bound valid for every legal schedule, evictions included, warm-started
    from the best incumbent;
-4. large-neighbourhood search on the best incumbent with what is left.
+4. large-neighbourhood search on the best incumbent with what is left (windows of
+   priorities re-ordered and re-simulated; :func:`kvsched.csp.incumbents.improve`).
 
 The result's scope is every legal schedule; its bound is the best of the
 portfolio and the Lagrangian, each named by its source; it is ``optimal`` only
@@ -20,55 +21,32 @@ when that bound meets the best schedule.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from kvsched.costmodel import UnitCost
 from kvsched.csp.bounds import chain_lagrangian, portfolio
 from kvsched.csp.certificate import Scope, scope_of
 from kvsched.csp.certify import certify
-from kvsched.csp.incumbents import Incumbent, greedy
+from kvsched.csp.incumbents import Incumbent, best_incumbent, improve
 from kvsched.csp.result import AnytimePoint, Result, SolveStatus
 from kvsched.csp.run import SolveLog, with_meta
 from kvsched.errors import KvschedError
-from kvsched.heuristics import make_policy, simulate
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline
 
-#: Greedy priority rules tried, best first on the benchmarks (notes 005, section 2).
-RULES: Sequence[str] = ("remaining-area", "area", "remaining-output")
-#: Fast policies tried after the greedy, time permitting.
-POLICIES: Sequence[str] = ("sarathi", "vllm")
 #: Shares of what is left for each stage.
 BOUNDS_SHARE = 0.05
 INCUMBENT_SHARE = 0.3
 LAGRANGIAN_SHARE = 0.75
-#: Above this many requests, policies (simulated batch by batch) are skipped for the greedy alone.
-MAX_POLICY_REQUESTS = 20_000
 
 
 def _incumbents(log: SolveLog, objective: str, deadline: Deadline) -> list[Incumbent]:
-    found: list[Incumbent] = []
-    for rule in RULES:
-        if found and deadline.expired():
-            break
-        try:
-            inc = greedy(log.instance, rule, objective=objective, deadline=deadline)
-        except KvschedError:
-            continue
-        log.record(inc.value, inc.name, scope_of(inc.schedule))  # greedy() replayed it through the core
-        found.append(inc)
-    if len(log.instance) <= MAX_POLICY_REQUESTS:
-        for name in POLICIES:
-            if deadline.expired():
-                break
-            try:
-                schedule = simulate(log.instance, make_policy(name)).schedule
-            except KvschedError:
-                continue
-            value = log.evaluate(schedule, f"policy:{name}")
-            found.append(Incumbent(f"policy:{name}", schedule, value, objective))
-    return found
+    """The greedy variants and fast policies that fit the deadline (:func:`best_incumbent`)."""
+    best = best_incumbent(log.instance, objective, deadline)
+    # best_incumbent replayed each candidate through the core; record what it tried.
+    for name, value in best.stats.get("tried", {}).items():
+        log.record(value, name, Scope.ALL, incumbent=False)
+    log.record(best.value, best.name, scope_of(best.schedule))
+    return [best]
 
 
 def _lagrangian(log: SolveLog, objective: str, best: Incumbent, deadline: Deadline) -> dict:
@@ -102,11 +80,23 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
     if not found:
         raise KvschedError("no greedy rule or policy produced a legal schedule for this instance")
     best = min(found, key=lambda inc: inc.value)
-    stats["incumbents"] = {inc.name: inc.value for inc in found}
+    stats["incumbents"] = dict(best.stats.get("tried", {}))
+    if best.stats.get("skipped"):
+        stats["skipped"] = list(best.stats["skipped"])
     try:
         stats.update(_lagrangian(log, objective, best, deadline.share(LAGRANGIAN_SHARE)))
     except KeyboardInterrupt:  # Ctrl-C: keep the best schedule and the bounds found so far
         stats["interrupted"] = "during the Lagrangian"
+    if not deadline.expired():
+        try:
+            better = improve(log.instance, best, deadline)
+        except KeyboardInterrupt:
+            better = best
+            stats["interrupted"] = "during the local search"
+        if better.value < best.value:
+            log.record(better.value, better.name, scope_of(better.schedule))
+            best = better
+            stats["improved_by"] = "large-neighbourhood search"
     status, bound = certify(best.value, Scope.ALL, log.bounds, log.seen)
     schedule = with_meta(best.schedule, objective=objective, status=str(status), scope=str(Scope.ALL))
     log.report(incumbent=best.value)
