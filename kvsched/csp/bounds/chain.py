@@ -363,7 +363,7 @@ def chain_lagrangian(
         # A chain pricing at large multipliers has wide bands: shrink them until one fits the time left
         # (a convex combination with y = 0, whose value is already known, loses little).
         for _ in range(8):
-            if not deadline.bounded or _predict(data, y) < deadline.remaining():
+            if not deadline.bounded or _predict(data, y, z) < deadline.remaining():
                 break
             y, z = 0.7 * y, 0.7 * z
     # Phase 2: the exact chain pricing; every value is a bound.
@@ -373,7 +373,7 @@ def chain_lagrangian(
         _chain_pricer(data),
         on_improve=record,
         floor=best,
-        first_cost=lambda y: _predict(data, y),
+        first_cost=lambda y, z: _predict(data, y, z),
     )
     exact.run(y, z, deadline, max_iterations)
     iterations += exact.iterations
@@ -391,20 +391,36 @@ def chain_lagrangian(
     )
 
 
-def _predict(data: ChainData, y: np.ndarray) -> float:
-    """Seconds a cold chain pricing at ``y`` may take (its band cells at ``CELLS_PER_SECOND``)."""
-    cells = _kernels().band_cells(
-        data.earliest, data.output, data.prompt, data.arrival, data.block, y, data.objective
+def _contiguous(data: ChainData, y: np.ndarray, z: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's cheapest contiguous chain at ``(y, z)``: its price and its slots (flat)."""
+    price, start = _kernels().price_contiguous(
+        data.earliest, data.output, data.prompt, data.arrival, data.block, y, z, np.zeros(1, np.int64), False
     )
-    return float(cells) / CELLS_PER_SECOND
+    total = int(data.output.sum())
+    chains = np.repeat(start, data.output) + (np.arange(total) - np.repeat(data.offset, data.output))
+    return price, chains
+
+
+def _predict(data: ChainData, y: np.ndarray, z: np.ndarray) -> float:
+    """Seconds a chain pricing at ``(y, z)`` seeded with contiguous chains may take (band cells)."""
+    if data.objective != LATENCY:
+        cells = _kernels().band_cells(
+            data.earliest, data.output, data.prompt, data.arrival, data.block, y, data.objective
+        )
+        return float(cells) / CELLS_PER_SECOND
+    price, _ = _contiguous(data, y, z)
+    width = np.maximum(1.0, np.floor(data.arrival + price - data.output - data.earliest) + 1)
+    return float(np.sum(data.output * width)) / CELLS_PER_SECOND
 
 
 def _chain_pricer(data: ChainData):
-    """Exact chain pricing; keeps last call's chains to narrow the next bands."""
+    """Exact chain pricing; last call's chains (or, cold, the contiguous optimum) narrow the bands."""
     prev: list[np.ndarray | None] = [None]
 
     def price(y: np.ndarray, z: np.ndarray, reset: bool) -> tuple[float, np.ndarray, np.ndarray]:
-        pricing = evaluate(data, y, z, prev=None if reset else prev[0])
+        if reset or prev[0] is None:
+            prev[0] = _contiguous(data, y, z)[1] if data.objective == LATENCY else None
+        pricing = evaluate(data, y, z, prev=prev[0])
         prev[0] = pricing.chains
         return pricing.value, pricing.load, pricing.tokens
 
@@ -444,7 +460,7 @@ class _Ascent:
         price,
         on_improve=None,
         floor: float = -math.inf,
-        first_cost=lambda y: 0.0,
+        first_cost=lambda y, z: 0.0,
     ):
         self.data, self.upper, self.price, self.on_improve = data, upper, price, on_improve
         self.best, self.best_y, self.best_z = -math.inf, None, None
@@ -460,7 +476,7 @@ class _Ascent:
         last_cost = 0.0
         for _ in range(max_iterations):
             # A pricing cannot be interrupted: do not start one the deadline cannot fit.
-            predicted = 1.2 * last_cost if self.iterations else self.first_cost(y)
+            predicted = 1.2 * last_cost if self.iterations else self.first_cost(y, z)
             if deadline.expired() or deadline.remaining() < predicted:
                 break
             tic = time.perf_counter()
