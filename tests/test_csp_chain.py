@@ -54,7 +54,7 @@ def _shaped(n: int, kv_share: float, *, budget: int | None = None, arrivals: boo
 tiny = instances(max_requests=3, max_prompt=3, max_output=3, cost="unit")
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@settings(max_examples=15, deadline=None, derandomize=True, database=None)
 @given(tiny, st.sampled_from(CHAIN_OBJECTIVES))
 def test_bound_below_the_brute_force_optimum(inst, objective):
     """With and without budgets and arrivals, evictions allowed: even the LP optimum is below."""
@@ -77,7 +77,7 @@ def test_bound_below_the_optimum_with_budgets_and_eviction(objective):
     assert chain_lagrangian(inst, objective).bound.value <= opt + TOL
 
 
-@SETTINGS
+@settings(SETTINGS, max_examples=30)
 @given(legal_schedules(instances(max_requests=6, cost="unit")))
 def test_bound_below_every_legal_schedule(built):
     """Random legal schedules: chunks, pauses, evictions, idle slots, real-valued arrivals."""
