@@ -19,9 +19,9 @@ Cases (issue #16):
   the sum over the policies; the whole command is ``kvsched compare``-like).
 
 Columns: *loop* is :func:`kvsched.heuristics.simulate` in this process (CPU
-seconds, best of ``--repeat``); *command* is the wall time of ``kvsched
-simulate TRACE.csv ...`` in a fresh process (imports, loading the trace,
-simulating, metrics), and *peak* its maximum resident memory; *batches* counts
+seconds, best of ``--repeat``); *command* is ``python -m kvsched.cli simulate
+TRACE.csv ...`` in a fresh process (imports, loading the trace, simulating,
+metrics), its wall and CPU seconds, and *peak* its maximum resident memory; *batches* counts
 engine iterations (a coalesced run of k decode batches counts k) and
 *entries* the schedule's stored entries (batches and runs).
 
@@ -134,8 +134,8 @@ def write_trace(inst: Instance, path: Path) -> None:
     ).to_csv(path, index=False, float_format="%.17g")
 
 
-def run_command(inst: Instance, policy: str, tmp: Path) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MB) of ``kvsched simulate`` on ``inst`` in a fresh process."""
+def run_command(inst: Instance, policy: str, tmp: Path) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds and peak RSS (MB) of ``kvsched simulate`` on ``inst`` in a fresh process."""
     trace = tmp / f"{inst.name}.csv"
     if not trace.exists():
         write_trace(inst, trace)
@@ -152,7 +152,7 @@ def run_command(inst: Instance, policy: str, tmp: Path) -> tuple[float, float]:
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode:
         raise KvschedError(f"kvsched simulate failed ({proc.returncode}): {err.strip()[-300:]}")
-    return wall, usage.ru_maxrss / 1024.0
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024.0
 
 
 def time_loop(inst: Instance, policy: str, repeat: int, profiler: cProfile.Profile | None):
@@ -182,8 +182,9 @@ def run_cases(args: argparse.Namespace, console: Console) -> None:
         "loop CPU s",
         "µs/batch",
         "command s",
+        "command CPU s",
         "peak MB",
-        title="issue #16 cases (loop: in-process simulate, CPU time; command: kvsched simulate, wall)",
+        title="issue #16 cases (loop: in-process simulate, CPU time; command: kvsched simulate)",
     )
     chosen = [c for c in cases(args.big) if not args.case or c.name in args.case]
     with tempfile.TemporaryDirectory() as tmpdir:
@@ -212,10 +213,10 @@ def run_cases(args: argparse.Namespace, console: Console) -> None:
                     console.print(f"[bold]{case.name} / {policy}[/bold] (profiled)")
                     print(out.getvalue())
             if len(case.policies) == 1 and not args.no_command:
-                wall, peak = run_command(inst, case.policies[0], tmp)
-                command, peak_mb = f"{wall:.2f}", f"{peak:.0f}"
+                wall, cpu, peak = run_command(inst, case.policies[0], tmp)
+                command, command_cpu, peak_mb = f"{wall:.2f}", f"{cpu:.2f}", f"{peak:.0f}"
             else:
-                command, peak_mb = "-", "-"
+                command, command_cpu, peak_mb = "-", "-", "-"
             label = case.policies[0] if len(case.policies) == 1 else f"{len(case.policies)} policies"
             if failed:
                 label += f" ({len(failed)} failed)"
@@ -227,6 +228,7 @@ def run_cases(args: argparse.Namespace, console: Console) -> None:
                 f"{loop:.2f}",
                 f"{1e6 * loop / max(batches, 1):.1f}",
                 command,
+                command_cpu,
                 peak_mb,
             )
             console.print("  ".join(row))

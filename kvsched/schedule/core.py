@@ -584,7 +584,10 @@ class EngineState:
         self.processed[req] += tok
         kv_during, blocks_during, running = self.kv_tokens, self.kv_blocks, self.num_holding
 
-        gen = req[kv_new == legal.known]
+        made = kv_new == legal.known
+        # The record keeps these arrays for the whole run: share the batch's own (read-only)
+        # positions when every item generated, and one empty array when nothing completed.
+        gen = req if legal.num_decodes == req.size or _count(made) == req.size else req[made]
         generated = self.generated[gen] + 1
         self.generated[gen] = generated
         if legal.num_decodes < req.size:
@@ -592,7 +595,8 @@ class EngineState:
             self.refilling[gen] = False
             self._phase[gen] = _DECODE
             self.first_token[gen[generated == 1]] = end
-        completed = gen[generated >= self.output[gen]]
+        finished = generated >= self.output[gen]
+        completed = gen[finished] if _count(finished) else _NO_EVICTIONS
         if completed.size:
             kv_c = self.kv[completed]
             self.kv_tokens -= int(_sum(kv_c))
@@ -723,7 +727,8 @@ class EngineState:
         self.kv_blocks += (
             n * k if self.block_size == 1 else int(_sum(self._blocks(kv_after) - self._blocks(kv_before)))
         )
-        completed = req[generated >= self.output[req]]
+        finished = generated >= self.output[req]
+        completed = req[finished] if _count(finished) else _NO_EVICTIONS
         if completed.size:
             self.kv_tokens -= int(_sum(self.kv[completed]))
             self.kv_blocks -= int(_sum(self._blocks(self.kv[completed])))
