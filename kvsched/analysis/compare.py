@@ -29,9 +29,8 @@ from typing import Any
 
 import pandas as pd
 
-from kvsched.costmodel import UnitCost
 from kvsched.csp import BACKENDS, FORMULATIONS, Result, Scope, SolverOptions, SolveStatus, solve
-from kvsched.csp.bounds import lower_bounds
+from kvsched.csp.bounds import portfolio
 from kvsched.csp.formulations import FORMULATIONS as EXACT_FORMULATIONS
 from kvsched.csp.formulations import make_formulation
 from kvsched.csp.objectives import OBJECTIVES
@@ -41,7 +40,7 @@ from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.metrics import RunMetrics, run_metrics
 from kvsched.schedule.serving import SLO, ServingMetrics, serving_metrics
-from kvsched.schedule.validate import instance_cost_model, replay
+from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline, check_time_limit
 
 #: The regret columns, each named after what it is measured against (see :func:`add_regret`).
@@ -342,16 +341,23 @@ def add_regret(
     return table
 
 
+#: The bounds portfolio takes milliseconds; this caps it on huge instances.
+PORTFOLIO_SECONDS = 2.0
+
+
 def global_lower_bound(instance: Instance, objective: str, result: Result | None) -> float | None:
     """The best lower bound on ``objective`` valid for every legal schedule of ``instance``.
 
-    The combinatorial bounds (unit time only), the solver's bounds whose scope is
-    every schedule, and its proven optimum when its scope is every schedule;
-    ``None`` if none is known.
+    The bounds portfolio (every cost model: :func:`kvsched.csp.bounds.portfolio`),
+    the solver's bounds whose scope is every schedule, and its proven optimum
+    when its scope is every schedule; ``None`` if none is known.
     """
     bounds = []
-    if isinstance(instance_cost_model(instance), UnitCost):
-        bounds.append(lower_bounds(instance).for_objective(objective))
+    try:
+        found = portfolio(instance, objective, Deadline.after(PORTFOLIO_SECONDS))
+    except KvschedError:
+        found = []
+    bounds += [b.value for b in found if b.source not in ("trivial", "empty")]
     if result is not None:
         # Only bounds whose scope is every legal schedule (docs/bounds.md: bound sources and scopes).
         every = result.all_schedules_bound
