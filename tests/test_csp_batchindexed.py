@@ -161,8 +161,10 @@ def test_three_requests_agree_with_brute_force(reqs, m, c, p, r, objective):
 def test_infermax_linear_agrees_with_brute_force(inst, objective, evict):
     # c^2 + 2mc by binary expansion, decode KV reads by McCormick, phases exact, idling to arrivals.
     expected = brute_force(inst, objective, evict)
-    # CP-SAT takes the model after exact integer scaling of its times (kvsched.csp.scaling).
-    for solver in ("highs", "cbc", "cpsat"):
+    # CP-SAT takes the model after exact integer scaling of its times (kvsched.csp.scaling). CBC needs
+    # 5-20 s to prove two-request linear models (619 variables): it checks the single-request ones here,
+    # and tests/test_csp_certificates.py checks its statuses on every draw.
+    for solver in ("highs", "cpsat", *(("cbc",) if len(inst) == 1 else ())):
         result = solve(
             inst, objective=objective, formulation="batch", solver=solver, options=FAST, allow_eviction=evict
         )
