@@ -203,3 +203,28 @@ def test_simulate_command_writes_npz_that_validate_and_convert_read(tmp_path, ca
     assert main(["convert", str(tmp_path / "inst.json"), str(out), "--to", "infermax", "-o", str(doc)]) == 0
     expanded = load_schedule(doc, inst)
     assert not expanded.has_runs and len(expanded) == len(load_schedule(out, inst))
+
+
+def test_make_run_needs_a_plan_of_this_state():
+    inst, sched, k = _run_fixture()
+    state = EngineState(inst, make_cost_model("unit"))
+    run = sched.entries[k]
+    with pytest.raises(ValueError, match="plan_run"):
+        state.make_run(0.0, run.requests, 1)
+
+
+def test_class_priority_coalesces_through_its_inner_policy():
+    from dataclasses import replace
+
+    from kvsched.instances.model import Instance
+
+    base = INSTANCES["tight-unit"]
+    requests = tuple(replace(r, priority=k % 3) for k, r in enumerate(base.requests))
+    inst = Instance(requests, base.limits, base.time_model, "classes")
+    policy = make_policy("class-priority", inner="vllm")
+    fast = simulate(inst, policy)
+    plain = simulate(inst, make_policy("class-priority", inner="vllm"), coalesce=False)
+    assert fast.schedule.has_runs and fast.schedule.same_as(plain.schedule, tol=0.0)
+    assert_same_state(fast.trace.state, plain.trace.state)
+    # An inner policy that does not opt in is stepped batch by batch.
+    assert not simulate(inst, make_policy("class-priority", inner="mcsf")).schedule.has_runs

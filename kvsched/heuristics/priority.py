@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsched.heuristics.base import Decision, Policy, SchedulerView
+from kvsched.heuristics.base import Decision, Policy, SchedulerView, steady_decodes
 from kvsched.instances.model import Instance
 
 
@@ -132,6 +132,17 @@ class ClassPriority:
         self._cursor = arrived
         self._reveal(view, self._gated)
         return self.inner.next_batch(self._gated)  # type: ignore[arg-type]
+
+    def repeat_decodes(self, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """Coalesced runs (:class:`~kvsched.heuristics.base.SteadyDecodes`): what the inner policy says.
+
+        Through a run nothing arrives, completes or stops holding KV, so the same
+        classes stay revealed and the inner policy sees the same gated view.
+        """
+        inner = steady_decodes(self.inner)
+        if inner is None or self._gated is None or self._gated._view is not view:
+            return 0
+        return inner.repeat_decodes(self._gated, decision, limit)  # type: ignore[arg-type]
 
     def _reveal(self, view: SchedulerView, gated: GatedView) -> None:
         """Reveal classes from the highest down, up to the first one with a request waiting to start."""

@@ -167,10 +167,9 @@ def _repeat(
 ) -> Run | None:
     """The run of repeats of decode-only ``batch`` that ``policy`` would ask for next, if any."""
     req = batch.requests
-    limit = state.run_limit(req)
+    limit, durations = state.plan_run(req)
     if not limit:
         return None
-    durations = state.run_durations(req, limit)
     upcoming = view.next_arrival()  # the first request the policy has not seen (view.now is the decision's)
     if upcoming is not None:
         # A batch that starts once the next request has arrived sees it: the run stops before.
@@ -181,7 +180,7 @@ def _repeat(
     k = policy.repeat_decodes(view, decision, limit)
     if not k:
         return None
-    return Run.of(state.clock, durations[:k], req)
+    return state.make_run(state.clock, req, k)
 
 
 def _progress_bar() -> Progress:

@@ -128,6 +128,8 @@ class EngineState:
         self.num_done = 0
         self.num_batches = 0
         self._made: _Made | None = None  # last make_batch result
+        self._planned: tuple[int, np.ndarray, int, np.ndarray] | None = None  # last plan_run
+        self._made_run: tuple[Run, int] | None = None  # last make_run result
         self._mark = np.zeros(n, dtype=bool)  # scratch for membership tests; all False between calls
         self._slot = np.zeros(n, dtype=np.int64)  # scratch for the duplicate test
         self._arange = np.arange(n, dtype=np.int64)
@@ -143,7 +145,7 @@ class EngineState:
         new.__dict__.update(
             {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()}
         )
-        new._made = None
+        new._made = new._planned = new._made_run = None
         return new
 
     # ------------------------------------------------------------------ reads
@@ -673,17 +675,30 @@ class EngineState:
                 hi = mid
         return lo
 
-    def run_durations(self, requests: np.ndarray, k: int) -> np.ndarray:
-        """The cost model's durations of ``k`` decode batches of ``requests`` from now."""
+    def plan_run(self, requests: np.ndarray) -> tuple[int, np.ndarray]:
+        """:meth:`run_limit` and the durations of that many batches (kept for :meth:`make_run`)."""
         if self.cost_model is None:
-            raise ValueError("run_durations needs a cost model")
-        return decode_run_times(self.cost_model, self.kv[requests], k)
+            raise ValueError("plan_run needs a cost model")
+        limit = self.run_limit(requests)
+        durations = decode_run_times(self.cost_model, self.kv[requests], limit) if limit else np.zeros(0)
+        self._planned = (self.num_batches, requests, limit, durations)
+        return limit, durations
+
+    def make_run(self, start: float, requests: np.ndarray, k: int) -> Run:
+        """The run of the first ``k`` batches planned by :meth:`plan_run` for ``requests``, from ``start``."""
+        planned = self._planned
+        if planned is None or planned[0] != self.num_batches or planned[1] is not requests:
+            raise ValueError("make_run needs a plan_run of the same requests in this state")
+        if not 1 <= k <= planned[2]:
+            raise ValueError(f"a run of {k} batches is outside the plan's 1..{planned[2]}")
+        run = Run.of(start, planned[3][:k], requests)
+        self._made_run = (run, self.num_batches)
+        return run
 
     def check_run(self, run: Run, index: int | None = None) -> list[Violation]:
-        """Every rule ``run`` breaks if applied now (the state is not changed).
+        """Every rule ``run`` breaks if applied now: O(items + k), state unchanged.
 
-        Time proportional to the run's items and its k durations. A run that fails
-        the closed-form test is spelled out batch by batch on a copy of the state,
+        A run that fails the closed-form test is spelled out on a copy of the state,
         so its violations are worded and located exactly as for single batches.
         """
         if self._run_ok(run):
@@ -700,6 +715,10 @@ class EngineState:
         start, dur, req = run.start, run.durations, run.requests
         if not (math.isfinite(start) and start >= self.clock - TIME_TOL):
             return False
+        made = self._made_run
+        if made is not None and made[0] is run and made[1] == self.num_batches:
+            # make_run took its length and durations from this very state: only the start is new.
+            return not (start + TIME_TOL < self._last_arrival and _max(self.arrival[req]) > start + TIME_TOL)
         if not (np.isfinite(dur).all() and _min(dur) >= 0):
             return False
         if self.run_limit(req) < run.repeat:
