@@ -158,3 +158,9 @@ def test_limit_flags_keep_the_file_s_other_limits(tmp_path, capsys):
     args = build_parser().parse_args(["info", str(path), "-M", "128"])
     lim = load_instance_from_args(str(path), args).limits
     assert (lim.kv_capacity, lim.max_batch_tokens, lim.max_prefill_tokens, lim.max_running) == (128, 16, 8, 3)
+
+
+def test_generator_integer_bound_is_the_file_format_s():
+    from kvsched.instances import generators, io
+
+    assert generators.MAX_INT == io.MAX_TOKENS

@@ -34,7 +34,6 @@ from functools import cache
 from importlib import resources
 
 import numpy as np
-import pandas as pd
 
 from kvsched.errors import InputError
 from kvsched.instances.laws import assemble, check_n_seed, require, streams
@@ -71,6 +70,8 @@ def load_trace(service: str) -> Trace:
         name = TRACES[service]
     except KeyError:
         raise InputError(f"unknown Azure service {service!r} (known: {', '.join(TRACES)})") from None
+    import pandas as pd  # here: importing the generators (the command line) never pays for pandas
+
     with resources.files("kvsched.instances").joinpath("data", "azure", name).open("rb") as fh:
         df = pd.read_csv(fh, compression="gzip")
     order = np.argsort(df["arrived_at"].to_numpy(), kind="stable")

@@ -35,7 +35,6 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.instances import azure, sharegpt
-from kvsched.instances.io import MAX_TOKENS, check_time_model
 from kvsched.instances.laws import (
     ArrivalProcess,
     Fixed,
@@ -253,6 +252,8 @@ def _mix_groups(groups: Sequence[str] | str) -> tuple[str, str]:
 # --------------------------------------------------------------------------- flat parameters
 
 _REQUIRED = object()
+#: Largest integer parameter (instances.io.MAX_TOKENS: every token count must fit int64 sums).
+MAX_INT = 2**31 - 1
 
 
 class _Params:
@@ -291,8 +292,8 @@ class _Params:
         if value is None:
             noun = {int: "an integer", float: "a finite number", str: "a non-empty string"}[typ]
             raise InputError(f"{self.kind}: {key}={raw!r} is not {noun}")
-        if typ is int and abs(value) > MAX_TOKENS:
-            raise InputError(f"{self.kind}: {key}={raw!r} must be at most {MAX_TOKENS}")
+        if typ is int and abs(value) > MAX_INT:
+            raise InputError(f"{self.kind}: {key}={raw!r} must be at most {MAX_INT}")
         if choices is not None and value not in choices:
             raise InputError(f"{self.kind}: {key}={value!r} is not one of {', '.join(choices)}")
         if low is not None and (value < low or (strict and value == low)):
@@ -642,5 +643,7 @@ def generate(
     """
     spec, _, kwargs = _read(kind, params)
     # An unknown cost-model parameter fails here, not when the written file is next read.
+    from kvsched.instances.io import check_time_model  # here: the CLI's parser imports this module
+
     check_time_model(time_model, f"{kind}: time_model")
     return spec.make(n, seed, limits, time_model, **kwargs)

@@ -33,13 +33,15 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SCHEMA_VERSION = 1
 INSTANCE_KIND = "kvsched.instance"
@@ -321,6 +323,8 @@ def load_csv_trace(path: str | Path, limits: Limits, time_model: TimeModel, *, n
 
     A trace without ``arrived_at`` (a lengths-only file) gets every arrival at 0.
     """
+    import pandas as pd  # here: the command line's start-up never pays for pandas
+
     p = Path(path)
     try:
         df = pd.read_csv(p, encoding="utf-8")
@@ -368,6 +372,8 @@ def _positive_int(value: Any) -> bool:
 
 def requests_table(requests: Iterable[Request]) -> pd.DataFrame:
     """Requests as a DataFrame (one row per request)."""
+    import pandas as pd
+
     return pd.DataFrame(
         [
             {
