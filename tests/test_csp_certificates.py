@@ -14,6 +14,7 @@ from kvsched.csp import Bound, Deadline, ModelError, Scope, SolverOptions, Solve
 from kvsched.csp.backends import RawSolution
 from kvsched.csp.certify import Seen, certify
 from kvsched.csp.objectives import OBJECTIVES
+from kvsched.errors import KvschedError
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.validate import replay
 from tests.brute import brute_force, contiguous_brute_force
@@ -145,3 +146,15 @@ def test_certify_never_raises_a_bound_to_the_objective():
     # ... but a class bound may exceed a schedule outside the class (an evicting policy).
     certify(10.0, Scope.CONTIGUOUS, [Bound(9.0, "x", Scope.CONTIGUOUS)], [Seen(8.0, Scope.ALL, "policy")])
     assert np.isfinite(best is None or best.value)
+
+
+def test_no_schedule_that_could_be_validated_in_time_is_one_clear_error():
+    # One request of 10^9 prompt tokens under C = 4096 needs 244,142 batches in any schedule: none can be
+    # replayed and validated within 0.5 s, so the solve says so at once instead of running past its limit.
+    inst = Instance(
+        (Request("big", 0.0, 10**9, 2),),
+        Limits(kv_capacity=2 * 10**9, max_batch_tokens=4096),
+        TimeModel("unit"),
+    )
+    with pytest.raises(KvschedError, match="at least 244,142 batches"):
+        solve(inst, options=SolverOptions(time_limit=0.5, threads=1))

@@ -31,7 +31,7 @@ from kvsched.csp.formulations.base import Built, Declined, Formulation
 from kvsched.csp.incumbents import greedy
 from kvsched.csp.pipeline import solve_pipeline
 from kvsched.csp.result import AnytimePoint, Result, SolveStatus
-from kvsched.csp.run import Progress, SolveLog, with_meta
+from kvsched.csp.run import Progress, SolveLog, check_replayable, with_meta
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance
@@ -154,6 +154,7 @@ def solve(
     if deadline is None:
         deadline = Deadline.after(options.time_limit if time_limit is None else time_limit)
     check_solver(solver)
+    check_replayable(instance, deadline)
     run = SolveLog(instance, objective, progress)
     if formulation == "auto":
         chosen, why = choose_formulation(instance, objective, allow_eviction)

@@ -15,11 +15,40 @@ from kvsched.csp.certificate import Bound, Scope, scope_of
 from kvsched.csp.certify import Seen
 from kvsched.csp.objectives import objective_function
 from kvsched.csp.result import AnytimePoint
+from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import Trace, replay
+from kvsched.stop import Deadline
 
 Progress = Callable[[AnytimePoint], None]
+
+#: Batches the semantic core replays per second, generously (a quiet 2-core machine does 10-50 thousand).
+#: A schedule that cannot be replayed in the time left cannot be returned validated.
+REPLAY_BATCHES_PER_SECOND = 200_000
+
+
+def least_batches(instance: Instance) -> int:
+    """Batches every legal schedule of ``instance`` has: a request's prompt in chunks of at most
+    min(C, P) tokens and then one decode per batch, run alone (batches never overlap)."""
+    lim = instance.limits
+    caps = [c for c in (lim.max_batch_tokens, lim.max_prefill_tokens) if c is not None]
+    q = min(caps) if caps else None
+    return (
+        max((-(-r.prompt // q) if q else 1) + r.output - 1 for r in instance.requests) if len(instance) else 0
+    )
+
+
+def check_replayable(instance: Instance, deadline: Deadline) -> None:
+    """One clear error when no schedule of ``instance`` could even be replayed by ``deadline``."""
+    need = least_batches(instance)
+    left = deadline.remaining() + deadline.grace()
+    if need > REPLAY_BATCHES_PER_SECOND * left:
+        raise InputError(
+            f"every schedule of this instance has at least {need:,} batches (request prompts in chunks of "
+            f"at most min(C, P) tokens, then one decode per batch); validating one takes longer than the "
+            f"{deadline.limit:g} s limit allows: raise --time-limit"
+        )
 
 
 class SolveLog:
