@@ -52,9 +52,12 @@ def _incumbents(log: SolveLog, objective: str, deadline: Deadline) -> list[Incum
 def _lagrangian(log: SolveLog, objective: str, best: Incumbent, deadline: Deadline) -> dict:
     if not isinstance(instance_cost_model(log.instance), UnitCost) or objective == "makespan":
         return {}
+    # The best schedule's replay warm-starts the multipliers (y_t = requests in system / M) and is kept
+    # for the result, so nothing is replayed twice.
+    log.evaluate(best.schedule, best.name)
     started = log.elapsed()
     try:
-        lag = chain_lagrangian(log.instance, objective, deadline=deadline)
+        lag = chain_lagrangian(log.instance, objective, incumbent=log.trace_of(best.value), deadline=deadline)
     except KvschedError as exc:
         return {"lagrangian": f"not run: {exc}"}
     log.add_bound(lag.bound)
