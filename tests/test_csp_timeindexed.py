@@ -186,11 +186,12 @@ def test_a_model_too_large_for_the_limit_returns_the_incumbent_and_a_valid_bound
     monkeypatch.setattr(solve_module, "MIN_NONZEROS", 0)
     monkeypatch.setattr(solve_module, "NONZEROS_PER_SECOND", 1)
     result = solve(inst, formulation="time", solver="highs", options=SolverOptions(time_limit=3, threads=1))
-    assert result.stopped.startswith("about") and result.stats["nonzeros_estimate"] > 3
+    # The model is declined before it is built; the first fast schedule (any class) is the answer.
+    assert "nonzeros, too many to build" in result.stopped
     assert replay(inst, result.schedule).ok
     assert result.status == SolveStatus.FEASIBLE and result.gap > 0
-    # The portfolio's bounds hold for every schedule, the built model's incumbent included.
-    assert result.best_bound == result.all_schedules_bound.value <= full.objective <= result.objective
+    # The portfolio's bounds hold for every schedule: below the class optimum and the schedule returned.
+    assert result.best_bound == result.all_schedules_bound.value <= min(full.objective, result.objective)
 
 
 def test_cpsat_reports_anytime_progress():

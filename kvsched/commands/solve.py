@@ -17,6 +17,7 @@ from kvsched.commands.common import (
     check_outputs,
     load_instance_from_args,
     positive_int,
+    solve_deadline,
     time_unit,
 )
 from kvsched.commands.outputs import (
@@ -144,7 +145,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         options=_options(args),
         warm_start=warm,
         export=args.export,
-        deadline=deadline,
+        deadline=solve_deadline(deadline, instance),
         **_model_kwargs(args),
     )
     console = Console()
@@ -317,7 +318,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         options=_options(args),
         solve_options=None if args.no_solver else _model_kwargs(args),
         slo=slo_from_args(args, instance),
-        deadline=deadline,
+        deadline=solve_deadline(deadline, instance),
     )
     table = print_comparison(cmp, args.objective, instance.name or args.instance)
     if args.csv:

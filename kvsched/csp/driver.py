@@ -56,6 +56,8 @@ FALLBACK_RULE = "remaining-area"
 FALLBACK_POLICIES = ("vllm", "sarathi")
 #: Share of the time for the bounds portfolio (it takes milliseconds; the share only caps it).
 BOUNDS_SHARE = 0.1
+#: Share of the time for the first schedule (the greedy finishes in its cheapest mode past it).
+FIRST_SHARE = 0.2
 
 
 def _bounds(run: SolveLog, objective: str, deadline: Deadline) -> None:
@@ -70,7 +72,7 @@ def _bounds(run: SolveLog, objective: str, deadline: Deadline) -> None:
 
 
 def _fallback(run: SolveLog, objective: str, deadline: Deadline) -> tuple[Schedule, float, str] | None:
-    """A fast schedule of any class when the formulation found none of its own in time.
+    """A first schedule of any class, fast: the result when the formulation finds none of its own in time.
 
     The eviction-aware greedy is event-driven (an idle stretch costs nothing) and
     finishes a complete schedule quickly even once ``deadline`` has passed.
@@ -80,14 +82,17 @@ def _fallback(run: SolveLog, objective: str, deadline: Deadline) -> tuple[Schedu
     except KvschedError:
         inc = None
     if inc is not None:
-        value = run.evaluate(inc.schedule, inc.name)
-        return inc.schedule, value, inc.name
+        # greedy() replayed it through the core; it may lie outside the result's scope, so it is not
+        # reported as the best schedule until it is the one returned.
+        run.record(inc.value, inc.name, scope_of(inc.schedule), incumbent=False)
+        run.keep(inc.value, inc.trace)
+        return inc.schedule, inc.value, inc.name
     for name in FALLBACK_POLICIES:
         try:
             schedule = simulate(run.instance, make_policy(name)).schedule
         except KvschedError:
             continue
-        return schedule, run.evaluate(schedule, f"policy {name}"), f"policy {name}"
+        return schedule, run.evaluate(schedule, f"policy {name}", incumbent=False), f"policy {name}"
     return None
 
 
@@ -177,7 +182,34 @@ def solve(
     form = make_formulation(
         formulation, instance, objective, allow_eviction=allow_eviction, solver=solver, seed=options.seed
     )
+    return _solve_exact(run, form, objective, solver, options, deadline, warm_start, export, strengthen)
+
+
+def _solve_exact(
+    run: SolveLog,
+    form: Formulation,
+    objective: str,
+    solver: str,
+    options: SolverOptions,
+    deadline: Deadline,
+    warm_start: Schedule | None,
+    export: str | Path | None,
+    strengthen: bool,
+    *,
+    outside: bool = True,
+) -> Result | None:
+    """One exact formulation's solve. ``outside=False``: None instead of a schedule outside its class."""
+    instance = run.instance
     _bounds(run, objective, deadline.share(BOUNDS_SHARE))
+    first = None
+    if outside:
+        # A first schedule of any class, fast (event-driven greedy): everything after only improves it.
+        first = _fallback(run, objective, deadline.share(FIRST_SHARE))
+    hopeless = form.hopeless(deadline)
+    if hopeless:
+        if first is None:
+            return None
+        return _finish(run, form, objective, solver, *first, None, {}, hopeless, scope=Scope.ALL)
 
     # ----------------------------------------------------------- schedules
     candidates: list[tuple[Schedule, str]] = []
@@ -189,6 +221,9 @@ def solve(
             candidates.append((sub, "time-indexed"))
     candidates += form.incumbents(deadline.share(INCUMBENT_SHARE), options)
     best: tuple[Schedule, float, str] | None = None
+    if first is not None and form.in_class(first[0]):  # replayed once already
+        run.seen.append(Seen(first[1], narrower(form.scope, scope_of(first[0])), first[2]))
+        best = first
     for schedule, label in candidates:
         try:
             value = run.evaluate(schedule, label, incumbent=False)
@@ -200,7 +235,10 @@ def solve(
             if best is None or value < best[1] - tolerance(value):
                 best = (schedule, value, label)
     if best is None:
-        return _outside(run, form, objective, solver, deadline, "no schedule of the class was found in time")
+        if first is None:
+            return None
+        why = "no schedule of the class was found in time"
+        return _finish(run, form, objective, solver, *first, None, {}, why, scope=Scope.ALL)
 
     # --------------------------------------------------------------- model
     hint, upper, hint_source = best
@@ -245,19 +283,18 @@ def _time_indexed_incumbent(
 
     It has no chunking or evictions, but where those do not pay its optimum is a
     far better incumbent than the policies (142 against 161 on 12 ShareGPT
-    requests / 40): the horizon and every window shrink with it.
+    requests / 40): the horizon and every window shrink with it. None where the
+    class does not apply or has nothing by the deadline.
     """
     try:
-        return solve(
-            instance,
-            objective=objective,
-            formulation="time",
-            solver="highs",
-            options=options,
-            deadline=deadline,
-        ).schedule
+        form = make_formulation("time", instance, objective, seed=options.seed)
+        result = _solve_exact(
+            SolveLog(instance, objective, None), form, objective, "highs", options, deadline, None, None, True,
+            outside=False,
+        )  # fmt: skip
     except KvschedError:  # outside the time-indexed class (chunks needed, arrivals off the grid, ...)
         return None
+    return None if result is None else result.schedule
 
 
 def _solve_built(
@@ -343,17 +380,6 @@ def _check_model(
         exact = built.encode is None or (raw.status == SolveStatus.OPTIMAL and options.gap == 0)
         if exact and claimed > value + tol:
             raise ModelError(f"solver objective {claimed!r} differs from the replayed {value!r}")
-
-
-def _outside(
-    run: SolveLog, form: Formulation, objective: str, solver: str, deadline: Deadline, why: str
-) -> Result:
-    """The result when the formulation has no schedule of its class: a fast schedule and bounds for all."""
-    first = _fallback(run, objective, deadline)
-    if first is None:
-        raise ModelError("no policy produced a legal schedule for a feasible instance")
-    schedule, value, label = first
-    return _finish(run, form, objective, solver, schedule, value, label, None, {}, why, scope=Scope.ALL)
 
 
 def _finish(

@@ -37,6 +37,8 @@ from kvsched.stop import Deadline
 BOUNDS_SHARE = 0.05
 INCUMBENT_SHARE = 0.3
 LAGRANGIAN_SHARE = 0.75
+#: Share of the limit kept after the local search (certifying and returning the result).
+FINISH_MARGIN = 0.03
 
 
 def _incumbents(log: SolveLog, objective: str, deadline: Deadline) -> list[Incumbent]:
@@ -46,15 +48,19 @@ def _incumbents(log: SolveLog, objective: str, deadline: Deadline) -> list[Incum
     for name, value in best.stats.get("tried", {}).items():
         log.record(value, name, Scope.ALL, incumbent=False)
     log.record(best.value, best.name, scope_of(best.schedule))
+    log.keep(best.value, best.trace)
     return [best]
 
 
 def _lagrangian(log: SolveLog, objective: str, best: Incumbent, deadline: Deadline) -> dict:
     if not isinstance(instance_cost_model(log.instance), UnitCost) or objective == "makespan":
         return {}
+    if deadline.remaining() < 2 * float(best.stats.get("replay_s", 0.0)):
+        return {"lagrangian": "not run: no time left"}
     # The best schedule's replay warm-starts the multipliers (y_t = requests in system / M) and is kept
     # for the result, so nothing is replayed twice.
-    log.evaluate(best.schedule, best.name)
+    if log.trace_of(best.value) is None:
+        log.evaluate(best.schedule, best.name)
     started = log.elapsed()
     try:
         lag = chain_lagrangian(log.instance, objective, incumbent=log.trace_of(best.value), deadline=deadline)
@@ -92,7 +98,7 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         stats["interrupted"] = "during the Lagrangian"
     if not deadline.expired():
         try:
-            better = improve(log.instance, best, deadline)
+            better = improve(log.instance, best, deadline.before(FINISH_MARGIN * deadline.limit))
         except KeyboardInterrupt:
             better = best
             stats["interrupted"] = "during the local search"

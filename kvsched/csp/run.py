@@ -113,6 +113,11 @@ class SolveLog:
         if incumbent:
             self.report(incumbent=value)
 
+    def keep(self, value: float, trace: Trace | None) -> None:
+        """Keep ``trace`` (a replay made elsewhere) if it is of the best schedule so far."""
+        if trace is not None and (self._best_trace is None or value < self._best_trace[0]):
+            self._best_trace = (value, trace)
+
     def trace_of(self, value: float) -> Trace | None:
         """The replay of the best schedule evaluated, if its value is ``value``."""
         if self._best_trace is not None and self._best_trace[0] == value:

@@ -89,6 +89,10 @@ class Formulation(Protocol):
         """Whether ``schedule`` is in the formulation's class (so it can warm-start the model)."""
         ...
 
+    def hopeless(self, deadline: Deadline) -> str:
+        """Why no model of this instance could be built and solved by ``deadline`` ("" if one might)."""
+        ...
+
     def incumbents(self, deadline: Deadline, options: SolverOptions) -> list[tuple[Schedule, str]]:
         """The formulation's own schedules of its class (list schedules, local search, ...)."""
         ...

@@ -66,10 +66,14 @@ class BatchFormulation:
         batches = max(int(bi.min_batches.max()), math.ceil(area / bi.kv_cap))
         return VARIABLES_PER_CELL * bi.n * batches
 
+    def hopeless(self, deadline: Deadline) -> str:
+        least = self.least_variables()
+        if least > VARIABLES_PER_SECOND * deadline.remaining():
+            return f"at least {least:,} variables, too many to build and solve in the {deadline.remaining():.3g} s left"
+        return ""
+
     def incumbents(self, deadline: Deadline, options: SolverOptions) -> list[tuple[Schedule, str]]:
         bi = self.bi
-        if self.least_variables() > VARIABLES_PER_SECOND * deadline.limit:
-            return []  # no model of this size can be built in the limit: the driver's fast schedule instead
         out = [(bi.sequential_schedule(), "sequential")]
         for name in WARM_POLICIES:
             if deadline.expired():

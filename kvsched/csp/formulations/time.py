@@ -71,9 +71,18 @@ class TimeFormulation:
             raise ValueError("the schedule is not in the time-indexed class")
         return self.ti.value(starts) * self.scale
 
+    def hopeless(self, deadline: Deadline) -> str:
+        ti = self.ti
+        if ti.list_horizon > MAX_SLOTS:
+            return f"the list schedule would lay out {ti.list_horizon:,} slots (more than {MAX_SLOTS:,})"
+        # Every request's window holds at least one start, and each start writes one row entry per slot
+        # of its run: a model below this size does not exist.
+        least = int(ti.output.sum())
+        if least > max(MIN_NONZEROS, NONZEROS_PER_SECOND * deadline.remaining()):
+            return f"at least {least:,} nonzeros, too many to build and solve in the {deadline.remaining():.3g} s left"
+        return ""
+
     def incumbents(self, deadline: Deadline, options: SolverOptions) -> list[tuple[Schedule, str]]:
-        if self.ti.list_horizon > MAX_SLOTS:
-            return []  # far-future arrivals or a huge total output: left to the event-driven incumbents
         starts = self.ti.heuristic_starts(deadline.share(LIST_SHARE))
         if starts is None or deadline.expired():
             return []

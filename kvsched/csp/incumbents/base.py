@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kvsched.schedule.ir import Schedule
+from kvsched.schedule.validate import Trace
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -32,3 +33,5 @@ class Incumbent:
     value: float
     objective: str
     stats: Mapping[str, Any] = field(default_factory=dict)
+    #: The semantic core's replay of ``schedule``, where the producer kept it (so nobody replays it again).
+    trace: Trace | None = field(default=None, repr=False)

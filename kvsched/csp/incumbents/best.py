@@ -125,7 +125,9 @@ def best_incumbent(
         value = measure(sim.trace)
         tried[f"policy:{name}"] = value
         if value < best.value:
-            best = Incumbent(f"policy:{name}", sim.schedule, value, objective, {"runtime_s": sim.runtime})
+            best = Incumbent(
+                f"policy:{name}", sim.schedule, value, objective, {"runtime_s": sim.runtime}, sim.trace
+            )
     stats = dict(best.stats)
     stats.update(tried=tried, skipped=skipped)
-    return Incumbent(best.name, best.schedule, best.value, objective, stats)
+    return Incumbent(best.name, best.schedule, best.value, objective, stats, best.trace)

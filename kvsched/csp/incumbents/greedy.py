@@ -239,4 +239,4 @@ def greedy(
         "entries": len(schedule.entries),
         "evictions": log.num_evictions,
     }
-    return Incumbent(label, schedule, value, objective, stats)
+    return Incumbent(label, schedule, value, objective, stats, trace)

@@ -139,4 +139,4 @@ def improve(
     stats = dict(best.stats)
     stats.update(evaluations=evaluations, accepted=accepted, start=incumbent.value)
     name = best.name if best is incumbent else f"lns({incumbent.name})"
-    return Incumbent(name, best.schedule, best.value, best.objective, stats)
+    return Incumbent(name, best.schedule, best.value, best.objective, stats, best.trace)
