@@ -66,9 +66,11 @@ def _lagrangian(log: SolveLog, objective: str, best: Incumbent, deadline: Deadli
         lag = chain_lagrangian(log.instance, objective, incumbent=log.trace_of(best.value), deadline=deadline)
     except KvschedError as exc:
         return {"lagrangian": f"not run: {exc}"}
+    before = max((b.value for b in log.bounds), default=None)
+    for seconds, value in lag.history:  # the curve shows the best bound so far, never a dip
+        best = value if before is None else max(before, value)
+        log.points.append(AnytimePoint(started + seconds, log.best_value, best))
     log.add_bound(lag.bound)
-    for seconds, value in lag.history:
-        log.points.append(AnytimePoint(started + seconds, log.best_value, value))
     log.report()
     return {"lagrangian_iterations": lag.iterations, "lagrangian_seconds": lag.seconds}
 
