@@ -137,3 +137,15 @@ def test_policies_command_prints_whole_descriptions(capsys):
     assert "does none of these." in flat  # the end of vLLM's 400-character description
     for paper in {s.paper for s in kvsched.list_policies()}:
         assert paper.arxiv in out and str(paper.year) in out
+
+
+def test_the_instances_package_exports_its_nouns():
+    from kvsched.instances import Instance, Limits, Request, TimeModel, load_instance, save_instance
+
+    assert load_instance is kvsched.load_instance and save_instance is kvsched.save_instance
+    assert {Instance, Limits, Request, TimeModel} <= {
+        kvsched.Instance,
+        kvsched.Limits,
+        kvsched.Request,
+        kvsched.TimeModel,
+    }
