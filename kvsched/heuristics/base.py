@@ -21,7 +21,7 @@ everyone else sees prompts, arrivals and what has been generated so far, plus
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -228,24 +228,6 @@ class SteadyDecodes(Protocol):
         so that its next :meth:`Policy.next_batch` behaves as if it had been.
         """
         ...
-
-
-def last_fitting(grown: Callable[[int], int], free: int, limit: int) -> int:
-    """The largest ``k <= limit`` with ``grown(k) <= free``, for ``grown`` non-decreasing with ``grown(0) <= free``.
-
-    What a reservation-keeping policy's :meth:`SteadyDecodes.repeat_decodes` needs:
-    ``grown(k)`` is the memory its decodes reserve over ``k`` more batches.
-    """
-    if grown(limit) <= free:
-        return limit
-    lo, hi = 0, limit  # grown(lo) <= free < grown(hi)
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if grown(mid) <= free:
-            lo = mid
-        else:
-            hi = mid
-    return lo
 
 
 def steady_decodes(policy: Policy) -> SteadyDecodes | None:

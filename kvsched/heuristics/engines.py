@@ -27,9 +27,10 @@ from typing import Any
 import numpy as np
 
 from kvsched.errors import KvschedError
-from kvsched.heuristics.base import Decision, SchedulerView, last_fitting
+from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET, stricter
 from kvsched.instances.model import Instance
+from kvsched.schedule.search import last_fitting
 
 #: Reserved per request by Orca and FasterTransformer: Llama-2's context length (Vidur's max_tokens).
 DEFAULT_MAX_SEQ_LEN = 4096

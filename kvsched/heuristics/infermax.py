@@ -55,9 +55,10 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from kvsched.errors import KvschedError
-from kvsched.heuristics.base import Decision, SchedulerView, last_fitting
+from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Phase
+from kvsched.schedule.search import last_fitting
 
 Priority = Literal["prefill", "decode", "none"]
 Rank = Literal["arrival", "prompt", "output"]

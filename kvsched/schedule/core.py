@@ -38,6 +38,7 @@ from kvsched.instances.model import Instance
 from kvsched.schedule.data import ProblemData
 from kvsched.schedule.ir import Batch, Phase, Run
 from kvsched.schedule.records import BatchRecord, Rule, RunRecord, ScheduleError, Violation
+from kvsched.schedule.search import last_fitting
 
 #: Absolute tolerance on times (overlap, arrival).
 TIME_TOL = 1e-9
@@ -664,16 +665,7 @@ class EngineState:
         def grown(j: int) -> int:
             return int(_sum(self._blocks(kv + j))) - base
 
-        if grown(limit) <= free:
-            return limit
-        lo, hi = 0, limit  # grown(lo) <= free < grown(hi)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if grown(mid) <= free:
-                lo = mid
-            else:
-                hi = mid
-        return lo
+        return last_fitting(grown, free, limit)
 
     def plan_run(self, requests: np.ndarray) -> tuple[int, np.ndarray]:
         """:meth:`run_limit` and the durations of that many batches (kept for :meth:`make_run`)."""
