@@ -26,7 +26,7 @@ FAST = SolverOptions(time_limit=20, threads=1)
 
 def test_regret_on_figure15_shows_evictions_beat_the_no_eviction_class():
     inst = load_instance(EXAMPLES / "figure15.json")
-    cmp = compare(inst, ["vllm", "vllm-ef"], options=FAST)
+    cmp = compare(inst, ["vllm", "vllm-ef"], formulation="time", options=FAST)
     t = cmp.table
     assert cmp.result.status == SolveStatus.OPTIMAL
     # Without evictions the best is 4 requests one after another: 4 + 8 + 12 + 16 = 40 slots.
@@ -40,6 +40,13 @@ def test_regret_on_figure15_shows_evictions_beat_the_no_eviction_class():
     assert t.loc["vllm", MAX_REGRET_ALL] == 36 - cmp.lower_bound
     for schedule in cmp.schedules.values():
         assert replay(inst, schedule).ok
+
+
+def test_the_default_formulation_ranges_over_every_schedule():
+    # The API's default is the CLI's: auto, here the exact batch model, whose optimum allows evictions.
+    cmp = compare(load_instance(EXAMPLES / "figure15.json"), ["vllm"], options=FAST)
+    assert cmp.result.status == SolveStatus.OPTIMAL and cmp.result.scope == Scope.ALL
+    assert cmp.result.objective == 36 and cmp.table.loc["vllm", REGRET] == 0
 
 
 def test_unrunnable_policy_is_reported_not_fatal():
@@ -62,7 +69,7 @@ def test_other_objectives(objective):
 # ----------------------------------------------------------------------------- scope and intervals
 def test_every_regret_names_its_reference_and_the_scope_beside_it():
     inst = load_instance(EXAMPLES / "figure15.json")
-    cmp = compare(inst, ["vllm", "vllm-ef"], options=FAST)
+    cmp = compare(inst, ["vllm", "vllm-ef"], formulation="time", options=FAST)
     t = cmp.table
     assert cmp.result.scope == Scope.CONTIGUOUS
     assert (t["scope"] == "contiguous").all()
@@ -138,7 +145,7 @@ def test_skipping_solver_errors_runs_the_policies_but_not_the_solve(monkeypatch)
         raise AssertionError("the solve ran although its formulation cannot take the instance")
 
     monkeypatch.setattr(compare_mod, "solve", solve)
-    cmp = compare(_seconds_based(), ["sarathi"], options=FAST, skip_solver_errors=True)
+    cmp = compare(_seconds_based(), ["sarathi"], formulation="time", options=FAST, skip_solver_errors=True)
     assert cmp.result is None and "unit time model" in cmp.solver_error
     assert math.isfinite(cmp.table.loc["sarathi", "objective"])
 

@@ -100,7 +100,9 @@ def test_cli_report_for_an_instance_and_a_database(tmp_path, capsys):
 def test_instance_report_without_a_solver_that_fits_says_why(tmp_path):
     # Prompts over C need chunked prefill, which the time-indexed model does not have.
     inst = load_instance(EXAMPLES / "chunked-prefill.json")
-    page = instance_report(inst, tmp_path, policies=["sarathi", "vllm"], options=FAST).read_text()
+    page = instance_report(
+        inst, tmp_path, policies=["sarathi", "vllm"], formulation="time", options=FAST
+    ).read_text()
     assert "The solver did not run" in page and "chunked prefill" in page
     # vllm (whole prompts) cannot run it either: sarathi is best and worst, one Gantt, KV, CDFs.
     assert len(_assert_self_contained(page)) == 3

@@ -52,7 +52,7 @@ TINY: dict[str, Any] = {
         }
     ],
     "policies": ["sarathi", "vllm-ef"],
-    "solver": {"name": "highs", "time_limit": 10, "threads": 1},
+    "solver": {"name": "highs", "formulation": "time", "time_limit": 10, "threads": 1},
 }
 
 
@@ -295,7 +295,7 @@ def test_a_solver_that_cannot_take_the_instance_is_an_error_row_before_its_polic
     def never(*args, **kwargs):
         raise AssertionError("a warm-start policy ran before the formulation was checked")
 
-    data = tiny(solver={"name": "highs", "time_limit": 10, "threads": 1})
+    data = tiny(solver={"name": "highs", "formulation": "time", "time_limit": 10, "threads": 1})
     data["instances"][0]["time_model"] = "infermax-linear"
     data["policies"] = ["sarathi"]
     monkeypatch.setattr(sys.modules["kvsched.analysis.compare"], "simulate", never)

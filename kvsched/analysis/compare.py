@@ -209,7 +209,7 @@ def compare(
     *,
     objective: str = "total-latency",
     solver: str | None = "highs",
-    formulation: str = "time",
+    formulation: str = "auto",
     options: SolverOptions | None = None,
     policy_params: Mapping[str, Mapping[str, Any]] | None = None,
     skip_solver_errors: bool = False,

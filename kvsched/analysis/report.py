@@ -165,7 +165,7 @@ def instance_report(
     policies: Sequence[str] | None = None,
     objective: str = "total-latency",
     solver: str | None = "highs",
-    formulation: str = "time",
+    formulation: str = "auto",
     options: Any = None,
     solve_options: dict[str, Any] | None = None,
     source: str = "",

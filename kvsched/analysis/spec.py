@@ -153,7 +153,7 @@ class SolverSpec(_Model):
     """The exact solver run on every instance (optional)."""
 
     name: Literal["highs", "cbc", "cpsat"] = "highs"
-    formulation: Literal["auto", "time", "batch"] = "time"
+    formulation: Literal["auto", "time", "batch"] = "auto"
     time_limit: float = Field(10.0, gt=0, allow_inf_nan=False)
     threads: int = Field(1, gt=0)
     gap: float = Field(0.0, ge=0, lt=1)
