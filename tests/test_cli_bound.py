@@ -1,13 +1,16 @@
 """``kvsched bound``: combinatorial and fluid bounds, checked against what the policies achieve."""
 
+import dataclasses
 import json
 
 import pytest
 
 from kvsched.cli import main
 from kvsched.csp.bounds import lower_bounds
+from kvsched.csp.objectives import OBJECTIVES
 from kvsched.heuristics import POLICIES, make_policy, simulate
 from kvsched.instances.io import load_instance
+from kvsched.instances.model import TimeModel
 from kvsched.schedule.metrics import run_metrics
 from kvsched.schedule.validate import replay
 from tests.test_examples import EXAMPLES
@@ -49,3 +52,26 @@ def test_bad_fluid_input_is_one_line(capsys, extra, message):
     assert main(["bound", "fluid", FIG15, *extra]) == 2
     err = capsys.readouterr().err
     assert message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("cost", [[], ["--cost-model", "infermax-linear"]])
+def test_portfolio_bounds_hold_for_every_policy(tmp_path, cost):
+    out = tmp_path / "b.json"
+    tiny = str(EXAMPLES / "tiny.json")
+    assert main(["bound", "portfolio", tiny, *cost, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    inst = load_instance(tiny)
+    if cost:
+        inst = dataclasses.replace(inst, time_model=TimeModel(name=cost[1], params={}))
+    for name in ("sarathi", "sarathi-ef", "mcsf", "rank-o"):
+        trace = replay(inst, simulate(inst, make_policy(name)).schedule)
+        for objective, key in (("total-latency", "total_latency"), ("makespan", "makespan")):
+            best = doc[f"lower_bound_{key}"]
+            assert best == doc["portfolio"][f"{objective} (lower, best)"] > 0
+            assert best <= OBJECTIVES[objective](trace) + 1e-9, (name, objective)
+
+
+def test_all_on_a_seconds_model_says_which_kinds_do_not_apply(capsys):
+    assert main(["bound", "all", str(EXAMPLES / "tiny.json"), "--cost-model", "infermax-linear"]) == 0
+    out = capsys.readouterr().out
+    assert "portfolio bounds" in out and "not computed: combinatorial" in out and "not computed: fluid" in out

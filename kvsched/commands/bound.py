@@ -17,6 +17,7 @@ from kvsched.commands.common import (
 )
 from kvsched.commands.outputs import write_json
 from kvsched.errors import InputError
+from kvsched.stop import Deadline
 
 
 def _combinatorial(instance: Any) -> dict[str, float]:
@@ -69,14 +70,58 @@ def _fluid(instance: Any, args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
+#: Objectives the portfolio bounds, in the order printed.
+_OBJECTIVES = ("total-latency", "makespan", "sum-ttft")
+
+
+def _portfolio(instance: Any, deadline: Deadline) -> dict[str, Any]:
+    """Every portfolio bound per objective (each valid for every legal schedule), best first."""
+    from kvsched.csp.bounds import portfolio
+    from kvsched.csp.bounds.portfolio import seconds_report
+
+    out: dict[str, Any] = {}
+    for objective in _OBJECTIVES:
+        bounds = sorted(portfolio(instance, objective, deadline.share(1 / 3)), key=lambda b: -b.value)
+        out[f"{objective} (lower, best)"] = bounds[0].value
+        out[f"{objective}: best source"] = bounds[0].source
+        for bound in bounds:
+            out[f"{objective}: {bound.source}"] = bound.value
+    report = None if _is_unit(instance) else seconds_report(instance, deadline)
+    if report is not None:
+        # What replacing the model's token term by its convex minorant gave up (0: the bounds are exact in form).
+        out["convex-minorant gap (seconds bounds)"] = report.minorant_gap
+    return out
+
+
+def _is_unit(instance: Any) -> bool:
+    from kvsched.costmodel import UnitCost
+    from kvsched.schedule.validate import instance_cost_model
+
+    return isinstance(instance_cost_model(instance), UnitCost)
+
+
 def cmd_bound(args: argparse.Namespace) -> int:
     check_outputs(args, ["json"], inputs=["instance"])
+    deadline = Deadline.for_command(args.time_limit)
     instance = load_instance_from_args(args.instance, args)
     doc: dict[str, dict[str, Any]] = {}
-    if args.kind in ("combinatorial", "all"):
+    skipped: list[str] = []
+    # ``all`` prints every kind that applies to the instance and says which did not; a kind named alone must apply.
+    if args.kind == "combinatorial" or (args.kind == "all" and _is_unit(instance)):
         doc["combinatorial"] = _combinatorial(instance)
-    if args.kind in ("fluid", "all"):
+    elif args.kind == "all":
+        skipped.append(
+            "combinatorial: needs the unit time model (the portfolio has the seconds-based bounds)"
+        )
+    if args.kind in ("portfolio", "all"):
+        doc["portfolio"] = _portfolio(instance, deadline)
+    if args.kind == "fluid":
         doc["fluid"] = _fluid(instance, args)
+    elif args.kind == "all":
+        try:
+            doc["fluid"] = _fluid(instance, args)
+        except InputError as exc:
+            skipped.append(f"fluid: {exc}")
     console = Console()
     for kind, values in doc.items():
         table = Table(title=f"{kind} bounds on {instance.name or args.instance} ({time_unit(instance)})")
@@ -85,6 +130,8 @@ def cmd_bound(args: argparse.Namespace) -> int:
         for key, value in values.items():
             table.add_row(key, f"{value:.6g}" if isinstance(value, float) else str(value))
         console.print(table)
+    for line in skipped:
+        console.print(f"not computed: {line}")
     if args.json:
         write_json(args.json, {**_summary(instance, doc, args), **doc})
     return 0
@@ -101,9 +148,13 @@ _SUMMARY_KEYS = {
 def _summary(instance: Any, doc: dict[str, dict[str, Any]], args: argparse.Namespace) -> dict[str, Any]:
     """Flat keys beside the printed tables: ``time_unit``, the lower bounds, the fluid throughput bound."""
     out: dict[str, Any] = {"command": "bound", "instance": instance.name, "time_unit": time_unit(instance)}
-    for (kind, label), key in _SUMMARY_KEYS.items():
-        if kind in doc:
-            out[key] = doc[kind][label]
+    if "portfolio" in doc:  # the best bound of all; the combinatorial ones are among the portfolio's
+        for objective in _OBJECTIVES:
+            out[f"lower_bound_{objective.replace('-', '_')}"] = doc["portfolio"][f"{objective} (lower, best)"]
+    else:
+        for (kind, label), key in _SUMMARY_KEYS.items():
+            if kind in doc:
+                out[key] = doc[kind][label]
     if "fluid" in doc:
         out["upper_bound_throughput"] = doc["fluid"][f"throughput ({args.per} per time unit, upper)"]
         out["throughput_per"] = f"{args.per} per {time_unit(instance)}"
@@ -114,13 +165,19 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's commands to the ``kvsched`` parser."""
     p = sub.add_parser(
         "bound",
-        help="bounds valid for every schedule: combinatorial (unit time) and seed 002's fluid throughput",
+        help="bounds valid for every schedule: the solver's portfolio, combinatorial and seed 002's fluid throughput",
         description="Print bounds that hold for every legal schedule of INSTANCE, without solving. "
+        "portfolio: every closed-form lower bound the certified pipeline starts from, per objective and source "
+        "(any cost model; docs/bounds.md has each argument). "
         "combinatorial: lower bounds on total latency, makespan and sum of TTFT (unit time model). "
         "fluid: seed 002's upper bound on throughput, a linear-fractional program over request types, "
         "for the time model d0 + d1 * batch KV (read from the instance, or --d0/--d1).",
     )
-    p.add_argument("kind", choices=("combinatorial", "fluid", "all"), help="which bounds")
+    p.add_argument(
+        "kind",
+        choices=("portfolio", "combinatorial", "fluid", "all"),
+        help="which bounds (all: every kind that applies)",
+    )
     p.add_argument("instance", help="instance .json")
     p.add_argument("--per", choices=("tokens", "decode-tokens", "requests"), default="tokens")
     p.add_argument("--saturated", action="store_true", help="fluid: ignore arrival rates (a saturated queue)")
@@ -130,6 +187,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--json",
         metavar="FILE",
         help="write the bounds here (time_unit, lower_bound_total_latency, ..., and every printed bound)",
+    )
+    p.add_argument(
+        "--time-limit",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="wall clock for the whole command; portfolio stages not started by then are skipped (default 60)",
     )
     add_limit_args(p)
     add_cost_args(p)
