@@ -400,9 +400,12 @@ def _per_time(count: float, span: float) -> float:
     return count / span if span > 0 else float("nan")
 
 
-def run_metrics(trace: Trace) -> RunMetrics:
-    """Summarise a trace (see :class:`RunMetrics` for the definitions)."""
-    req = request_metrics(trace)
+def run_metrics(trace: Trace, *, requests: pd.DataFrame | None = None) -> RunMetrics:
+    """Summarise a trace (see :class:`RunMetrics` for the definitions).
+
+    ``requests`` is :func:`request_metrics` of ``trace`` where the caller has it already.
+    """
+    req = request_metrics(trace) if requests is None else requests
     bat = batch_metrics(trace)
     makespan = float(bat["end"].max()) if len(bat) else 0.0
     durations = bat["duration"].to_numpy()
@@ -463,7 +466,9 @@ def _fmt(value: float | int | None, kind: str = "num") -> str:
     return f"{value:.4g}"
 
 
-def summary_table(trace: Trace, title: str = "Run summary", unit: str = "s") -> Table:
+def summary_table(
+    trace: Trace, title: str = "Run summary", unit: str = "s", *, metrics: RunMetrics | None = None
+) -> Table:
     """A one-screen table of :func:`run_metrics`, grouped by topic.
 
     Parameters
@@ -471,8 +476,10 @@ def summary_table(trace: Trace, title: str = "Run summary", unit: str = "s") -> 
     unit
         Label of the instance's time unit ("s" for seconds, "slot" for the
         unit model); the metrics themselves are unit-agnostic.
+    metrics
+        :func:`run_metrics` of ``trace`` where the caller has it already.
     """
-    m = run_metrics(trace)
+    m = run_metrics(trace) if metrics is None else metrics
     groups: list[tuple[str, list[tuple[str, str]]]] = [
         (
             "workload",
@@ -539,7 +546,12 @@ def summary_table(trace: Trace, title: str = "Run summary", unit: str = "s") -> 
 
 
 def print_summary(
-    trace: Trace, console: Console | None = None, *, title: str = "Run summary", unit: str = "s"
+    trace: Trace,
+    console: Console | None = None,
+    *,
+    title: str = "Run summary",
+    unit: str = "s",
+    metrics: RunMetrics | None = None,
 ) -> None:
     """Print :func:`summary_table` to ``console`` (a new stdout console by default)."""
-    (console or Console()).print(summary_table(trace, title=title, unit=unit))
+    (console or Console()).print(summary_table(trace, title=title, unit=unit, metrics=metrics))

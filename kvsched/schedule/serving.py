@@ -277,7 +277,11 @@ def _good(frame: pd.DataFrame, slo: SLO | None) -> np.ndarray | None:
 
 
 def serving_metrics(
-    traces: Trace | Sequence[Trace | None], slo: SLO | None = None, *, unit: str | None = None
+    traces: Trace | Sequence[Trace | None],
+    slo: SLO | None = None,
+    *,
+    unit: str | None = None,
+    requests: Sequence[pd.DataFrame] | None = None,
 ) -> ServingMetrics:
     """The serving metrics of one trace, or of several (engines of one run) pooled.
 
@@ -289,9 +293,11 @@ def serving_metrics(
         Objectives for every request (goodput); by default each request's own SLOs.
     unit
         The time unit's label; by default :func:`time_unit` of the first trace's instance.
+    requests
+        :func:`request_metrics` of each trace where the caller has them already.
     """
     found = _as_traces(traces)
-    frames = [request_metrics(t) for t in found]
+    frames = [request_metrics(t) for t in found] if requests is None else list(requests)
     frame = pd.concat(frames) if len(frames) > 1 else frames[0]
     gaps = [
         _completed_gaps(t, f["complete"].to_numpy(dtype=bool)) for t, f in zip(found, frames, strict=True)
