@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -258,15 +259,52 @@ def time_unit(instance: Instance) -> str:
     return unit_of(instance)
 
 
-#: Seconds of output work (tables, metrics, files) a command keeps per request after its solve, and at most
-#: this share of its limit: measured 2-4 s for 10,000 requests (metrics, serving table, JSON) on 2 cores.
-OUTPUT_SECONDS_PER_REQUEST = 4e-4
-OUTPUT_SHARE = 0.3
+#: Seconds every command keeps for its output, whatever the instance's size (tables, the result document).
+OUTPUT_SECONDS = 0.3
+#: Seconds per output token of the instance for each output (the metrics read the per-token events, the
+#: JSON schedule and the Perfetto trace spell every token out). Measured on 2 loaded cores: the summary table
+#: 0.7 s at 3.4 M tokens (10k ShareGPT) and 11.5 s at 34.5 M (100k); the serving metrics of ``--json``
+#: 0.45 s and 8.7 s more; a JSON schedule 6.8 s, a ``.npz`` one 0.4 s, a Perfetto trace 4.9 s at 3.4 M.
+OUTPUT_SECONDS_PER_TOKEN = {
+    "summary": 3.5e-7,
+    "json": 2.6e-7,
+    "schedule.json": 2.0e-6,
+    "schedule.npz": 1.5e-7,
+    "trace": 1.5e-6,
+}
+#: The solve keeps at least this share of the limit: beyond it the output overruns (and the command says so).
+OUTPUT_SHARE = 0.5
 
 
-def solve_deadline(deadline: Deadline, instance: Instance) -> Deadline:
-    """The part of a command's ``deadline`` its solve may use: the rest pays for printing and writing."""
+def output_seconds(instance: Instance, outputs: Iterable[str] = ("summary",)) -> float:
+    """Estimated seconds a command's ``outputs`` (keys of :data:`OUTPUT_SECONDS_PER_TOKEN`) take for ``instance``."""
+    tokens = sum(r.output for r in instance.requests)
+    return OUTPUT_SECONDS + tokens * sum(OUTPUT_SECONDS_PER_TOKEN[name] for name in outputs)
+
+
+def solve_deadline(
+    deadline: Deadline, instance: Instance, outputs: Iterable[str] = ("summary",), *, warn: str = ""
+) -> Deadline:
+    """The part of a command's ``deadline`` its solve may use: the rest pays for printing and writing.
+
+    ``outputs`` names what the command will write (:func:`output_seconds`); at most
+    :data:`OUTPUT_SHARE` of the limit is kept for them. With ``warn`` (the
+    command's name), output estimated to take longer than that is announced on
+    stderr before the solve starts (the command then ends late by about the
+    difference).
+    """
     if not deadline.bounded:
         return deadline
-    reserve = min(OUTPUT_SHARE * deadline.limit, 0.2 + OUTPUT_SECONDS_PER_REQUEST * len(instance))
+    outputs = tuple(outputs)
+    needed = output_seconds(instance, outputs)
+    reserve = min(OUTPUT_SHARE * deadline.limit, needed)
+    if warn and needed > reserve:
+        slow = max(outputs, key=OUTPUT_SECONDS_PER_TOKEN.__getitem__)
+        hint = " (a .npz schedule writes in a tenth of the time)" if slow == "schedule.json" else ""
+        print(
+            f"kvsched {warn}: warning: --time-limit {deadline.limit:g}: its output ({', '.join(outputs)}) "
+            f"takes about {needed:.0f} s to write for this instance, more than {OUTPUT_SHARE:.0%} of the "
+            f"limit; the command will end late{hint}",
+            file=sys.stderr,
+        )
     return deadline.before(reserve)

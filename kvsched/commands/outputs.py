@@ -6,13 +6,20 @@ import argparse
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from kvsched.commands.common import atomic_output, time_unit, write_text_atomic
 from kvsched.instances.model import Instance
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from kvsched.schedule.validate import Trace
 
 #: RunMetrics fields left out of a JSON summary: per time unit, named "per s" (the serving fields say it right).
 _PER_TIME_UNIT = ("tokens_per_s", "requests_per_s")
@@ -73,18 +80,55 @@ def write_json(path: str | Path, doc: Mapping[str, Any]) -> None:
     write_text_atomic(path, json.dumps(jsonable(doc), indent=1, allow_nan=False) + "\n")
 
 
+@dataclass(frozen=True, eq=False)
+class TraceMetrics:
+    """The metrics of one trace for every output of a command, each computed once and only if asked for.
+
+    The run summary, the serving table, the ``--json`` summary and the
+    per-request CSV all start from one per-request frame, whose per-token
+    events cost seconds at 100,000 requests: a command computes it once here
+    and hands every output the same frame.
+    """
+
+    trace: Trace
+    instance: Instance
+    slo: Any = None  # SLO | None
+
+    @cached_property
+    def requests(self) -> pd.DataFrame:
+        """:func:`~kvsched.schedule.metrics.request_metrics` of the trace."""
+        from kvsched.schedule.metrics import request_metrics
+
+        return request_metrics(self.trace)
+
+    @cached_property
+    def run(self) -> Any:  # -> RunMetrics
+        """:func:`~kvsched.schedule.metrics.run_metrics` from the same request frame."""
+        from kvsched.schedule.metrics import run_metrics
+
+        return run_metrics(self.trace, requests=self.requests)
+
+    @cached_property
+    def serving(self) -> Any:  # -> ServingMetrics
+        """:func:`~kvsched.schedule.serving.serving_metrics` from the same request frame."""
+        from kvsched.schedule.serving import serving_metrics
+
+        return serving_metrics(self.trace, self.slo, unit=time_unit(self.instance), requests=[self.requests])
+
+    def summary(self) -> dict[str, Any]:
+        """The whole-run and the serving metrics as one flat dict (the ``--json`` summary)."""
+        doc = {k: v for k, v in self.run.to_dict().items() if k not in _PER_TIME_UNIT}
+        doc.update(self.serving.to_dict())
+        return doc
+
+
 def run_summary(traces: Any, instance: Instance, slo: Any = None) -> dict[str, Any]:
     """The whole-run metrics and the serving metrics of one trace (or several engines') as one flat dict."""
-    from kvsched.schedule.metrics import run_metrics
+    if not isinstance(traces, list | tuple):
+        return TraceMetrics(traces, instance, slo).summary()
     from kvsched.schedule.serving import serving_metrics
 
-    serving = serving_metrics(traces, slo, unit=time_unit(instance))
-    single = traces if not isinstance(traces, list | tuple) else None
-    doc: dict[str, Any] = {}
-    if single is not None:
-        doc.update({k: v for k, v in run_metrics(single).to_dict().items() if k not in _PER_TIME_UNIT})
-    doc.update(serving.to_dict())
-    return doc
+    return serving_metrics(traces, slo, unit=time_unit(instance)).to_dict()
 
 
 def write_trace(

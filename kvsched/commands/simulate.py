@@ -20,10 +20,10 @@ from kvsched.commands.common import (
     time_unit,
 )
 from kvsched.commands.outputs import (
+    TraceMetrics,
     add_json_arg,
     add_slo_arg,
     add_trace_arg,
-    run_summary,
     slo_from_args,
     write_json,
     write_trace,
@@ -63,7 +63,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
 def cmd_simulate(args: argparse.Namespace) -> int:
     from kvsched.heuristics import make_policy, simulate
     from kvsched.schedule.io import save_schedule
-    from kvsched.schedule.metrics import print_summary, request_metrics
+    from kvsched.schedule.metrics import print_summary
     from kvsched.schedule.validate import replay
 
     check_outputs(args, ["out", "requests_csv", "json", "trace"], inputs=["instance"])
@@ -77,20 +77,22 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     # The core checked every batch (and run) as the simulator made it: one pass. --validate
     # also replays the finished schedule alone, independently of the simulator.
     trace = replay(instance, result.schedule) if args.validate else result.trace
+    metrics = TraceMetrics(trace, instance, slo)  # every output below reads the same request frame
     console = Console()
     print_summary(
         trace,
         console=console,
         unit=time_unit(instance),
         title=f"{policy.name} on {instance.name or args.instance}",
+        metrics=metrics.run,
     )
-    from kvsched.schedule.serving import serving_metrics, serving_table
+    from kvsched.schedule.serving import serving_table
 
-    console.print(serving_table(serving_metrics(trace, slo)))
+    console.print(serving_table(metrics.serving))
     console.print(f"simulated {len(result.schedule)} batches in {result.runtime:.2f} s", highlight=False)
     if args.json:
         doc = {"command": "simulate", "instance": instance.name, "policy": policy.name}
-        write_json(args.json, {**doc, **run_summary(trace, instance, slo)})
+        write_json(args.json, {**doc, **metrics.summary()})
         Console(stderr=True).print(f"wrote the summary to {args.json}", highlight=False)
     if args.trace:
         write_trace(args.trace, instance, result.schedule, name=policy.name)
@@ -101,7 +103,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         Console(stderr=True).print(f"wrote the schedule to {args.out}", highlight=False)
     if args.requests_csv:
         with atomic_output(args.requests_csv) as tmp:
-            request_metrics(trace).to_csv(tmp)
+            metrics.requests.to_csv(tmp)
         Console(stderr=True).print(f"wrote per-request metrics to {args.requests_csv}", highlight=False)
     return 0
 
@@ -193,7 +195,8 @@ def _engine_outputs(instance, args: argparse.Namespace, result, slo) -> None:  #
     from kvsched.schedule.serving import serving_metrics, serving_table
 
     traces = [t for t in result.traces if t is not None]
-    Console().print(serving_table(serving_metrics(traces, slo), title="Serving metrics, all engines"))
+    serving = serving_metrics(traces, slo, unit=time_unit(instance))  # once, for the table and --json
+    Console().print(serving_table(serving, title="Serving metrics, all engines"))
     if args.json:
         doc = {
             "command": "simulate",
@@ -201,7 +204,7 @@ def _engine_outputs(instance, args: argparse.Namespace, result, slo) -> None:  #
             "policy": args.policy,
             "engines": args.engines,
         }
-        write_json(args.json, {**doc, **run_summary(traces, instance, slo)})
+        write_json(args.json, {**doc, **serving.to_dict()})
         Console(stderr=True).print(f"wrote the summary to {args.json}", highlight=False)
     if args.trace:
         out = Path(args.trace)

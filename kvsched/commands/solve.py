@@ -21,9 +21,9 @@ from kvsched.commands.common import (
     time_unit,
 )
 from kvsched.commands.outputs import (
+    TraceMetrics,
     add_slo_arg,
     add_trace_arg,
-    run_summary,
     slo_from_args,
     write_json,
     write_trace,
@@ -118,6 +118,18 @@ def result_document(result: Any) -> dict[str, Any]:
     }
 
 
+def _outputs(args: argparse.Namespace) -> list[str]:
+    """What ``kvsched solve`` will print and write (its time is kept from the solve: ``solve_deadline``)."""
+    outputs = ["summary"]
+    if args.json:
+        outputs.append("json")
+    if args.out:
+        outputs.append("schedule.npz" if Path(args.out).suffix.lower() == ".npz" else "schedule.json")
+    if args.trace:
+        outputs.append("trace")
+    return outputs
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
     from kvsched.csp import SolveStatus, solve
     from kvsched.heuristics import make_policy, simulate
@@ -145,7 +157,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         options=_options(args),
         warm_start=warm,
         export=args.export,
-        deadline=solve_deadline(deadline, instance),
+        deadline=solve_deadline(deadline, instance, _outputs(args), warn="solve"),
         **_model_kwargs(args),
     )
     console = Console()
@@ -179,12 +191,14 @@ def cmd_solve(args: argparse.Namespace) -> int:
             table.add_row(key.replace("_", " "), _fmt(result.stats[key]))
     console.print(table)
     assert result.schedule is not None  # solve always returns a schedule
-    trace = result.trace or replay(instance, result.schedule)
+    # The solve replayed its schedule through the core; every output below reads that one trace's metrics.
+    metrics = TraceMetrics(result.trace or replay(instance, result.schedule), instance, slo)
     print_summary(
-        trace,
+        metrics.trace,
         console=console,
         unit=time_unit(instance),
         title=f"{'optimal' if result.status == SolveStatus.OPTIMAL else 'best found'} schedule metrics",
+        metrics=metrics.run,
     )
     if args.out:
         with atomic_output(args.out) as tmp:
@@ -192,7 +206,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         Console(stderr=True).print(f"wrote the schedule to {args.out}", highlight=False)
     if args.json:
         # The result document (status, objective, bounds, progress) and the schedule's serving metrics.
-        write_json(args.json, {**result_document(result), **run_summary(trace, instance, slo)})
+        write_json(args.json, {**result_document(result), **metrics.summary()})
     if args.trace:
         write_trace(args.trace, instance, result.schedule, name=f"{result.formulation}/{result.solver}")
         Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", highlight=False)

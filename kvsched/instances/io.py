@@ -165,20 +165,96 @@ def read_json(path: str | Path) -> Any:
 _read_json = read_json
 
 
+def _is_tokens(value: Any) -> bool:
+    return type(value) is int and 0 < value <= MAX_TOKENS
+
+
+def _is_time(value: Any) -> bool:  # NaN fails every comparison, infinity the upper one
+    return type(value) in (float, int) and 0 <= value <= MAX_TIME
+
+
+def _is_slo(value: Any) -> bool:
+    return value is None or (type(value) in (float, int) and 0 < value <= MAX_TIME)
+
+
+#: Each request field's schema rule (:class:`RequestSchema`), as a check of one parsed JSON value.
+_REQUEST_CHECKS: dict[str, Any] = {
+    "id": lambda v: type(v) is str and v != "",
+    "arrival": _is_time,
+    "prompt": _is_tokens,
+    "output": _is_tokens,
+    "predicted_output": lambda v: v is None or _is_tokens(v),
+    "cls": lambda v: v is None or type(v) is str,
+    "priority": lambda v: type(v) is int and -MAX_TOKENS <= v <= MAX_TOKENS,
+    "ttft_slo": _is_slo,
+    "tbt_slo": _is_slo,
+}
+_REQUIRED = frozenset(("id", "arrival", "prompt", "output"))
+#: The schema's float fields: a JSON integer there is read as a float.
+_FLOATS = frozenset(("arrival", "ttft_slo", "tbt_slo"))
+
+
+def _requests_in_bulk(raw: Any) -> tuple[Request, ...] | None:
+    """The requests of a well-formed ``requests`` list, checked field by field in bulk; else ``None``.
+
+    Validating 100,000 request objects one by one through pydantic takes seconds
+    (two to load a 100k-request file); these checks take a tenth of that. They
+    accept only what :class:`RequestSchema` accepts (the same types, ranges and
+    unique ids): anything else returns ``None``, and the caller lets pydantic
+    find and name the fault, so every error message stays the schema's own.
+    """
+    if type(raw) is not list or not raw or not all(type(r) is dict for r in raw):
+        return None
+    fields = set().union(*raw)
+    if not fields <= _REQUEST_CHECKS.keys() or not all(r.keys() >= _REQUIRED for r in raw):
+        return None
+    for name in fields:
+        check = _REQUEST_CHECKS[name]
+        if not all(check(r[name]) for r in raw if name in r):
+            return None
+    if len({r["id"] for r in raw}) != len(raw):
+        return None
+    plain = not fields & (_FLOATS - {"arrival"})  # no SLO field to read as a float
+    return tuple(
+        Request(**r)
+        if plain and type(r["arrival"]) is float
+        else Request(**{k: float(v) if k in _FLOATS and v is not None else v for k, v in r.items()})
+        for r in raw
+    )
+
+
+def _validated(data: Any, source: str) -> InstanceSchema:
+    """``data`` through the schema, or one :class:`InputError` naming the first faulty field."""
+    try:
+        return InstanceSchema.model_validate(data)
+    except ValidationError as exc:
+        raise InputError(format_validation_error(source, exc)) from None
+    except RecursionError:
+        raise InputError(f"{source}: nested too deeply") from None
+
+
 def instance_from_dict(data: Any, source: str = "instance") -> Instance:
-    """Validate a parsed JSON document and build the :class:`Instance`."""
+    """Validate a parsed JSON document and build the :class:`Instance`.
+
+    A well-formed request list is checked in bulk (:func:`_requests_in_bulk`)
+    and the rest of the document by the schema; any fault sends the whole
+    document through the schema, which names it.
+    """
     if isinstance(data, dict) and "schema_version" in data and data["schema_version"] != SCHEMA_VERSION:
         raise InputError(
             f"{source}: schema_version: {data['schema_version']!r} is not supported (this kvsched reads "
             f"{SCHEMA_VERSION})"
         )
-    try:
-        doc = InstanceSchema.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(format_validation_error(source, exc)) from None
-    except RecursionError:
-        raise InputError(f"{source}: nested too deeply") from None
-    requests = tuple(Request(**r.model_dump()) for r in doc.requests)
+    requests = _requests_in_bulk(data.get("requests")) if isinstance(data, dict) else None
+    doc = None
+    if requests is not None:
+        try:  # the schema checks everything but the requests (and the first of them again)
+            doc = InstanceSchema.model_validate({**data, "requests": data["requests"][:1]})
+        except (ValidationError, RecursionError):
+            doc = None  # the whole document through the schema below names the fault, counted as ever
+    if doc is None:
+        doc = _validated(data, source)
+        requests = tuple(Request(**r.model_dump()) for r in doc.requests)
     instance = Instance(
         requests=requests,
         limits=Limits(**doc.limits.model_dump()),
