@@ -20,13 +20,23 @@ import traceback
 from collections.abc import Sequence
 
 from kvsched import __version__
-from kvsched.commands import analysis, bound, costmodel, executor, instances, schedules, simulate, solve
+from kvsched.commands import (
+    analysis,
+    bound,
+    costmodel,
+    executor,
+    instances,
+    schedules,
+    simulate,
+    solve,
+    warmup,
+)
 from kvsched.commands.common import EXIT_ERROR, EXIT_INTERNAL
 from kvsched.errors import KvschedError
 from kvsched.stop import mark_start
 
 #: Command modules, in the order ``kvsched --help`` lists them.
-COMMAND_MODULES = (instances, schedules, simulate, solve, bound, costmodel, executor, analysis)
+COMMAND_MODULES = (instances, schedules, simulate, solve, bound, costmodel, executor, analysis, warmup)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -23,12 +23,14 @@ from __future__ import annotations
 
 from kvsched.costmodel import UnitCost
 from kvsched.csp.bounds import chain_lagrangian, portfolio
+from kvsched.csp.bounds.chain import compiled_kernels
 from kvsched.csp.certificate import Scope, scope_of
 from kvsched.csp.certify import certify
 from kvsched.csp.incumbents import Incumbent, best_incumbent, improve
 from kvsched.csp.result import AnytimePoint, Result, SolveStatus
 from kvsched.csp.run import SolveLog, with_meta
 from kvsched.errors import KvschedError
+from kvsched.jit import COMPILE_SECONDS, use_compiled
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline
@@ -57,6 +59,11 @@ def _lagrangian(log: SolveLog, objective: str, best: Incumbent, deadline: Deadli
         return {}
     if deadline.remaining() < 2 * float(best.stats.get("replay_s", 0.0)):
         return {"lagrangian": "not run: no time left"}
+    if not use_compiled(compiled_kernels(objective), deadline):
+        return {
+            "lagrangian": f"not run: its kernels are not compiled yet, and compiling them (about "
+            f"{COMPILE_SECONDS:.0f} s, once) does not fit in the time left (kvsched warmup compiles them)"
+        }
     # The best schedule's replay warm-starts the multipliers (y_t = requests in system / M) and is kept
     # for the result, so nothing is replayed twice.
     if log.trace_of(best.value) is None:

@@ -222,6 +222,14 @@ def _kernels():
     return _chain_kernels
 
 
+def compiled_kernels(objective: str = "total-latency") -> list:
+    """The numba kernels :func:`chain_lagrangian` calls for ``objective`` (see :func:`kvsched.jit.use_compiled`)."""
+    k = _kernels()
+    return [k.price_chains, k.chain_loads, k.price_contiguous, k.contiguous_loads] + (
+        [] if objective == "total-latency" else [k.band_cells]
+    )
+
+
 def evaluate(
     data: ChainData,
     y: np.ndarray,

@@ -32,11 +32,29 @@ from kvsched.csp.incumbents.log import BatchLog
 from kvsched.csp.incumbents.rules import rule_keys
 from kvsched.csp.objectives import objective_function
 from kvsched.instances.model import Instance
+from kvsched.jit import is_compiled, use_compiled
 from kvsched.schedule.validate import instance_cost_model, replay
 from kvsched.stop import Deadline
 
 #: Batches decided between two deadline checks (compiled, interpreted kernel).
 CHUNK_JIT, CHUNK_PY = 4096, 64
+#: Seconds the interpreted kernel takes per batch (measured 0.5-0.8 ms on 2 loaded cores), for choosing it
+#: over a cold compile (:func:`kvsched.jit.use_compiled`).
+PY_SECONDS_PER_BATCH = 1e-3
+
+
+def interpreted_seconds(instance: Instance) -> float:
+    """A low estimate of the interpreted kernel's time: every schedule has at least this many batches.
+
+    Each request generates one token per batch (``max O`` batches), and a batch
+    holds at most M tokens of KV while request j holds at least ``I_j + k`` in
+    its k-th generating batch (so at least its KV area over M batches in all).
+    """
+    prompt = np.fromiter((r.prompt for r in instance.requests), dtype=np.float64, count=len(instance))
+    output = np.fromiter((r.output for r in instance.requests), dtype=np.float64, count=len(instance))
+    area = float(np.sum(prompt * output + output * (output - 1) / 2))
+    batches = max(float(output.max(initial=0.0)), area / instance.limits.kv_capacity)
+    return PY_SECONDS_PER_BATCH * batches
 
 
 def decide(
@@ -71,10 +89,14 @@ def decide(
     cost_model
         Batch durations; defaults to the instance's own.
     jit
-        Use the compiled kernel (else the interpreted reference, same decisions).
+        Use the compiled kernel (else the interpreted reference, same decisions); a kernel not
+        compiled yet is compiled only where that fits the deadline or beats the interpreted
+        reference (:func:`kvsched.jit.use_compiled`).
     """
     instance.check_feasible()
     deadline = deadline or Deadline.never()
+    if jit and not is_compiled(K.advance_jit):  # cold: compile it, or run the interpreted reference
+        jit = use_compiled([K.advance_jit], deadline, interpreted_seconds=interpreted_seconds(instance))
     cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
     n = len(instance)
     code, skey = rule_keys(instance, rule, priority)

@@ -1,0 +1,76 @@
+"""Cold numba kernels under a deadline: compile only where it fits, else the interpreted path or no stage."""
+
+import pytest
+
+from kvsched import jit
+from kvsched.cli import main
+from kvsched.csp import SolverOptions, solve
+from kvsched.csp.incumbents import _kernel, greedy
+from kvsched.csp.incumbents.greedy import PY_SECONDS_PER_BATCH, interpreted_seconds
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.instances.sharegpt import sharegpt
+from kvsched.schedule.validate import replay
+from kvsched.stop import Deadline
+
+
+def _instance(n: int = 12) -> Instance:
+    requests = tuple(Request(f"r{k}", float(k), 4 + k % 5, 3 + k % 4) for k in range(n))
+    return Instance(requests, Limits(kv_capacity=32), TimeModel("unit"))
+
+
+class _ColdKernel:
+    """A kernel that was never compiled: calling it is the compile this test must not see."""
+
+    signatures = ()
+
+    def __call__(self, *args):
+        raise AssertionError("compiled a cold kernel")
+
+
+def test_a_kernel_that_ran_is_compiled():
+    greedy(_instance())  # compiles or loads the cache
+    assert jit.is_compiled(_kernel.advance_jit)
+
+
+def test_use_compiled_weighs_the_compile_against_the_time_left(monkeypatch):
+    cold, warm = _ColdKernel(), _kernel.advance_jit
+    greedy(_instance())
+    assert jit.use_compiled([warm], Deadline.after(0.01))
+    assert not jit.use_compiled([cold, warm], Deadline.after(1.0))
+    assert jit.use_compiled([cold], Deadline.after(jit.COMPILE_SECONDS + 5))
+    assert jit.use_compiled([cold], Deadline.never())
+    # A cold kernel is still worth compiling where the interpreted path would take longer.
+    assert jit.use_compiled([cold], Deadline.after(1.0), interpreted_seconds=2 * jit.COMPILE_SECONDS)
+
+
+def test_a_cold_greedy_kernel_with_a_short_deadline_runs_interpreted(monkeypatch):
+    inst = _instance()
+    expected = greedy(inst)
+    monkeypatch.setattr(_kernel, "advance_jit", _ColdKernel())
+    got = greedy(inst, deadline=Deadline.after(2.0))  # the cold kernel would raise
+    assert got.value == expected.value and replay(inst, got.schedule).ok
+    with pytest.raises(AssertionError, match="compiled a cold kernel"):
+        greedy(inst)  # no deadline: the compile is worth it (and cached for the next command)
+
+
+def test_interpreted_estimate_is_low():
+    inst = sharegpt(60, 3, Limits(kv_capacity=20_000))
+    batches = greedy(inst).stats["batches"]
+    assert 0 < interpreted_seconds(inst) <= PY_SECONDS_PER_BATCH * batches
+
+
+def test_cold_lagrangian_kernels_with_a_short_limit_skip_the_stage(monkeypatch):
+    inst = _instance(20)
+    monkeypatch.setattr(jit, "is_compiled", lambda dispatcher: False)
+    result = solve(
+        inst, formulation="auto", options=SolverOptions(time_limit=3.0), deadline=Deadline.after(3.0)
+    )
+    assert "kernels are not compiled yet" in result.stats["lagrangian"]
+    assert result.best_bound is not None and replay(inst, result.schedule).ok
+
+
+def test_warmup_prints_one_line_per_kernel_family(capsys):
+    assert main(["warmup"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split(":")[0] for line in lines] == ["greedy", "chain-lagrangian"]
+    assert all(" s, " in line for line in lines)
