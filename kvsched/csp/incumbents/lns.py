@@ -17,6 +17,7 @@ heuristic neighbourhood.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -95,11 +96,18 @@ def improve(
     else:
         order = np.lexsort((np.arange(n), np.asarray(keys, dtype=np.float64)))
     evaluations = accepted = 0
+    # A candidate costs one greedy run (decide, build, replay; the incumbent's own, where it was one):
+    # one starts only where it fits before the deadline, since it always runs to a complete schedule.
+    run_s = [sum(float(incumbent.stats.get(k, 0.0)) for k in ("decide_s", "build_s", "replay_s"))]
+
+    def fits() -> bool:
+        return deadline.remaining() > run_s[0]
 
     def simulate(order: np.ndarray) -> Incumbent:
         keys = np.empty(n, dtype=np.float64)
         keys[order] = np.arange(n, dtype=np.float64)
-        return greedy(
+        started = time.perf_counter()
+        cand = greedy(
             instance,
             priority=keys,
             preempt=preempt,
@@ -109,8 +117,10 @@ def improve(
             cost_model=cost_model,
             name="lns",
         )
+        run_s[0] = max(run_s[0], time.perf_counter() - started)
+        return cand
 
-    if n >= 2 and not deadline.expired():
+    if n >= 2 and fits():
         current = simulate(order)
         evaluations += 1
         value = current.value
@@ -122,7 +132,7 @@ def improve(
             for lo in range(0, max(1, n - 1), step):
                 hi = min(n, lo + window)
                 for moved in _moves(order[lo:hi].copy(), prompt, output, rng):
-                    if deadline.expired():
+                    if not fits():
                         break
                     trial = order.copy()
                     trial[lo:hi] = moved
@@ -132,9 +142,9 @@ def improve(
                         order, value, improved = trial, cand.value, True
                         if cand.value < best.value:
                             best, accepted = cand, accepted + 1
-                if deadline.expired():
+                if not fits():
                     break
-            if not improved or deadline.expired():
+            if not improved or not fits():
                 break
     stats = dict(best.stats)
     stats.update(evaluations=evaluations, accepted=accepted, start=incumbent.value)
