@@ -74,3 +74,15 @@ def test_warmup_prints_one_line_per_kernel_family(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [line.split(":")[0] for line in lines] == ["greedy", "chain-lagrangian"]
     assert all(" s, " in line for line in lines)
+
+
+def test_solve_says_when_its_kernels_are_cold(monkeypatch, capsys):
+    from kvsched.commands.warmup import note_cold_kernels
+
+    note_cold_kernels("solve")
+    assert capsys.readouterr().err == ""  # warm (the tests above ran them)
+    monkeypatch.setattr(jit, "is_compiled", lambda dispatcher: False)
+    note_cold_kernels("solve")
+    err = capsys.readouterr().err
+    assert err.startswith("kvsched solve: note: the compiled kernels (greedy, chain-lagrangian)")
+    assert "kvsched warmup" in err and err.count("\n") == 1

@@ -28,6 +28,7 @@ from kvsched.commands.outputs import (
     write_json,
     write_trace,
 )
+from kvsched.commands.warmup import note_cold_kernels
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
 from kvsched.stop import Deadline, check_time_limit
@@ -143,6 +144,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     check_outputs(args, ["out", "json", "export", "trace"], inputs=["instance", "warm_start"])
     instance = load_instance_from_args(args.instance, args)
     slo = slo_from_args(args, instance)
+    note_cold_kernels("solve")
     warm = None
     if args.warm_start:
         if Path(args.warm_start).suffix == ".json":
