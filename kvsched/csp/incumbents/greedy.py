@@ -135,7 +135,9 @@ def decide(
     cap_b = max(1024, 2 * int(ia[1].max(initial=1)))
     bf = np.zeros((2, cap_b))
     bi = np.zeros((2, cap_b + 1), dtype=np.int64)
-    it = np.zeros((4, 4 * cap_b + n), dtype=np.int64)
+    # Every schedule logs at least one item per generated token (sum of O): room for a quarter more
+    # from the start, so that the largest buffer is seldom copied (np.zeros is committed as written).
+    it = np.zeros((4, 4 * cap_b + n + int(1.25 * ia[1].sum())), dtype=np.int64)
     ev = np.zeros(cap_b + n, dtype=np.int64)
     kernel = K.advance_jit if jit else K.advance_py
     chunk = CHUNK_JIT if jit else CHUNK_PY
@@ -153,7 +155,7 @@ def decide(
         if status == K.DONE:
             break
         if status == K.GROW:
-            bf, bi, it, ev = _grow(bf, bi, it, ev, n)
+            bf, bi, it, ev = _grow(bf, bi, it, ev, n, sc)
         if limits[7] == 0 and (deadline.expired() or nb > thrash):
             limits[6], limits[7] = 0, 1
     nb, ni, ne = int(sc[3]), int(sc[4]), int(sc[5])
@@ -188,22 +190,28 @@ def _time_batches(
 
 
 def _grow(
-    bf: np.ndarray, bi: np.ndarray, it: np.ndarray, ev: np.ndarray, n: int
+    bf: np.ndarray, bi: np.ndarray, it: np.ndarray, ev: np.ndarray, n: int, sc: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The log buffers, doubled (with room for one more batch of every request)."""
+    """The log buffers the kernel ran out of, doubled (with room for one more batch of every request).
+
+    Only a full buffer grows: at 100,000 requests the item log reaches gigabytes,
+    and copying the others along with it cost seconds.
+    """
 
     def bigger(arr: np.ndarray, size: int) -> np.ndarray:
         out = np.zeros((*arr.shape[:-1], size), dtype=arr.dtype)
         out[..., : arr.shape[-1]] = arr
         return out
 
-    cap_b = 2 * bf.shape[1]
-    return (
-        bigger(bf, cap_b),
-        bigger(bi, cap_b + 1),
-        bigger(it, 2 * it.shape[1] + n),
-        bigger(ev, 2 * ev.shape[0] + n),
-    )
+    nbat, nit, nev = int(sc[3]), int(sc[4]), int(sc[5])
+    if nbat + 1 >= bf.shape[1]:
+        cap_b = 2 * bf.shape[1]
+        bf, bi = bigger(bf, cap_b), bigger(bi, cap_b + 1)
+    if nit + n > it.shape[1]:  # the kernel's next batch logs at most n items
+        it = bigger(it, 2 * it.shape[1] + n)
+    if nev + n > ev.shape[0]:  # ... and evicts at most n holders
+        ev = bigger(ev, 2 * ev.shape[0] + n)
+    return bf, bi, it, ev
 
 
 def greedy(
