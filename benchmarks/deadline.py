@@ -11,7 +11,10 @@ a user waits for) on ShareGPT requests with Poisson arrivals (rate 0.5 per slot,
 whole-slot ticks, M = 20,000: issue 14's instances), and prints the limit, the
 wall time, their ratio, and what the result claims: status, objective, bound,
 bound source and scope. A row passes when the wall time is within
-``limit + max(1 s, 5% of limit)`` and the command wrote a result.
+``limit + max(1 s, 5% of limit)`` and the command wrote a result. ``loaded s``
+and ``solved s`` say when (seconds since the command started) the instance was
+loaded and the solve returned: the rest of the wall time is the output (the
+schedule's metrics and the JSON document).
 
 The machine's load changes every wall time: report the ratio with the load
 (``os.getloadavg``) printed under the table.
@@ -74,8 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     console = Console(width=180)
     table = Table(title=f"kvsched solve --time-limit {args.limit:g}: wall time of the whole command")
-    for col in ("n", "formulation", "solver", "limit s", "wall s", "wall/limit", "ok", "status", "objective",
-                "bound", "bound source", "scope", "gap"):  # fmt: skip
+    for col in ("n", "formulation", "solver", "limit s", "wall s", "wall/limit", "ok", "loaded s", "solved s",
+                "status", "objective", "bound", "bound source", "scope", "gap"):  # fmt: skip
         table.add_column(col, justify="right" if col not in ("formulation", "solver", "status") else "left")
     failures = 0
     for n in (int(s) for s in args.sizes.split(",")):
@@ -89,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
                 ok = got["rc"] in (0, 2) and got["wall"] <= args.limit + grace and (doc or got["rc"] == 2)
                 failures += not ok
                 gap = doc.get("gap")
+                at = doc.get("command_seconds", {})  # seconds since start: instance loaded, solve returned
                 table.add_row(
                     str(n),
                     doc.get("formulation", formulation),
@@ -97,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
                     f"{got['wall']:.2f}",
                     f"{got['wall'] / args.limit:.2f}",
                     "yes" if ok else "NO",
+                    *(f"{at[k]:.1f}" if k in at else "-" for k in ("loaded", "solved")),
                     doc.get("status", f"exit {got['rc']}: {' '.join(got['error'])[:40]}"),
                     f"{doc['objective']:.6g}" if doc.get("objective") is not None else "-",
                     f"{doc['best_bound']:.6g}" if doc.get("best_bound") is not None else "-",

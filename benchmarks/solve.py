@@ -24,6 +24,11 @@ Parts:
   search and reduced-cost windows (windows from the objective alone), to show
   what they buy.
 
+* ``deadline`` (run alone, not part of ``all``): ``benchmarks/deadline.py``'s
+  table, ``kvsched solve --time-limit`` as its own process over 200 to 100,000
+  ShareGPT requests, every formulation and back end: limit, wall time, their
+  ratio, status, objective, bound, bound source and scope.
+
 Each table row is one solve: status, objective, proven bound, gap, wall time
 and model size. The last line of each part names the largest size proven
 optimal within the time limit.
@@ -162,7 +167,12 @@ def run_figure15(console: Console, options: SolverOptions, solver: str) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--part", choices=("all", "batch", "figure15", "time"), default="all")
+    parser.add_argument(
+        "--part",
+        choices=("all", "batch", "figure15", "time", "deadline"),
+        default="all",
+        help="deadline (not in all): benchmarks/deadline.py's wall-clock table, --sizes and --time-limit passed on",
+    )
     parser.add_argument("--time-limit", type=float, default=60.0)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--solver", default=None, help="back end (default cpsat for batch, highs for time)")
@@ -176,6 +186,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--baseline", action="store_true", help="time part: also run without strengthening")
     args = parser.parse_args(argv)
+    if args.part == "deadline":  # issue 14's table: the whole command's wall time, per size and back end
+        from deadline import main as deadline_main  # benchmarks/ is the script's folder, first on sys.path
+
+        limit = ["--limit", f"{args.time_limit:g}"] + (["--sizes", args.sizes] if args.sizes else [])
+        return deadline_main(limit + (["--solvers", args.solver] if args.solver else []))
     options = SolverOptions(time_limit=args.time_limit, threads=args.threads)
     console = Console(width=140)
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else None

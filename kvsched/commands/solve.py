@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
     # Outputs are checked before the solve, so that a finished solve is never lost to a bad path.
     check_outputs(args, ["out", "json", "export", "trace"], inputs=["instance", "warm_start"])
     instance = load_instance_from_args(args.instance, args)
+    # Where the command's time went, in seconds since it started (the --json document keeps them).
+    started = deadline.end - deadline.limit
+    seconds = {"loaded": time.monotonic() - started}
     slo = slo_from_args(args, instance)
     note_cold_kernels("solve")
     warm = None
@@ -162,6 +166,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         deadline=solve_deadline(deadline, instance, _outputs(args), warn="solve"),
         **_model_kwargs(args),
     )
+    seconds["solved"] = time.monotonic() - started
     console = Console()
     table = Table(title=f"{result.formulation} / {result.solver}: {result.objective_name}", show_header=False)
     table.add_row("status", str(result.status))
@@ -208,7 +213,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
         Console(stderr=True).print(f"wrote the schedule to {args.out}", highlight=False)
     if args.json:
         # The result document (status, objective, bounds, progress) and the schedule's serving metrics.
-        write_json(args.json, {**result_document(result), **metrics.summary()})
+        doc = {**result_document(result), **metrics.summary()}
+        seconds["summarised"] = time.monotonic() - started
+        write_json(args.json, {**doc, "command_seconds": seconds})
     if args.trace:
         write_trace(args.trace, instance, result.schedule, name=f"{result.formulation}/{result.solver}")
         Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", highlight=False)
@@ -374,8 +381,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--json",
         metavar="FILE",
-        help="write the result (status, objective, bound, gap, progress) and the schedule's serving metrics "
-        "(mean_ttft, p99_tpot, p50_itl, p99_e2el, time_unit, ...) here",
+        help="write the result (status, objective, bound, gap, progress), the schedule's serving metrics "
+        "(mean_ttft, p99_tpot, p50_itl, p99_e2el, time_unit, ...) and command_seconds (seconds since the "
+        "command started when the instance was loaded, the solve returned, the metrics were computed) here",
     )
     add_trace_arg(p)
     add_slo_arg(p)
