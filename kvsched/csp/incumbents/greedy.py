@@ -38,9 +38,6 @@ from kvsched.stop import Deadline
 
 #: Batches decided between two deadline checks (compiled, interpreted kernel).
 CHUNK_JIT, CHUNK_PY = 4096, 64
-#: Share of a greedy's deadline for its decisions: building and replaying the schedule take the rest
-#: (they took 75-90% of a run at 10k-100k ShareGPT requests, more the more the decisions evict).
-DECIDE_SHARE = 0.2
 #: Seconds the interpreted kernel takes per batch (measured 0.5-0.8 ms on 2 loaded cores), for choosing it
 #: over a cold compile (:func:`kvsched.jit.use_compiled`).
 PY_SECONDS_PER_BATCH = 1e-3
@@ -232,11 +229,9 @@ def greedy(
 ) -> Incumbent:
     """The greedy's schedule, replayed through the core, with its objective value.
 
-    Parameters are those of :func:`decide`, whose decisions get :data:`DECIDE_SHARE` of
-    ``deadline`` (building and replaying the schedule take the rest); ``objective`` names
-    what ``value`` measures and ``name`` overrides the incumbent's name. ``stats`` holds the
-    seconds spent deciding, building the schedule and replaying it, and the batch and
-    eviction counts.
+    Parameters are those of :func:`decide`; ``objective`` names what ``value`` measures
+    and ``name`` overrides the incumbent's name. ``stats`` holds the seconds spent
+    deciding, building the schedule and replaying it, and the batch and eviction counts.
 
     Raises
     ------
@@ -252,7 +247,7 @@ def greedy(
         preempt=preempt,
         priority=priority,
         lookahead=lookahead,
-        deadline=None if deadline is None else deadline.share(DECIDE_SHARE),
+        deadline=deadline,
         cost_model=cost_model,
         jit=jit,
     )
