@@ -33,7 +33,8 @@ from kvsched.stop import Deadline
 
 def completion_order(instance: Instance, incumbent: Incumbent) -> np.ndarray:
     """Request positions by completion time in ``incumbent`` (ties by first scheduling, then position)."""
-    st = replay(instance, incumbent.schedule).state
+    trace = incumbent.trace if incumbent.trace is not None else replay(instance, incumbent.schedule)
+    st = trace.state
     return np.lexsort((np.arange(st.n), st.first_scheduled, st.completion))
 
 
@@ -91,10 +92,6 @@ def improve(
     prompt = np.array([r.prompt for r in instance.requests], dtype=np.int64)
     output = np.array([r.output for r in instance.requests], dtype=np.int64)
     best = incumbent
-    if keys is None:
-        order = completion_order(instance, incumbent)
-    else:
-        order = np.lexsort((np.arange(n), np.asarray(keys, dtype=np.float64)))
     evaluations = accepted = 0
     # A candidate costs one greedy run (decide, build, replay; the incumbent's own, where it was one):
     # one starts only where it fits before the deadline, since it always runs to a complete schedule.
@@ -121,6 +118,10 @@ def improve(
         return cand
 
     if n >= 2 and fits():
+        if keys is None:
+            order = completion_order(instance, incumbent)
+        else:
+            order = np.lexsort((np.arange(n), np.asarray(keys, dtype=np.float64)))
         current = simulate(order)
         evaluations += 1
         value = current.value
