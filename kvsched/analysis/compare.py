@@ -38,7 +38,7 @@ from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import POLICIES, Policy, make_policy, simulate
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
-from kvsched.schedule.metrics import RunMetrics, run_metrics
+from kvsched.schedule.metrics import RunMetrics, request_metrics, run_metrics
 from kvsched.schedule.serving import SLO, ServingMetrics, serving_metrics
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline, check_time_limit
@@ -203,6 +203,12 @@ def _check_solver(
     return None
 
 
+def _metrics(trace: Any, slo: SLO | None) -> tuple[RunMetrics, ServingMetrics]:
+    """A trace's run and serving metrics from one per-request frame (its token events are read once)."""
+    frame = request_metrics(trace)
+    return run_metrics(trace, requests=frame), serving_metrics(trace, slo, requests=[frame])
+
+
 def compare(
     instance: Instance,
     policies: str | Iterable[str],
@@ -260,8 +266,7 @@ def compare(
             rows.append({"name": name, "kind": "policy", "error": str(exc)})
             continue
         trace = replay(instance, sim.schedule)  # every schedule is validated
-        metrics[name] = run_metrics(trace)
-        serving[name] = serving_metrics(trace, slo)
+        metrics[name], serving[name] = _metrics(trace, slo)
         rows.append(_row(metrics[name], serving[name], name, measure(trace), "policy", sim.runtime))
         schedules[name] = sim.schedule
 
@@ -287,9 +292,8 @@ def compare(
     if result is not None:
         assert result.schedule is not None  # a solve always returns a schedule
         label = f"optimum ({result.formulation}/{solver})"
-        trace = replay(instance, result.schedule)
-        metrics[label] = run_metrics(trace)
-        serving[label] = serving_metrics(trace, slo)
+        trace = result.trace or replay(instance, result.schedule)  # the solve replayed it already
+        metrics[label], serving[label] = _metrics(trace, slo)
         rows.append(_row(metrics[label], serving[label], label, measure(trace), "solver", result.runtime))
         schedules[label] = result.schedule
 

@@ -42,8 +42,10 @@ CHUNK_JIT, CHUNK_PY = 4096, 64
 #: over a cold compile (:func:`kvsched.jit.use_compiled`).
 PY_SECONDS_PER_BATCH = 1e-3
 #: Seconds per output token of a whole greedy run (decide, build, replay) in its cheapest mode, a low
-#: estimate: measured 0.54 us at 10k ShareGPT requests and 0.78 us at 100k on 2 loaded cores.
-CHEAP_SECONDS_PER_TOKEN = 5e-7
+#: estimate: measured 0.54 us at 10k ShareGPT requests and 0.78 us at 100k on 2 loaded cores. Low on
+#: purpose: at 10k a first schedule's share (1.5 s of a 10 s limit) still preempts (-1.8% total latency);
+#: at 100k (34.5 M tokens, a 7-11 s share of a 60 s limit) the whole run is in the cheapest mode.
+CHEAP_SECONDS_PER_TOKEN = 4e-7
 
 
 def interpreted_seconds(instance: Instance) -> float:
