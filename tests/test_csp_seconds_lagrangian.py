@@ -1,0 +1,146 @@
+"""The seconds Lagrangian: below the brute-force optimum and every legal schedule, compiled = reference."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvsched.csp.bounds.chain import warm_incumbent
+from kvsched.csp.bounds.seconds_lagrangian import (
+    SOURCE,
+    evaluate,
+    evaluate_reference,
+    prepare,
+    seconds_lagrangian,
+)
+from kvsched.csp.certificate import Scope
+from kvsched.csp.objectives import OBJECTIVES
+from kvsched.errors import InputError
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.schedule.validate import instance_cost_model, replay
+from kvsched.stop import Deadline
+from tests.brute import brute_force
+from tests.strategies import build_legal_schedule, instances
+
+#: A stepped token term with a negative step, a hinge and a linear model (unit-scale times).
+STEPPED = TimeModel(
+    "calibrated", {"a0": 0.6, "a1": 0.05, "step2": 0.5, "step3": -0.4, "b1": 0.02, "p1": 0.01}
+)
+HINGE = TimeModel("hinge", {"c": 1.0, "a": 0.3, "b0": 2.0})
+LINEAR = TimeModel("infermax-linear", {"a0": 0.5, "a1": 0.1, "b0": 0.2, "b1": 0.05, "p0": 0.3, "p1": 0.02})
+MODELS = (LINEAR, STEPPED, HINGE)
+TOL = 1e-9
+
+
+def _random_multipliers(data, rng: np.random.Generator, scale: float):
+    nw = data.windows
+    mu = rng.exponential(scale, (len(data.forms), nw)) * (rng.random((len(data.forms), nw)) < 0.7)
+    y = rng.exponential(scale / max(1, data.capacity), nw) * (rng.random(nw) < 0.5)
+    z = rng.exponential(scale / max(1, data.budget or 1), nw) if data.budget is not None else np.zeros(0)
+    alpha = rng.random(nw)
+    return mu, y, z, alpha
+
+
+tiny = instances(max_requests=3, max_prompt=3, max_output=3, cost="unit")
+
+
+@settings(max_examples=20, deadline=None, derandomize=True, database=None)
+@given(tiny, st.sampled_from(MODELS), st.integers(0, 2**16))
+def test_bound_below_the_brute_force_optimum(inst, model, seed):
+    """Evictions allowed, with and without budgets and arrivals: the ascent's bound and the value at
+    random multipliers are below the optimum."""
+    inst = replace(inst, time_model=model)
+    opt = brute_force(inst, "total-latency", allow_eviction=True)
+    trace = warm_incumbent(inst)
+    got = seconds_lagrangian(inst, incumbent=trace, max_iterations=40)
+    assert got.bound.value <= opt + TOL * max(1.0, opt)
+    data = prepare(inst, trace)
+    rng = np.random.default_rng(seed)
+    for scale in (0.5, 5.0):
+        mu, y, z, alpha = _random_multipliers(data, rng, scale)
+        assert evaluate(data, mu, y, z, alpha).value <= opt + TOL * max(1.0, opt)
+
+
+@pytest.mark.parametrize("evict", [True, False])
+@pytest.mark.parametrize("model", MODELS)
+def test_bound_below_the_optimum_with_budgets(evict, model):
+    inst = Instance(
+        (Request("a", 0, 3, 2), Request("b", 0, 1, 2), Request("c", 1, 1, 2)),
+        Limits(kv_capacity=4, max_batch_tokens=3, max_prefill_tokens=2),
+        model,
+    )
+    opt = brute_force(inst, "total-latency", allow_eviction=evict)
+    got = seconds_lagrangian(inst, incumbent=warm_incumbent(inst), max_iterations=60)
+    assert got.bound.scope == Scope.ALL and got.bound.source == SOURCE
+    assert 0 < got.bound.value <= opt + TOL * max(1.0, opt)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(instances(cost="infermax-linear"), st.sampled_from(MODELS), st.integers(0, 2**16))
+def test_every_value_is_below_every_legal_schedule(inst, model, seed):
+    """Random legal schedules (chunks, pauses, evictions, idling) through the core: every Lagrangian
+    value, at the ascent's multipliers or random ones, is below each; their op slots are chains."""
+    inst = replace(inst, time_model=model)
+    built = build_legal_schedule(inst, seed, instance_cost_model(inst))
+    trace = replay(inst, built.schedule)
+    value = OBJECTIVES["total-latency"](trace)
+    data = prepare(inst, trace)
+    assert data.prev is not None  # the slot argument: a legal schedule's op slots form chains
+    rng = np.random.default_rng(seed)
+    mu, y, z, alpha = _random_multipliers(data, rng, 2.0)
+    assert evaluate(data, mu, y, z, alpha, prev=data.prev).value <= value + TOL * max(1.0, value)
+    got = seconds_lagrangian(inst, incumbent=trace, max_iterations=15)
+    assert got.bound.value <= value + TOL * max(1.0, value)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(
+    instances(max_requests=4, max_prompt=6, max_output=4, cost="unit"),
+    st.sampled_from(MODELS),
+    st.integers(0, 2**16),
+)
+def test_compiled_and_reference_pricings_agree(inst, model, seed):
+    inst = replace(inst, time_model=model)
+    data = prepare(inst, warm_incumbent(inst))
+    rng = np.random.default_rng(seed)
+    for scale in (0.3, 3.0):
+        mu, y, z, alpha = _random_multipliers(data, rng, scale)
+        fast = evaluate(data, mu, y, z, alpha)
+        assert fast.value == pytest.approx(evaluate_reference(data, mu, y, z, alpha), rel=1e-9, abs=1e-9)
+        # Seeded with its own optimum chains, the band gives the same value.
+        again = evaluate(data, mu, y, z, alpha, prev=fast.chains)
+        assert again.value == pytest.approx(fast.value, rel=1e-9, abs=1e-9)
+
+
+def test_refuses_what_it_does_not_bound():
+    inst = Instance((Request("a", 0, 2, 2),), Limits(kv_capacity=8), TimeModel("unit"))
+    with pytest.raises(InputError):
+        seconds_lagrangian(inst, incumbent=warm_incumbent(inst))
+    inst = replace(inst, time_model=LINEAR)
+    with pytest.raises(InputError):
+        seconds_lagrangian(inst, "makespan", incumbent=warm_incumbent(inst))
+
+
+def test_an_expired_deadline_still_returns_a_valid_bound():
+    inst = Instance(
+        (Request("a", 0, 3, 2), Request("b", 0, 1, 2)), Limits(kv_capacity=4, max_batch_tokens=3), LINEAR
+    )
+    got = seconds_lagrangian(inst, incumbent=warm_incumbent(inst), deadline=Deadline(end=0.0, limit=1.0))
+    assert got.iterations == 0 and got.bound.value == 0.0
+
+
+def test_zero_multipliers_price_each_request_alone():
+    """At mu = y = z = 0 every op costs nothing: each chain runs from its earliest slot, one op per slot."""
+    reqs = tuple(Request(f"r{k}", 0.3 * k, 5, 3) for k in range(4))
+    inst = Instance(reqs, Limits(kv_capacity=40, max_batch_tokens=2, max_prefill_tokens=2), LINEAR)
+    data = prepare(inst, warm_incumbent(inst))
+    got = evaluate(
+        data, np.zeros((len(data.forms), data.windows)), np.zeros(data.windows), np.zeros(data.windows)
+    )
+    expected = np.sum(data.delta * (data.earliest + data.output) - data.arrival)
+    assert got.value == pytest.approx(expected)
+    assert np.all(data.earliest == np.floor(data.arrival / data.delta) + 2)  # three chunks of <= 2 tokens
