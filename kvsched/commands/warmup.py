@@ -51,10 +51,28 @@ def _chain() -> list[Any]:
     return _chain_kernels()
 
 
+def _seconds_kernels() -> list[Any]:
+    from kvsched.csp.bounds.seconds_lagrangian import compiled_kernels
+
+    return compiled_kernels()
+
+
+def _seconds() -> list[Any]:
+    from dataclasses import replace
+
+    from kvsched.csp.bounds.chain import warm_incumbent
+    from kvsched.csp.bounds.seconds_lagrangian import seconds_lagrangian
+
+    inst = replace(_tiny(), time_model=TimeModel("infermax-linear"))
+    seconds_lagrangian(inst, incumbent=warm_incumbent(inst), max_iterations=2)
+    return _seconds_kernels()
+
+
 #: Each kernel family: (its dispatchers, a run on a tiny instance that compiles them all and returns them).
 FAMILIES: dict[str, tuple[Callable[[], list[Any]], Callable[[], list[Any]]]] = {
     "greedy": (_greedy_kernels, _greedy),
     "chain-lagrangian": (_chain_kernels, _chain),
+    "seconds-lagrangian": (_seconds_kernels, _seconds),
 }
 
 

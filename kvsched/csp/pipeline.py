@@ -10,7 +10,9 @@ what is left, each keeping what the earlier ones found:
    several priority rules, then fast policies; each replayed by the core;
 3. under unit time, the chain Lagrangian (:func:`kvsched.csp.bounds.chain_lagrangian`):
    a bound valid for every legal schedule, evictions included, warm-started
-   from the best incumbent;
+   from the best incumbent; under a seconds-based cost model (total latency),
+   the seconds Lagrangian (:mod:`kvsched.csp.bounds.seconds_lagrangian`) on a
+   share of that time;
 4. large-neighbourhood search on the best incumbent with what is left (windows of
    priorities re-ordered and re-simulated; :func:`kvsched.csp.incumbents.improve`).
 
@@ -24,6 +26,8 @@ from __future__ import annotations
 from kvsched.costmodel import UnitCost
 from kvsched.csp.bounds import chain_lagrangian, portfolio
 from kvsched.csp.bounds.chain import compiled_kernels
+from kvsched.csp.bounds.seconds_lagrangian import compiled_kernels as seconds_kernels
+from kvsched.csp.bounds.seconds_lagrangian import seconds_lagrangian
 from kvsched.csp.certificate import Scope, scope_of
 from kvsched.csp.certify import certify
 from kvsched.csp.incumbents import Incumbent, best_incumbent, improve
@@ -39,6 +43,9 @@ from kvsched.stop import Deadline
 BOUNDS_SHARE = 0.05
 INCUMBENT_SHARE = 0.3
 LAGRANGIAN_SHARE = 0.75
+#: Share of the Lagrangian stage's time the seconds Lagrangian takes (under seconds-based cost models its
+#: gains are small, see docs/bounds.md; the local search keeps the rest).
+SECONDS_LAGRANGIAN_SHARE = 0.4
 #: Share of the limit kept after the local search (certifying and returning the result).
 FINISH_MARGIN = 0.03
 
@@ -55,6 +62,8 @@ def _incumbents(log: SolveLog, objective: str, deadline: Deadline) -> list[Incum
 
 
 def _lagrangian(log: SolveLog, objective: str, best: Incumbent, deadline: Deadline) -> dict:
+    if not isinstance(instance_cost_model(log.instance), UnitCost) and objective == "total-latency":
+        return _seconds_lagrangian(log, best, deadline.share(SECONDS_LAGRANGIAN_SHARE))
     if not isinstance(instance_cost_model(log.instance), UnitCost) or objective == "makespan":
         return {}
     if deadline.remaining() < 2 * float(best.stats.get("replay_s", 0.0)):
@@ -80,6 +89,31 @@ def _lagrangian(log: SolveLog, objective: str, best: Incumbent, deadline: Deadli
     log.add_bound(lag.bound)
     log.report()
     return {"lagrangian_iterations": lag.iterations, "lagrangian_seconds": lag.seconds}
+
+
+def _seconds_lagrangian(log: SolveLog, best: Incumbent, deadline: Deadline) -> dict:
+    """The seconds Lagrangian (:mod:`kvsched.csp.bounds.seconds_lagrangian`) on a share of the stage's time."""
+    if deadline.remaining() < 2 * float(best.stats.get("replay_s", 0.0)):
+        return {"seconds_lagrangian": "not run: no time left"}
+    if not use_compiled(seconds_kernels(), deadline):
+        return {
+            "seconds_lagrangian": "not run: its kernels are not compiled yet (kvsched warmup compiles them)"
+        }
+    if log.trace_of(best.value) is None:
+        log.evaluate(best.schedule, best.name)
+    started = log.elapsed()
+    try:
+        lag = seconds_lagrangian(log.instance, incumbent=log.trace_of(best.value), deadline=deadline)
+    except KvschedError as exc:
+        return {"seconds_lagrangian": f"not run: {exc}"}
+    before = max((b.value for b in log.bounds), default=None)
+    for seconds, value in lag.history:  # the curve shows the best bound so far, never a dip
+        log.points.append(
+            AnytimePoint(started + seconds, log.best_value, value if before is None else max(before, value))
+        )
+    log.add_bound(lag.bound)
+    log.report()
+    return {"seconds_lagrangian_iterations": lag.iterations, "seconds_lagrangian_seconds": lag.seconds}
 
 
 def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start: Schedule | None) -> Result:
