@@ -1,0 +1,136 @@
+"""Time every registered policy on issue #16's 1k case (run by hand, not a test).
+
+Usage::
+
+    python benchmarks/policies.py                    # every policy, one row each, and the total
+    python benchmarks/policies.py -p wait -p rad     # only these
+    python benchmarks/policies.py -p wait --profile  # ... with the top cProfile entries
+    python benchmarks/policies.py --compare          # ... plus kvsched.analysis.compare (no solver) over them
+
+The case (``azure-1k`` of ``benchmarks/simulate.py``): 1,000 Azure conversation
+requests (``shared/data/traces/splitwise_conv.csv``, rows in order), Poisson
+2 requests/s (seed 0), ``llama-2-7b_a100-80gb_tp1``, C = 512, M = 125,885.
+
+Columns: *batches* counts engine iterations (a coalesced run of k decode batches
+counts k), *runs* the coalesced runs stored, *entries* the schedule's stored
+entries (batches and runs), *calls* the policy's ``next_batch`` calls, *CPU s*
+:func:`kvsched.heuristics.simulate` in this process (CPU seconds, best of
+``--repeat``). Issue #16's target: the CPU seconds of all 36 policies sum to at
+most 10 s. The figures are in ``docs/simulation.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from simulate import azure_instance
+
+from kvsched.errors import KvschedError
+from kvsched.heuristics import POLICIES, make_policy, simulate
+from kvsched.schedule.ir import Run
+
+
+def _counting(policy):
+    """Count ``policy.next_batch`` calls (an instance attribute shadows the method)."""
+    calls = [0]
+    inner = policy.next_batch
+
+    def next_batch(view):
+        calls[0] += 1
+        return inner(view)
+
+    policy.next_batch = next_batch
+    return calls
+
+
+def time_policy(inst, name: str, repeat: int, profiler: cProfile.Profile | None):
+    """Best CPU seconds of ``simulate`` for policy ``name``, its last result and its call count."""
+    best = float("inf")
+    result = None
+    calls = [0]
+    for _ in range(max(repeat, 1)):
+        pol = make_policy(name)
+        calls = _counting(pol)
+        if profiler is not None:
+            profiler.enable()
+        t0 = time.process_time()
+        try:
+            result = simulate(inst, pol)
+        finally:
+            best = min(best, time.process_time() - t0)
+            if profiler is not None:
+                profiler.disable()
+    return best, result, calls[0]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("-p", "--policy", action="append", help="only these policies (repeatable)")
+    parser.add_argument("-n", type=int, default=1_000, help="requests (default 1,000)")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per policy; the best is shown")
+    parser.add_argument("--profile", action="store_true", help="print the top cProfile entries per policy")
+    parser.add_argument("--top", type=int, default=25, help="cProfile entries to print")
+    parser.add_argument(
+        "--compare", action="store_true", help="also time kvsched.analysis.compare (no solver) over them"
+    )
+    args = parser.parse_args(argv)
+    console = Console(width=120)
+    inst = azure_instance(args.n)
+    names = args.policy or list(POLICIES)
+    load = Path("/proc/loadavg").read_text().split()[:3] if Path("/proc/loadavg").exists() else ["?"]
+    console.print(
+        f"{len(inst)} Azure requests, Poisson 2/s, C = 512, M = 125,885; load average {' '.join(load)}"
+    )
+    table = Table("policy", "batches", "runs", "entries", "calls", "CPU s", title=f"{len(names)} policies")
+    total = 0.0
+    for name in names:
+        profiler = cProfile.Profile() if args.profile else None
+        try:
+            cpu, result, calls = time_policy(inst, name, args.repeat, profiler)
+        except KvschedError as exc:
+            console.print(f"{name}: failed: {exc}")
+            table.add_row(name, "failed", "", "", "", "")
+            continue
+        total += cpu
+        entries = result.schedule.entries
+        runs = sum(isinstance(e, Run) for e in entries)
+        row = (
+            name,
+            f"{len(result.schedule):,}",
+            f"{runs:,}",
+            f"{len(entries):,}",
+            f"{calls:,}",
+            f"{cpu:.2f}",
+        )
+        console.print("  ".join(row))
+        table.add_row(*row)
+        if profiler is not None:
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)
+            print(out.getvalue())
+    table.add_row("total", "", "", "", "", f"{total:.2f}")
+    console.print(table)
+    if args.compare:
+        from kvsched.analysis import compare
+
+        t0 = time.process_time()
+        compare(inst, names, solver=None)
+        console.print(f"compare (no solver) over {len(names)} policies: {time.process_time() - t0:.2f} CPU s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
