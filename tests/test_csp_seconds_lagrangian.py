@@ -1,4 +1,5 @@
-"""The seconds Lagrangian: below the brute-force optimum and every legal schedule, compiled = reference."""
+"""The seconds Lagrangian and the batch-count bound: below the brute-force optimum and every legal schedule;
+the compiled pricing equals the reference."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvsched.csp import SolverOptions, driver, solve
+from kvsched.csp.bounds import chain_lagrangian, portfolio
+from kvsched.csp.bounds.batch_count import SOURCE as BATCH_COUNT
+from kvsched.csp.bounds.batch_count import batch_count_bound, unit_copy
 from kvsched.csp.bounds.chain import warm_incumbent
 from kvsched.csp.bounds.seconds_lagrangian import (
     SOURCE,
@@ -144,3 +149,48 @@ def test_zero_multipliers_price_each_request_alone():
     expected = np.sum(data.delta * (data.earliest + data.output) - data.arrival)
     assert got.value == pytest.approx(expected)
     assert np.all(data.earliest == np.floor(data.arrival / data.delta) + 2)  # three chunks of <= 2 tokens
+
+
+# ------------------------------------------------------------------ the batch-count bound
+@settings(max_examples=20, deadline=None, derandomize=True, database=None)
+@given(tiny, st.sampled_from(MODELS))
+def test_batch_count_bound_below_the_brute_force_optimum(inst, model):
+    """With the unit copy's exact optimum as its batch count (the strongest input it can get)."""
+    inst = replace(inst, time_model=model)
+    opt = brute_force(inst, "total-latency", allow_eviction=True)
+    unit_opt = brute_force(unit_copy(inst), "total-latency", allow_eviction=True)
+    assert batch_count_bound(inst, unit_opt) <= opt + TOL * max(1.0, opt)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_batch_count_bound_below_the_optimum_with_budgets(model):
+    inst = Instance(
+        (Request("a", 0, 3, 2), Request("b", 0, 1, 2), Request("c", 0, 1, 2)),
+        Limits(kv_capacity=4, max_batch_tokens=3, max_prefill_tokens=2),
+        model,
+    )
+    opt = brute_force(inst, "total-latency", allow_eviction=True)
+    unit_opt = brute_force(unit_copy(inst), "total-latency", allow_eviction=True)
+    assert 0 < batch_count_bound(inst, unit_opt) <= opt + TOL * max(1.0, opt)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(instances(cost="infermax-linear"), st.sampled_from(MODELS), st.integers(0, 2**16))
+def test_batch_count_bound_below_every_legal_schedule(inst, model, seed):
+    inst = replace(inst, time_model=model)
+    built = build_legal_schedule(inst, seed, instance_cost_model(inst))
+    value = OBJECTIVES["total-latency"](replay(inst, built.schedule))
+    copy = unit_copy(inst)
+    unit = max(b.value for b in portfolio(copy, "total-latency"))
+    unit = max(unit, chain_lagrangian(copy, max_iterations=20).bound.value)
+    assert batch_count_bound(inst, unit) <= value + TOL * max(1.0, value)
+
+
+def test_the_pipeline_reports_the_batch_count_bound(monkeypatch):
+    monkeypatch.setattr(driver, "AUTO_EXACT_MAX", 0)  # the pipeline, not the exact model, at this size
+    reqs = tuple(Request(f"r{k}", 0.0, 3 + k % 3, 2 + k % 4) for k in range(8))
+    inst = Instance(reqs, Limits(kv_capacity=14, max_batch_tokens=4, max_prefill_tokens=4), LINEAR)
+    result = solve(inst, formulation="auto", options=SolverOptions(time_limit=20.0))
+    sources = {b.source: b.value for b in result.bounds}
+    assert BATCH_COUNT in sources and SOURCE in sources
+    assert max(sources.values()) <= result.objective + TOL * result.objective

@@ -11,8 +11,8 @@ what is left, each keeping what the earlier ones found:
 3. under unit time, the chain Lagrangian (:func:`kvsched.csp.bounds.chain_lagrangian`):
    a bound valid for every legal schedule, evictions included, warm-started
    from the best incumbent; under a seconds-based cost model (total latency),
-   the seconds Lagrangian (:mod:`kvsched.csp.bounds.seconds_lagrangian`) on a
-   share of that time;
+   the batch-count bound (:mod:`kvsched.csp.bounds.batch_count`) and the seconds
+   Lagrangian (:mod:`kvsched.csp.bounds.seconds_lagrangian`) on a share of that time;
 4. large-neighbourhood search on the best incumbent with what is left (windows of
    priorities re-ordered and re-simulated; :func:`kvsched.csp.incumbents.improve`).
 
@@ -25,10 +25,12 @@ from __future__ import annotations
 
 from kvsched.costmodel import UnitCost
 from kvsched.csp.bounds import chain_lagrangian, portfolio
+from kvsched.csp.bounds.batch_count import SOURCE as BATCH_COUNT
+from kvsched.csp.bounds.batch_count import batch_count_bound, unit_copy
 from kvsched.csp.bounds.chain import compiled_kernels
 from kvsched.csp.bounds.seconds_lagrangian import compiled_kernels as seconds_kernels
 from kvsched.csp.bounds.seconds_lagrangian import seconds_lagrangian
-from kvsched.csp.certificate import Scope, scope_of
+from kvsched.csp.certificate import Bound, Scope, scope_of
 from kvsched.csp.certify import certify
 from kvsched.csp.incumbents import Incumbent, best_incumbent, improve
 from kvsched.csp.result import AnytimePoint, Result, SolveStatus
@@ -46,6 +48,8 @@ LAGRANGIAN_SHARE = 0.75
 #: Share of the Lagrangian stage's time the seconds Lagrangian takes (under seconds-based cost models its
 #: gains are small, see docs/bounds.md; the local search keeps the rest).
 SECONDS_LAGRANGIAN_SHARE = 0.4
+#: Share of that the batch-count bound takes first (the unit copy's portfolio and chain Lagrangian).
+BATCH_COUNT_SHARE = 0.4
 #: Share of the limit kept after the local search (certifying and returning the result).
 FINISH_MARGIN = 0.03
 
@@ -92,12 +96,15 @@ def _lagrangian(log: SolveLog, objective: str, best: Incumbent, deadline: Deadli
 
 
 def _seconds_lagrangian(log: SolveLog, best: Incumbent, deadline: Deadline) -> dict:
-    """The seconds Lagrangian (:mod:`kvsched.csp.bounds.seconds_lagrangian`) on a share of the stage's time."""
+    """The batch-count bound, then the seconds Lagrangian (:mod:`kvsched.csp.bounds.seconds_lagrangian`), on a
+    share of the stage's time."""
+    stats = _batch_count(log, deadline.share(BATCH_COUNT_SHARE))
     if deadline.remaining() < 2 * float(best.stats.get("replay_s", 0.0)):
-        return {"seconds_lagrangian": "not run: no time left"}
+        return {**stats, "seconds_lagrangian": "not run: no time left"}
     if not use_compiled(seconds_kernels(), deadline):
         return {
-            "seconds_lagrangian": "not run: its kernels are not compiled yet (kvsched warmup compiles them)"
+            **stats,
+            "seconds_lagrangian": "not run: its kernels are not compiled yet (kvsched warmup compiles them)",
         }
     if log.trace_of(best.value) is None:
         log.evaluate(best.schedule, best.name)
@@ -105,7 +112,7 @@ def _seconds_lagrangian(log: SolveLog, best: Incumbent, deadline: Deadline) -> d
     try:
         lag = seconds_lagrangian(log.instance, incumbent=log.trace_of(best.value), deadline=deadline)
     except KvschedError as exc:
-        return {"seconds_lagrangian": f"not run: {exc}"}
+        return {**stats, "seconds_lagrangian": f"not run: {exc}"}
     before = max((b.value for b in log.bounds), default=None)
     for seconds, value in lag.history:  # the curve shows the best bound so far, never a dip
         log.points.append(
@@ -113,7 +120,33 @@ def _seconds_lagrangian(log: SolveLog, best: Incumbent, deadline: Deadline) -> d
         )
     log.add_bound(lag.bound)
     log.report()
-    return {"seconds_lagrangian_iterations": lag.iterations, "seconds_lagrangian_seconds": lag.seconds}
+    return {
+        **stats,
+        "seconds_lagrangian_iterations": lag.iterations,
+        "seconds_lagrangian_seconds": lag.seconds,
+    }
+
+
+def _batch_count(log: SolveLog, deadline: Deadline) -> dict:
+    """The batch-count bound (:mod:`kvsched.csp.bounds.batch_count`) from the unit copy's portfolio and, where it
+    can pay off and its kernels are compiled, its chain Lagrangian."""
+    copy = unit_copy(log.instance)
+    unit = max(b.value for b in portfolio(copy, "total-latency", deadline))
+    value = batch_count_bound(log.instance, unit)
+    if value is None:
+        return {}
+    started = log.elapsed()
+    if value > 0 and not deadline.expired() and use_compiled(compiled_kernels("total-latency"), deadline):
+        try:
+            lag = chain_lagrangian(copy, deadline=deadline)
+            unit = max(unit, lag.bound.value)
+        except KvschedError:
+            pass
+    bound = Bound(batch_count_bound(log.instance, unit) or 0.0, BATCH_COUNT, Scope.ALL)
+    log.points.append(AnytimePoint(log.elapsed(), log.best_value, max(b.value for b in [*log.bounds, bound])))
+    log.add_bound(bound)
+    log.report()
+    return {"batch_count_seconds": log.elapsed() - started}
 
 
 def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start: Schedule | None) -> Result:
