@@ -150,6 +150,25 @@ class SchedulerView:
         """Blocks needed to hold ``tokens`` KV tokens."""
         return -(-tokens // self.block_size)
 
+    # ------------------------------------------------------------------ runs
+    def run_starts(self) -> np.ndarray:
+        """When each batch of the run offered to :meth:`SteadyDecodes.repeat_decodes` would start.
+
+        Entry ``j - 1`` is the :attr:`now` the ``j``-th repeat would see: the end of
+        the batch just applied plus the durations of the repeats before it, added one
+        by one as the engine clock adds them (so the times are bit-exact). It covers at
+        least the ``limit`` offered. Only valid inside ``repeat_decodes`` (a policy whose
+        decision or bookkeeping reads time needs it).
+        """
+        state = self._state
+        planned = state._planned
+        if planned is None or planned[0] != state.num_batches:
+            raise RuntimeError("run_starts is only defined while a run is being offered (repeat_decodes)")
+        durations = planned[3]
+        if not durations.size:
+            return np.zeros(0)
+        return np.add.accumulate(np.concatenate(([state.clock], durations[:-1])))
+
 
 @dataclass(frozen=True, slots=True)
 class Decision:
@@ -226,6 +245,13 @@ class SteadyDecodes(Protocol):
         (their KV grows by one per batch; nothing else changes). The policy then
         updates its own bookkeeping as if it had been called that many times,
         so that its next :meth:`Policy.next_batch` behaves as if it had been.
+
+        A smaller answer than the longest stretch is safe (the simulator asks the
+        policy again after the run, and gets the same batch and another run offer),
+        only shorter storage is lost: a policy may stop where its proof of "same
+        decision" ends, e.g. before a threshold it does not want to track. A larger
+        answer is a bug. A policy whose decision or bookkeeping reads the clock finds
+        the repeats' start times in :meth:`SchedulerView.run_starts`.
         """
         ...
 

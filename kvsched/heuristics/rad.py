@@ -55,6 +55,7 @@ from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.heuristics.engines import check_positive, is_decode
 from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET, stricter
 from kvsched.instances.model import Instance
+from kvsched.schedule.search import last_fitting
 
 #: Cycle length n when none is given: the paper gives no value (Theorem 2 only needs it large).
 DEFAULT_CYCLE_FACTOR = 4
@@ -160,6 +161,33 @@ class RAD:
         self._waiting.popleft()
         self._prefilling = head
         return self._prefill_chunk(view, head)
+
+    def repeat_decodes(self, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """Coalesced runs (:class:`~kvsched.heuristics.base.SteadyDecodes`): a decode batch repeats while D fits.
+
+        Why the decision stays the same: a decode-only decision is a decode batch
+        over all of D with nothing evicted, and no prefill is under way. Through the
+        run nothing arrives or completes, so P, D, the cycle counter and the reason
+        for decoding stay as they are: either it did not depend on memory (D full,
+        P empty, the cycle's n started) or the head of P did not fit, and it still
+        does not: with ``m`` D's KV after this batch, call j needs
+        ``blocks(S + 1) + sum(blocks(m + j) - blocks(m + j - 1))`` of
+        ``free - sum(blocks(m + j - 1) - blocks(m))`` free blocks, i.e. fits iff
+        ``blocks(S + 1) + sum(blocks(m + j)) - sum(blocks(m)) <= free``, whose left
+        side only grows. The decode batch evicts at call j iff
+        ``sum(blocks(m + j)) - sum(blocks(m)) > free``: the run stops before.
+        """
+        req = np.asarray(decision.requests, dtype=np.int64)
+        kv = view.kv[req]
+        free = view.kv_blocks_free
+        if view.block_size == 1:
+            k = max(0, min(limit, free // max(int(req.size), 1)))
+        else:
+            b = view.block_size
+            base = int((-(-kv // b)).sum())
+            k = last_fitting(lambda j: int((-(-(kv + j) // b)).sum()) - base, free, limit)
+        self._batches += k
+        return k
 
     def _prefill_chunk(self, view: SchedulerView, r: int) -> Decision:
         return Decision([r], [min(self._chunk, int(view.unprocessed(r)))])

@@ -57,6 +57,7 @@ import numpy as np
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.heuristics.engines import Draft, _Engine, check_positive, is_decode
 from kvsched.instances.model import Instance
+from kvsched.schedule.search import last_fitting
 
 PrefillOrder = Literal["spf", "fcfs"]
 
@@ -159,6 +160,7 @@ class SLAI(_Engine):
         # SLOs and classes are known at arrival: reading them is not hindsight.
         tbt = [r.tbt_slo if r.tbt_slo is not None else self.default_tbt for r in reqs]
         self._tbt = np.array([np.nan if x is None else x for x in tbt], dtype=np.float64)
+        self._always_critical = bool(np.isnan(self._tbt).all())  # no SLO anywhere: time never matters
         prompt = np.array([r.prompt for r in reqs], dtype=np.int64)
         priority = np.array([r.priority for r in reqs], dtype=np.int64)
         rank = np.zeros(n, dtype=np.int64) if self.prefill_order == "fcfs" else prompt
@@ -187,6 +189,54 @@ class SLAI(_Engine):
         else:
             self._last = None
         return decision
+
+    def repeat_decodes(self, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """Coalesced runs (:class:`~kvsched.heuristics.base.SteadyDecodes`), when no request has a TBT SLO.
+
+        Then every decode is always critical (its last schedulable time is -inf), so
+        the decodes rank in admission order whatever the clock, the mean batch time
+        and the offset, and the batch depends only on the queues, the budgets and the
+        reservations, as the engines' (:meth:`_Engine._repeat_reserved_decodes`): the
+        critical decodes are the same (beta and the budget are fixed); a started
+        prefill skipped at call 0 had no room in the budget left, which is the same;
+        the first waiting request that stopped admission still stops it (budgets and
+        the running count are fixed, and the free reservation only shrinks); the run
+        ends before the decodes' reservations stop fitting (a preemption). With a TBT
+        SLO the critical set moves with the clock: no runs.
+
+        The bookkeeping follows every repeat exactly: the offset each would have used
+        (KV occupancy only grows, so the dynamic offset switches at most once), the
+        batch times it would have observed (from :meth:`SchedulerView.run_starts`, added
+        one by one) and the emission times.
+        """
+        if not self._always_critical or self._last is None:
+            return 0
+        k = self._repeat_reserved_decodes(view, decision, limit)
+        if not k:
+            return 0
+        members = self._last[1]
+        idx = np.asarray(members, dtype=np.int64)
+        if self.dynamic_offset:
+            cap = max(view.kv_block_capacity, 1)
+            used, kv, b = view.kv_blocks_used, view.kv[idx], view.block_size
+            base = int((-(-kv // b)).sum())
+
+            def high(j: int) -> int:  # call j sees KV kv + j - 1
+                grown = int((-(-(kv + j - 1) // b)).sum()) - base
+                return int(j > 0 and not (used + grown) / cap < self.memory_threshold)
+
+            low = last_fitting(high, 0, k)
+            self.offsets_used += [self.offset_low] * low + [self.offset] * (k - low)
+        else:
+            self.offsets_used += [self.offset] * k
+        starts = view.run_starts()[:k]
+        gaps = np.diff(np.concatenate(([self._last[0]], starts)))
+        self._busy = float(np.add.accumulate(np.concatenate(([self._busy], gaps)))[-1])
+        self._num_batches += k
+        self._emitted[idx] = starts[-1]
+        self._seen[idx] = view.generated[idx] + (k - 1)
+        self._last = (float(starts[-1]), members)
+        return k
 
     def _observe(self, view: SchedulerView) -> None:
         """The last batch has just ended at ``view.now``: its duration and who emitted a token in it."""

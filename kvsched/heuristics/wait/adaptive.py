@@ -19,6 +19,7 @@ from kvsched.heuristics.wait.thresholds import (
     wait_thresholds,
 )
 from kvsched.instances.model import Instance
+from kvsched.schedule.search import last_fitting
 
 
 class _RateTracker:
@@ -93,18 +94,25 @@ class _Adaptive:
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.name!r}, window={self.window})"  # type: ignore[attr-defined]
 
-    def _estimate(self, view: SchedulerView) -> np.ndarray | None:
-        """The tracker's rates, as the subclass reads them (per type or per segment), or None."""
-        return self._tracker.rates(view.now, view.num_arrived)
+    def _estimate(self, now: float, arrived: int) -> np.ndarray | None:
+        """The tracker's rates at ``now``, as the subclass reads them (per type or per segment), or None."""
+        return self._tracker.rates(now, arrived)
+
+    def _new_rates(self, now: float, arrived: int) -> np.ndarray | None:
+        """The rates a call at ``now`` adopts, or ``None`` when it keeps the current ones."""
+        rates = self._estimate(now, arrived)
+        if rates is None or rates.sum() <= 0:
+            return None
+        cur = self.rates_
+        if np.isfinite(cur).all() and np.abs(rates - cur).sum() <= self.tolerance * cur.sum():
+            return None
+        return rates
 
     def _adapt(self, view: SchedulerView) -> None:
         if view.next_arrival() is None:
             return  # drain: a window with no more arrivals would shrink the per-stage caps to 1
-        rates = self._estimate(view)
-        if rates is None or rates.sum() <= 0:
-            return
-        cur = self.rates_
-        if np.isfinite(cur).all() and np.abs(rates - cur).sum() <= self.tolerance * cur.sum():
+        rates = self._new_rates(view.now, view.num_arrived)
+        if rates is None:
             return
         self.rates_ = rates
         n = self._resolve(rates)
@@ -115,6 +123,38 @@ class _Adaptive:
     def next_batch(self, view: SchedulerView) -> Decision | None:
         self._adapt(view)
         return super().next_batch(view)  # type: ignore[misc]
+
+    def _steady_limit(self, view: SchedulerView, req: np.ndarray, limit: int) -> int:
+        """The base policy's run condition, and no repeat may adopt new rates (they could move thresholds).
+
+        Known rates (``schedule``) are constant between its start times: the run
+        stops before the next one, and is empty if its first repeat already adopts.
+        Estimated rates at time t are ``c / (t - a)`` (counts ``c`` and the window's
+        oldest arrival ``a`` fixed through the run, nothing arrives): with
+        ``x = 1 / (t - a)``, the test ``sum |c x - r| <= tol sum r`` holds on an
+        interval of x (a convex function under a level), and x only falls as the
+        repeats start later, so once a repeat adopts, every later one would: a binary
+        search over the repeats' start times finds the first. In the drain (nothing
+        left to arrive) rates are never re-read.
+        """
+        limit = super()._steady_limit(view, req, limit)  # type: ignore[misc]
+        if not limit or view.next_arrival() is None:
+            return limit
+        starts = view.run_starts()[:limit]
+        arrived = view.num_arrived
+        if self._new_rates(float(starts[0]), arrived) is not None:
+            return 0
+        if self.schedule is not None:
+            times = [t for t, _ in self.schedule if t > starts[0]]
+            return int(np.searchsorted(starts, times[0], side="left")) if times else limit
+        if (
+            self._estimate(float(starts[0]), arrived) is None
+            and self._estimate(float(starts[-1]), arrived) is not None
+        ):
+            return 0  # a zero-length start (no estimate yet): not worth a proof
+        return last_fitting(
+            lambda j: int(self._new_rates(float(starts[j - 1]), arrived) is not None) if j else 0, 0, limit
+        )
 
 
 class AdaptiveWAIT(_Adaptive, WAIT):
@@ -245,8 +285,8 @@ class AdaptiveNestedWAIT(_Adaptive, NestedWAIT):
         self.rates_ = rates
         self.threshold_history_: list[tuple[float, tuple[int, ...]]] = [(0.0, tuple(self.thresholds_))]
 
-    def _estimate(self, view: SchedulerView) -> np.ndarray | None:
-        est = self._tracker.rates(view.now, view.num_arrived)
+    def _estimate(self, now: float, arrived: int) -> np.ndarray | None:
+        est = self._tracker.rates(now, arrived)
         if est is None or self.schedule is not None:
             return est
         # One stream (the total rate), split by the design's mix.

@@ -15,6 +15,7 @@ from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.heuristics.fluid import instance_types, kv_mass
 from kvsched.heuristics.wait.thresholds import ThresholdMode, TypeKey, _check_choice, eq1_of, wait_thresholds
 from kvsched.instances.model import Instance
+from kvsched.schedule.search import last_fitting
 
 
 class _StageGated:
@@ -74,6 +75,7 @@ class _StageGated:
         if not keep.any():
             return None
         act, stage, group = act[keep], stage[keep], group[keep]
+        self._kept = (act, stage, group)  # what repeat_decodes checks a run against
         holding = view.kv[act] > 0
         # Within a (group, stage): running requests first, then by arrival.
         order = np.lexsort((self._rank[act], ~holding, stage, group))
@@ -128,6 +130,7 @@ class _StageGated:
         ) and k_new < len(order_new):
             drop(order_new[k_new])
             k_new += 1
+        self._peak = blocks  # the most blocks the rest of the cut sees (it only drops)
         if tokens > c_cap or prefill > p_cap or blocks > self._capacity:
             victims = running_all[np.argsort(-self._stamp[running_all], kind="stable")].tolist()
             for r in victims:
@@ -150,6 +153,67 @@ class _StageGated:
         self._batches += 1
         self.evictions += len(evicted)
         return Decision(sel.tolist(), tok.tolist(), evicted)
+
+    # ------------------------------------------------------------ coalesced runs
+    def repeat_decodes(self, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """Coalesced runs (:class:`~kvsched.heuristics.base.SteadyDecodes`): how long a decode-only batch repeats.
+
+        Why the decision stays the same (call 0 made ``decision``; call j is the j-th
+        repeat). Through the run nothing arrives or completes, so the active set, the
+        drain rule and every request outside the batch (waiting, frozen, or selected
+        and then cut) stay as they are; each batch member is a held decode whose stage
+        grows by one per call. Hence:
+
+        * the stage-0 entry queues, so the eligible groups, do not change (a decode is
+          never at stage 0; Nested WAIT adds its own segment condition);
+        * the selection (the first ``n_g`` of each (group, stage), running first, then
+          by arrival) is the same as long as no batch member ever shares a (group,
+          stage) with a kept request outside the batch: then every stage of a member
+          holds only members (all of them were selected at call 0, and they move
+          together, keeping their order) and every other stage only the same outsiders.
+          A member of stage ``s`` meets an outsider of the same group at stage
+          ``s' >= s`` at call ``s' - s``: the run stops before (or is empty when it
+          met one at call 0);
+        * the LIFO cut is the same while the batch fits: tokens, prefill tokens and
+          running requests are fixed, the blocks only grow, so the first pass drops
+          every new item again (it dropped all of them at call 0: the batch is
+          decode-only), and the second pass pauses the same running items as long as
+          the blocks it starts from (``_peak`` at call 0, plus the members' growth)
+          stay within M; once they do not, it would evict, so the run stops before.
+
+        A smaller answer than the longest such stretch is safe (see the contract).
+        """
+        req = np.asarray(decision.requests, dtype=np.int64)
+        k = self._steady_limit(view, req, limit)
+        self._batches += k  # every repeat counts as a batch (admission stamps)
+        return k
+
+    def _steady_limit(self, view: SchedulerView, req: np.ndarray, limit: int) -> int:
+        """The longest run (at most ``limit``) through which selection and cut stay the same."""
+        act, stage, group = self._kept
+        member = np.zeros(view.n, dtype=bool)
+        member[req] = True
+        inside = member[act]
+        width = int(stage.max()) + limit + 2  # above every stage any call of the run sees
+        d_key = group[inside] * width + stage[inside]  # call-0 (group, stage) of each member
+        f_key = np.sort(group[~inside] * width + stage[~inside])
+        if f_key.size:
+            at = np.searchsorted(f_key, d_key, side="left")
+            found = at < f_key.size
+            nxt = f_key[np.minimum(at, f_key.size - 1)]
+            same = found & (nxt < (d_key // width + 1) * width)  # an outsider of the same group above
+            if same.any():
+                limit = min(limit, int((nxt[same] - d_key[same]).min()) - 1)
+                if limit <= 0:
+                    return 0
+        free = self._capacity - self._peak
+        kv = view.kv[req]
+        n = int(req.size)
+        if self._block == 1:
+            return max(0, min(limit, free // n))
+        b = self._block
+        base = int((-(-kv // b)).sum())
+        return last_fitting(lambda j: int((-(-(kv + j) // b)).sum()) - base, free, limit)
 
 
 class WAIT(_StageGated):

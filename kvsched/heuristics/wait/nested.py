@@ -13,6 +13,7 @@ from typing import Any, Literal
 import numpy as np
 
 from kvsched.errors import InputError
+from kvsched.heuristics.base import SchedulerView
 from kvsched.heuristics.fluid import fluid_equilibrium
 from kvsched.heuristics.wait.gated import _StageGated
 from kvsched.heuristics.wait.thresholds import (
@@ -186,6 +187,31 @@ class NestedWAIT(_StageGated):
     def _eligible(self, entry_counts: np.ndarray) -> np.ndarray:
         ok = entry_counts >= self.thresholds_
         return np.cumprod(ok).astype(bool)  # the prefix rule
+
+    def _steady_limit(self, view: SchedulerView, req: np.ndarray, limit: int) -> int:
+        """WAIT's run condition, and no batch member may reach a segment start.
+
+        A member's segment, and whether it sits in its segment's entry queue, are
+        read from its stage: both stay as at call 0 while the stage stays strictly
+        inside one segment (past its start, before the next one's). A member at its
+        segment's start at call 0 leaves the entry queue at call 1 (the eligible
+        prefix may change): no run. Otherwise the run ends before its stage reaches
+        the next start.
+        """
+        act, stage, _ = self._kept
+        member = np.zeros(view.n, dtype=bool)
+        member[req] = True
+        s0 = stage[member[act]]  # call-0 stages of the members
+        starts = self._starts
+        nxt = np.searchsorted(starts, s0, side="right")  # index of the next segment start
+        if (starts[nxt - 1] == s0).any():
+            return 0
+        ahead = nxt < starts.size
+        if ahead.any():
+            limit = min(limit, int((starts[np.minimum(nxt, starts.size - 1)][ahead] - s0[ahead]).min()) - 1)
+            if limit <= 0:
+                return 0
+        return super()._steady_limit(view, req, limit)
 
 
 def segment_groups(m: int, count: int) -> list[np.ndarray]:
