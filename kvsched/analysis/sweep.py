@@ -1,8 +1,8 @@
 """Run a sweep: every unfinished cell of a spec, in parallel, each row committed as it finishes.
 
 :func:`run_cell` does one cell through :func:`kvsched.analysis.compare` (so
-every schedule is replayed through the semantic core, i.e. validated, before
-its row exists) and returns the row. :func:`run_sweep` skips the cells already
+every schedule went through the semantic core, which checks each batch as the
+simulator or the solver's replay makes it, before its row exists) and returns the row. :func:`run_sweep` skips the cells already
 in the database, runs the rest on a process pool (or in this process with one
 worker, or on Ray), writes each row as it arrives, and shows a progress bar
 with an ETA.

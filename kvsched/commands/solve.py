@@ -342,6 +342,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         solve_options=None if args.no_solver else _model_kwargs(args),
         slo=slo_from_args(args, instance),
         deadline=solve_deadline(deadline, instance),
+        validate=args.validate,
     )
     table = print_comparison(cmp, args.objective, instance.name or args.instance)
     if args.csv:
@@ -408,6 +409,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="FILE",
         help="write the table (each row with its serving metrics: mean_ttft, p99_tpot, p50_itl, ...) and the "
         "solver result as JSON",
+    )
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="replay every policy's schedule through the independent validator (the simulator's core "
+        "already checks each batch)",
     )
     add_slo_arg(p)
     add_limit_args(p)
