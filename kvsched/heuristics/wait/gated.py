@@ -101,50 +101,54 @@ class _StageGated:
         r_cap = lim.max_running if lim.max_running is not None else inf
         holds = kv[sel] > 0
         fresh = ~holds | (view.generated[sel] == 0) | view.refilling[sel]  # prefill/refill items
-        in_batch = dict(zip(sel.tolist(), range(sel.size), strict=True))
         alive = np.ones(sel.size, dtype=bool)
-        running_all = np.flatnonzero(kv > 0)
-        held_blocks = int((-(-kv[running_all] // b)).sum())
         during = -(-(kv[sel] + tok) // b) - (-(-kv[sel] // b))  # extra blocks of the batch's items
-        blocks = held_blocks + int(during.sum())
+        blocks = view.kv_blocks_used + int(during.sum())  # the core's running totals: no O(n) scan
         tokens = int(tok.sum())
         prefill = int(tok[fresh].sum())
-        running = running_all.size + int((~holds).sum())
-        # LIFO: items not holding KV by arrival (latest first), then running ones by admission.
-        order_new = [i for i in np.argsort(-self._rank[sel], kind="stable").tolist() if not holds[i]]
+        running = view.num_running + int((~holds).sum())
+        cap = self._capacity
+
+        def over() -> bool:
+            return tokens > c_cap or prefill > p_cap or running > r_cap or blocks > cap
+
+        # LIFO, first pass: items not holding KV (all prefill or refill) by arrival, latest first,
+        # dropped while the batch breaks a limit. Every prefix at once: the first that fits.
+        if over():
+            new = np.flatnonzero(~holds)
+            order_new = new[np.argsort(-self._rank[sel[new]])]  # ranks are distinct: a stable order
+            cut_tok = np.concatenate(([0], np.cumsum(tok[order_new])))
+            cut_blocks = np.concatenate(([0], np.cumsum(during[order_new])))
+            bad = (tokens - cut_tok > c_cap) | (prefill - cut_tok > p_cap) | (blocks - cut_blocks > cap)
+            bad |= running - np.arange(order_new.size + 1) > r_cap
+            k_new = int(np.argmin(bad)) if not bad[-1] else order_new.size
+            alive[order_new[:k_new]] = False
+            tokens -= int(cut_tok[k_new])
+            prefill -= int(cut_tok[k_new])
+            blocks -= int(cut_blocks[k_new])
+            running -= k_new
+        self._peak = blocks  # the most blocks the second pass sees (it only drops)
         evicted: list[int] = []
-        k_new = 0
-
-        def drop(i: int) -> None:
-            nonlocal blocks, tokens, prefill, running
-            alive[i] = False
-            blocks -= int(during[i])
-            tokens -= int(tok[i])
-            if fresh[i]:
-                prefill -= int(tok[i])
-            if not holds[i]:
-                running -= 1
-
-        while (
-            tokens > c_cap or prefill > p_cap or running > r_cap or blocks > self._capacity
-        ) and k_new < len(order_new):
-            drop(order_new[k_new])
-            k_new += 1
-        self._peak = blocks  # the most blocks the rest of the cut sees (it only drops)
-        if tokens > c_cap or prefill > p_cap or blocks > self._capacity:
+        if tokens > c_cap or prefill > p_cap or blocks > cap:
+            # Second pass: running requests by admission, latest first.
+            in_batch = dict(zip(sel.tolist(), range(sel.size), strict=True))
+            running_all = np.flatnonzero(kv > 0)
             victims = running_all[np.argsort(-self._stamp[running_all], kind="stable")].tolist()
             for r in victims:
-                if not (tokens > c_cap or prefill > p_cap or blocks > self._capacity):
+                if not (tokens > c_cap or prefill > p_cap or blocks > cap):
                     break
                 i = in_batch.get(r)
-                if blocks > self._capacity:  # memory: evict (LIFO by admission)
-                    if i is not None and alive[i]:
-                        drop(i)
+                memory = blocks > cap  # evict (LIFO by admission); else a budget: pause it
+                if i is not None and alive[i]:
+                    alive[i] = False
+                    blocks -= int(during[i])
+                    tokens -= int(tok[i])
+                    if fresh[i]:
+                        prefill -= int(tok[i])
+                if memory:
                     evicted.append(r)
                     blocks -= int(-(-kv[r] // b))
                     running -= 1
-                elif i is not None and alive[i]:  # a budget: pause the running request
-                    drop(i)
         sel, tok = sel[alive], tok[alive]
         if sel.size == 0:
             return None
