@@ -198,23 +198,33 @@ class _StageGated:
         member = np.zeros(view.n, dtype=bool)
         member[req] = True
         inside = member[act]
-        width = int(stage.max()) + limit + 2  # above every stage any call of the run sees
-        d_key = group[inside] * width + stage[inside]  # call-0 (group, stage) of each member
-        f_key = np.sort(group[~inside] * width + stage[~inside])
-        if f_key.size:
-            at = np.searchsorted(f_key, d_key, side="left")
-            found = at < f_key.size
-            nxt = f_key[np.minimum(at, f_key.size - 1)]
-            same = found & (nxt < (d_key // width + 1) * width)  # an outsider of the same group above
-            if same.any():
-                limit = min(limit, int((nxt[same] - d_key[same]).min()) - 1)
-                if limit <= 0:
-                    return 0
+        limit = self._apart(group[inside], stage[inside], group[~inside], stage[~inside], limit)
+        return self._fitting(view, req, limit) if limit > 0 else 0
+
+    @staticmethod
+    def _apart(
+        d_group: np.ndarray, d_stage: np.ndarray, f_group: np.ndarray, f_stage: np.ndarray, limit: int
+    ) -> int:
+        """The most calls (at most ``limit``) before a member (call-0 group and stage ``d_*``), moving up
+        one stage a call, shares a (group, stage) with an outsider (``f_*``, fixed); 0 if one does at call 0."""
+        if not f_stage.size:
+            return limit
+        width = int(max(d_stage.max(), f_stage.max())) + 2  # above every stage compared
+        d_key = d_group * width + d_stage
+        f_key = np.sort(f_group * width + f_stage)
+        at = np.searchsorted(f_key, d_key, side="left")
+        nxt = f_key[np.minimum(at, f_key.size - 1)]
+        same = (at < f_key.size) & (nxt < (d_group + 1) * width)  # an outsider of the same group above
+        if same.any():
+            limit = min(limit, int((nxt[same] - d_key[same]).min()) - 1)
+        return max(limit, 0)
+
+    def _fitting(self, view: SchedulerView, req: np.ndarray, limit: int) -> int:
+        """The most calls (at most ``limit``) through which the cut's second pass starts within M."""
         free = self._capacity - self._peak
         kv = view.kv[req]
-        n = int(req.size)
         if self._block == 1:
-            return max(0, min(limit, free // n))
+            return max(0, min(limit, free // int(req.size)))
         b = self._block
         base = int((-(-kv // b)).sum())
         return last_fitting(lambda j: int((-(-(kv + j) // b)).sum()) - base, free, limit)

@@ -189,29 +189,53 @@ class NestedWAIT(_StageGated):
         return np.cumprod(ok).astype(bool)  # the prefix rule
 
     def _steady_limit(self, view: SchedulerView, req: np.ndarray, limit: int) -> int:
-        """WAIT's run condition, and no batch member may reach a segment start.
+        """WAIT's run condition, with members that may cross into the next segment only in the drain.
 
         A member's segment, and whether it sits in its segment's entry queue, are
-        read from its stage: both stay as at call 0 while the stage stays strictly
-        inside one segment (past its start, before the next one's). A member at its
-        segment's start at call 0 leaves the entry queue at call 1 (the eligible
-        prefix may change): no run. Otherwise the run ends before its stage reaches
-        the next start.
+        read from its stage. Before the drain (requests still to arrive) a crossing
+        can change the eligible prefix: the run ends before any member reaches the
+        next segment's start (no run when one sat at its own start at call 0: it
+        leaves the entry queue at call 1).
+
+        In the drain every group with an active request is eligible, so all active
+        requests stay kept whatever their segments. A segment is a range of stages,
+        so (segment, stage) is the stage, and the order (segment, stage, running
+        first, arrival) is the order (stage, running first, arrival): members still
+        move together and keep their order, and a member meets an outsider exactly
+        when it reaches the outsider's stage (WAIT's test on stages alone). What a
+        crossing changes is the cap of its stage: the members sharing a call-0 stage
+        ``s`` (``c`` of them, all selected) stay selected at ``s + j`` while
+        ``c <= n`` of the segment of ``s + j``; the run ends before the first
+        segment start where that fails.
         """
         act, stage, _ = self._kept
         member = np.zeros(view.n, dtype=bool)
         member[req] = True
-        s0 = stage[member[act]]  # call-0 stages of the members
+        inside = member[act]
+        s0 = stage[inside]  # call-0 stages of the members
         starts = self._starts
-        nxt = np.searchsorted(starts, s0, side="right")  # index of the next segment start
-        if (starts[nxt - 1] == s0).any():
-            return 0
-        ahead = nxt < starts.size
-        if ahead.any():
-            limit = min(limit, int((starts[np.minimum(nxt, starts.size - 1)][ahead] - s0[ahead]).min()) - 1)
-            if limit <= 0:
+        if view.next_arrival() is not None:
+            nxt = np.searchsorted(starts, s0, side="right")  # index of the next segment start
+            if (starts[nxt - 1] == s0).any():
                 return 0
-        return super()._steady_limit(view, req, limit)
+            ahead = nxt < starts.size
+            if ahead.any():
+                limit = min(
+                    limit, int((starts[np.minimum(nxt, starts.size - 1)][ahead] - s0[ahead]).min()) - 1
+                )
+                if limit <= 0:
+                    return 0
+            return super()._steady_limit(view, req, limit)
+        outside = stage[~inside]
+        one = np.zeros  # every stage in one group: the stage alone decides
+        limit = self._apart(one(s0.size, np.int64), s0, one(outside.size, np.int64), outside, limit)
+        stages, count = np.unique(s0, return_counts=True)
+        # Segment starts above each members' stage whose cap is below the count of that stage.
+        gap = starts[None, :] - stages[:, None]
+        short = (gap > 0) & (self.thresholds_[None, :] < count[:, None])
+        if short.any():
+            limit = min(limit, int(gap[short].min()) - 1)
+        return self._fitting(view, req, limit) if limit > 0 else 0
 
 
 def segment_groups(m: int, count: int) -> list[np.ndarray]:
