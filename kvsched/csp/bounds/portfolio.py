@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvsched.costmodel import UnitCost
-from kvsched.csp.bounds import mbt
+from kvsched.csp.bounds import batch_count, mbt
 from kvsched.csp.bounds.combinatorial import lower_bounds
 from kvsched.csp.bounds.seconds import SecondsBounds, Tokens, seconds_bounds
 from kvsched.csp.bounds.separable import separable_forms
@@ -161,6 +161,12 @@ def portfolio(instance: Instance, objective: str, deadline: Deadline | None = No
     report = seconds_report(instance, deadline)
     if report is not None:
         out += _seconds_bounds(report, objective)
+        if objective == "total-latency" and not deadline.expired():
+            # F x (the unit copy's batch count) + shortest-first own work (kvsched.csp.bounds.batch_count).
+            unit = max(b.value for b in portfolio(batch_count.unit_copy(instance), objective, deadline))
+            value = batch_count.batch_count_bound(instance, unit)
+            if value:  # 0 when the arrivals outweigh it
+                out.append(Bound(value, batch_count.SOURCE))
     return [b for b in out if math.isfinite(b.value)] or [Bound(0.0, "trivial", Scope.ALL)]
 
 
