@@ -76,15 +76,27 @@ class _StageGated:
             return None
         act, stage, group = act[keep], stage[keep], group[keep]
         self._kept = (act, stage, group)  # what repeat_decodes checks a run against
-        holding = view.kv[act] > 0
-        # Within a (group, stage): running requests first, then by arrival.
-        order = np.lexsort((self._rank[act], ~holding, stage, group))
-        act, stage, group = act[order], stage[order], group[order]
-        new = np.ones(act.size, dtype=bool)
-        new[1:] = (group[1:] != group[:-1]) | (stage[1:] != stage[:-1])
-        starts = np.flatnonzero(new)
-        within = np.arange(act.size) - np.repeat(starts, np.diff(np.append(starts, act.size)))
-        sel = act[within < self.thresholds_[group]]
+        waits = view.kv[act] == 0
+        # Within a (group, stage): running requests first, then by arrival. One integer key when it
+        # cannot overflow (ranks are distinct, so any sort of it is lexsort's stable order).
+        n = self._rank.size
+        span = int(stage.max()) + 1
+        if (int(group.max()) + 1) * span * 2 * n < 2**62:
+            key = ((group * span + stage) * 2 + waits) * n + self._rank[act]
+            order = np.argsort(key)
+            act, cell = act[order], key[order] // (2 * n)  # cell: the (group, stage)
+        else:
+            order = np.lexsort((self._rank[act], waits, stage, group))
+            act, cell = act[order], group[order] * span + stage[order]
+        new = np.empty(act.size, dtype=bool)
+        new[0] = True
+        np.not_equal(cell[1:], cell[:-1], out=new[1:])
+        if new.all():  # one request per (group, stage): every one is selected (thresholds are >= 1)
+            sel = act
+        else:
+            index = np.arange(act.size)
+            within = index - np.maximum.accumulate(np.where(new, index, 0))
+            sel = act[within < self.thresholds_[cell // span]]
         return self._fit(view, sel)
 
     def _fit(self, view: SchedulerView, sel: np.ndarray) -> Decision | None:
@@ -102,31 +114,35 @@ class _StageGated:
         holds = kv[sel] > 0
         fresh = ~holds | (view.generated[sel] == 0) | view.refilling[sel]  # prefill/refill items
         alive = np.ones(sel.size, dtype=bool)
-        during = -(-(kv[sel] + tok) // b) - (-(-kv[sel] // b))  # extra blocks of the batch's items
+        # The extra blocks of the batch's items.
+        during = tok if b == 1 else -(-(kv[sel] + tok) // b) - (-(-kv[sel] // b))
         blocks = view.kv_blocks_used + int(during.sum())  # the core's running totals: no O(n) scan
         tokens = int(tok.sum())
         prefill = int(tok[fresh].sum())
         running = view.num_running + int((~holds).sum())
         cap = self._capacity
 
-        def over() -> bool:
-            return tokens > c_cap or prefill > p_cap or running > r_cap or blocks > cap
-
         # LIFO, first pass: items not holding KV (all prefill or refill) by arrival, latest first,
         # dropped while the batch breaks a limit. Every prefix at once: the first that fits.
-        if over():
+        if tokens > c_cap or prefill > p_cap or running > r_cap or blocks > cap:
             new = np.flatnonzero(~holds)
             order_new = new[np.argsort(-self._rank[sel[new]])]  # ranks are distinct: a stable order
-            cut_tok = np.concatenate(([0], np.cumsum(tok[order_new])))
-            cut_blocks = np.concatenate(([0], np.cumsum(during[order_new])))
-            bad = (tokens - cut_tok > c_cap) | (prefill - cut_tok > p_cap) | (blocks - cut_blocks > cap)
-            bad |= running - np.arange(order_new.size + 1) > r_cap
-            k_new = int(np.argmin(bad)) if not bad[-1] else order_new.size
-            alive[order_new[:k_new]] = False
-            tokens -= int(cut_tok[k_new])
-            prefill -= int(cut_tok[k_new])
-            blocks -= int(cut_blocks[k_new])
-            running -= k_new
+            cut_tok = np.cumsum(tok[order_new])  # entry t - 1: what dropping the first t takes off
+            cut_blocks = cut_tok if b == 1 else np.cumsum(during[order_new])
+            bad = blocks - cut_blocks > cap
+            if tokens > c_cap:  # (a limit not broken now is not broken by dropping)
+                bad |= tokens - cut_tok > c_cap
+            if prefill > p_cap:
+                bad |= prefill - cut_tok > p_cap
+            if running > r_cap:
+                bad |= running - np.arange(1, order_new.size + 1) > r_cap
+            k_new = order_new.size if not bad.size or bad[-1] else int(np.argmin(bad)) + 1
+            if k_new:
+                alive[order_new[:k_new]] = False
+                tokens -= int(cut_tok[k_new - 1])
+                prefill -= int(cut_tok[k_new - 1])
+                blocks -= int(cut_blocks[k_new - 1])
+                running -= k_new
         self._peak = blocks  # the most blocks the second pass sees (it only drops)
         evicted: list[int] = []
         if tokens > c_cap or prefill > p_cap or blocks > cap:
