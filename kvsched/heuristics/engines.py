@@ -85,6 +85,26 @@ class Reservations:
         self.used -= self.blocks(int(self.tokens[r]))
         self.tokens[r] = 0
 
+    def grow_leading(self, reqs: list[int], tokens: np.ndarray) -> int:
+        """:meth:`grow` of ``reqs[i]`` to ``tokens[i]``, one after the other, while each succeeds.
+
+        Returns how many succeeded (a prefix: the needs are not negative, so one
+        succeeds exactly when the needs up to it fit what was free at the start).
+        ``reqs`` are distinct.
+        """
+        if not reqs:
+            return 0
+        idx = np.asarray(reqs, dtype=np.int64)
+        held = self.tokens[idx]
+        b = self.block_size
+        need = np.maximum(-(-tokens // b) - (-(-held // b)), 0)
+        total = np.cumsum(need)
+        k = int(np.searchsorted(total, self.free, side="right"))
+        if k:
+            self.used += int(total[k - 1])
+            self.tokens[idx[:k]] = np.maximum(held[:k], tokens[:k])
+        return k
+
 
 @dataclass(slots=True)
 class Draft:
@@ -110,6 +130,13 @@ class Draft:
         self.tokens_left -= c
         if prefill:
             self.prefill_left -= c
+
+    def add_decodes(self, reqs: list[int]) -> None:
+        """:meth:`add` of one decode token for each of ``reqs``."""
+        self.requests += reqs
+        self.tokens += [1] * len(reqs)
+        self.members.update(reqs)
+        self.tokens_left -= len(reqs)
 
     def decision(self) -> Decision | None:
         if not self.requests and not self.evicted:

@@ -260,11 +260,14 @@ class SLAI(_Engine):
         decodes = [r for r in self._running if is_decode(view, r)]
         delta = self._offset(view)
         self.offsets_used.append(delta)
-        last = self._emitted[decodes] + self._tbt[decodes] - delta * self.mean_batch_time
-        last = np.where(np.isnan(last), -np.inf, last)  # no SLO: always critical
-        order = np.argsort(last, kind="stable")  # ties keep admission order
-        ranked = [decodes[k] for k in order]
-        critical = int(np.searchsorted(last[order], view.now, side="right"))
+        if self._always_critical:  # every last schedulable time is -inf: admission order, all critical
+            ranked, critical = decodes, len(decodes)
+        else:
+            last = self._emitted[decodes] + self._tbt[decodes] - delta * self.mean_batch_time
+            last = np.where(np.isnan(last), -np.inf, last)  # no SLO: always critical
+            order = np.argsort(last, kind="stable")  # ties keep admission order
+            ranked = [decodes[k] for k in order]
+            critical = int(np.searchsorted(last[order], view.now, side="right"))
         # (1)-(2) Critical decodes, closest to their deadline first.
         num_decodes = self._add_decodes(view, draft, ranked[:critical], 0)
         # (3) Started prefills: running mid-prefill, then preempted ones waiting to refill ...
@@ -283,9 +286,22 @@ class SLAI(_Engine):
 
     def _add_decodes(self, view: SchedulerView, draft: Draft, ranked: list[int], count: int) -> int:
         limit = self.beta if self.beta is not None else len(ranked) + count
-        for r in ranked:
+        i = 0
+        while i < len(ranked):
             if draft.tokens_left < 1 or count >= limit:
                 break
+            if not draft.gone:
+                # The leading decodes whose KV + 1 fits without preempting, at once: each would
+                # have grown its reservation in turn (no one is preempted, so none is skipped).
+                lead = ranked[i : i + min(draft.tokens_left, limit - count)]
+                k = self._kv.grow_leading(lead, view.kv[lead] + 1)
+                if k:
+                    draft.add_decodes(lead[:k])
+                    count += k
+                    i += k
+                    continue
+            r = ranked[i]  # one at a time: it preempts (or was preempted for this batch)
+            i += 1
             if r in draft.gone:
                 continue
             if self._make_room(view, draft, r, 1):
