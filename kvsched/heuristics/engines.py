@@ -85,21 +85,19 @@ class Reservations:
         self.used -= self.blocks(int(self.tokens[r]))
         self.tokens[r] = 0
 
-    def grow_leading(self, reqs: list[int], tokens: np.ndarray) -> int:
-        """:meth:`grow` of ``reqs[i]`` to ``tokens[i]``, one after the other, while each succeeds.
+    def grow_leading(self, idx: np.ndarray, tokens: np.ndarray) -> int:
+        """:meth:`grow` of ``idx[i]`` to ``tokens[i]``, one after the other, while each succeeds.
 
         Returns how many succeeded (a prefix: the needs are not negative, so one
         succeeds exactly when the needs up to it fit what was free at the start).
-        ``reqs`` are distinct.
+        ``idx`` are distinct.
         """
-        if not reqs:
-            return 0
-        idx = np.asarray(reqs, dtype=np.int64)
         held = self.tokens[idx]
         b = self.block_size
-        need = np.maximum(-(-tokens // b) - (-(-held // b)), 0)
-        total = np.cumsum(need)
-        k = int(np.searchsorted(total, self.free, side="right"))
+        need = tokens - held if b == 1 else -(-tokens // b) - (-(-held // b))
+        np.maximum(need, 0, out=need)
+        total = np.add.accumulate(need)
+        k = int(total.searchsorted(self.capacity - self.used, side="right"))
         if k:
             self.used += int(total[k - 1])
             self.tokens[idx[:k]] = np.maximum(held[:k], tokens[:k])

@@ -55,8 +55,9 @@ from typing import Any, Literal, get_args
 import numpy as np
 
 from kvsched.heuristics.base import Decision, SchedulerView
-from kvsched.heuristics.engines import Draft, _Engine, check_positive, is_decode
+from kvsched.heuristics.engines import Draft, _Engine, check_positive
 from kvsched.instances.model import Instance
+from kvsched.schedule.ir import Phase
 from kvsched.schedule.search import last_fitting
 
 PrefillOrder = Literal["spf", "fcfs"]
@@ -257,7 +258,10 @@ class SLAI(_Engine):
         return self.offset_low if used < self.memory_threshold else self.offset
 
     def _compose(self, view: SchedulerView, draft: Draft) -> None:
-        decodes = [r for r in self._running if is_decode(view, r)]
+        running = np.array(self._running, dtype=np.int64)
+        decode = view.phase_of(running) == Phase.DECODE  # what is_decode says of each, at once
+        decodes = running[decode].tolist()
+        started = running[~decode].tolist()  # running mid-prefill or mid-refill, in admission order
         delta = self._offset(view)
         self.offsets_used.append(delta)
         if self._always_critical:  # every last schedulable time is -inf: admission order, all critical
@@ -271,10 +275,10 @@ class SLAI(_Engine):
         # (1)-(2) Critical decodes, closest to their deadline first.
         num_decodes = self._add_decodes(view, draft, ranked[:critical], 0)
         # (3) Started prefills: running mid-prefill, then preempted ones waiting to refill ...
-        for r in list(self._running):
+        for r in started:  # (decodes are skipped here; the budget check is the same between them)
             if draft.tokens_left < 1:
                 break
-            if r in draft.members or r in draft.gone or is_decode(view, r):
+            if r in draft.members or r in draft.gone:
                 continue
             c = draft.room(int(view.unprocessed(r)), prefill=True)
             if c >= 1 and self._make_room(view, draft, r, c):
@@ -294,7 +298,8 @@ class SLAI(_Engine):
                 # The leading decodes whose KV + 1 fits without preempting, at once: each would
                 # have grown its reservation in turn (no one is preempted, so none is skipped).
                 lead = ranked[i : i + min(draft.tokens_left, limit - count)]
-                k = self._kv.grow_leading(lead, view.kv[lead] + 1)
+                idx = np.array(lead, dtype=np.int64)
+                k = self._kv.grow_leading(idx, view.kv[idx] + 1)
                 if k:
                     draft.add_decodes(lead[:k])
                     count += k
