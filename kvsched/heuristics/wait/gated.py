@@ -43,6 +43,7 @@ class _StageGated:
         arrival = np.array([r.arrival for r in instance.requests])
         self._rank = np.empty(n, dtype=np.int64)
         self._rank[np.argsort(arrival, kind="stable")] = np.arange(n)
+        self._latest = -self._rank  # sorts latest-arrived first
         self._stamp = np.full(n, -1, dtype=np.int64)  # batch of the last (re)admission
         self._batches = 0
         self.evictions = 0
@@ -65,16 +66,14 @@ class _StageGated:
             return None
         stage = view.generated[act]
         group = self._groups(act, stage)
-        G = self.thresholds_.size
-        if view.next_arrival() is None:  # drain rule: every request is in, thresholds are dropped
-            eligible = np.bincount(group, minlength=G) > 0
-        else:
-            entry = np.bincount(group[self._entry(group, stage)], minlength=G)
-            eligible = self._eligible(entry)
-        keep = eligible[group]
-        if not keep.any():
-            return None
-        act, stage, group = act[keep], stage[keep], group[keep]
+        # Drain rule: every request is in and the thresholds are dropped, so every group with an
+        # active request is eligible: all are kept.
+        if view.next_arrival() is not None:
+            entry = np.bincount(group[self._entry(group, stage)], minlength=self.thresholds_.size)
+            keep = self._eligible(entry)[group]
+            if not keep.any():
+                return None
+            act, stage, group = act[keep], stage[keep], group[keep]
         self._kept = (act, stage, group)  # what repeat_decodes checks a run against
         waits = view.kv[act] == 0
         # Within a (group, stage): running requests first, then by arrival. One integer key when it
@@ -112,21 +111,25 @@ class _StageGated:
         p_cap = lim.max_prefill_tokens if lim.max_prefill_tokens is not None else inf
         r_cap = lim.max_running if lim.max_running is not None else inf
         holds = kv[sel] > 0
-        fresh = ~holds | (view.generated[sel] == 0) | view.refilling[sel]  # prefill/refill items
-        alive = np.ones(sel.size, dtype=bool)
-        # The extra blocks of the batch's items.
-        during = tok if b == 1 else -(-(kv[sel] + tok) // b) - (-(-kv[sel] // b))
-        blocks = view.kv_blocks_used + int(during.sum())  # the core's running totals: no O(n) scan
+        num_new = sel.size - int(np.count_nonzero(holds))
         tokens = int(tok.sum())
-        prefill = int(tok[fresh].sum())
-        running = view.num_running + int((~holds).sum())
+        if p_cap < inf:  # prefill and refill items: not holding KV, or holding a partial prompt/refill
+            fresh = ~holds | (view.generated[sel] == 0) | view.refilling[sel]
+            prefill = int(tok[fresh].sum())
+        else:
+            fresh, prefill = None, 0  # no prefill budget: nothing reads them
+        # The extra blocks of the batch's items, and the totals from the core's running counts.
+        during = tok if b == 1 else -(-(kv[sel] + tok) // b) - (-(-kv[sel] // b))
+        blocks = view.kv_blocks_used + (tokens if b == 1 else int(during.sum()))
+        running = view.num_running + num_new
         cap = self._capacity
+        alive = np.ones(sel.size, dtype=bool)
 
         # LIFO, first pass: items not holding KV (all prefill or refill) by arrival, latest first,
         # dropped while the batch breaks a limit. Every prefix at once: the first that fits.
         if tokens > c_cap or prefill > p_cap or running > r_cap or blocks > cap:
             new = np.flatnonzero(~holds)
-            order_new = new[np.argsort(-self._rank[sel[new]])]  # ranks are distinct: a stable order
+            order_new = new[np.argsort(self._latest[sel[new]])]  # ranks are distinct: a stable order
             cut_tok = np.cumsum(tok[order_new])  # entry t - 1: what dropping the first t takes off
             cut_blocks = cut_tok if b == 1 else np.cumsum(during[order_new])
             bad = blocks - cut_blocks > cap
@@ -159,7 +162,7 @@ class _StageGated:
                     alive[i] = False
                     blocks -= int(during[i])
                     tokens -= int(tok[i])
-                    if fresh[i]:
+                    if fresh is not None and fresh[i]:
                         prefill -= int(tok[i])
                 if memory:
                     evicted.append(r)
