@@ -13,7 +13,9 @@ requests (``shared/data/traces/splitwise_conv.csv``, rows in order), Poisson
 
 Columns: *batches* counts engine iterations (a coalesced run of k decode batches
 counts k), *runs* the coalesced runs stored, *entries* the schedule's stored
-entries (batches and runs), *calls* the policy's ``next_batch`` calls, *CPU s*
+entries (batches and runs), *calls* the policy's ``next_batch`` calls, *in policy*
+the CPU seconds spent inside ``next_batch`` and ``repeat_decodes`` (the rest is the
+simulator loop and the semantic core), *CPU s*
 :func:`kvsched.heuristics.simulate` in this process (CPU seconds, best of
 ``--repeat``; a policy that cannot run the case, e.g. one that needs whole prompts
 within C, fails fast and its seconds count too). Issue #16's target: the CPU
@@ -43,23 +45,40 @@ from kvsched.schedule.ir import Run
 
 
 def _counting(policy):
-    """Count ``policy.next_batch`` calls (an instance attribute shadows the method)."""
-    calls = [0]
+    """Count ``policy.next_batch`` calls and time them and ``repeat_decodes`` (instance attributes
+    shadow the methods): ``[calls, seconds inside the policy]``."""
+    tally = [0, 0.0]
     inner = policy.next_batch
+    clock = time.process_time
 
     def next_batch(view):
-        calls[0] += 1
-        return inner(view)
+        tally[0] += 1
+        t0 = clock()
+        try:
+            return inner(view)
+        finally:
+            tally[1] += clock() - t0
 
     policy.next_batch = next_batch
-    return calls
+    repeat = getattr(policy, "repeat_decodes", None)
+    if callable(repeat):
+
+        def repeat_decodes(view, decision, limit):
+            t0 = clock()
+            try:
+                return repeat(view, decision, limit)
+            finally:
+                tally[1] += clock() - t0
+
+        policy.repeat_decodes = repeat_decodes
+    return tally
 
 
 def time_policy(inst, name: str, repeat: int, profiler: cProfile.Profile | None):
     """Best CPU seconds of ``simulate`` for policy ``name``, its last result (or error) and its call count."""
     best = float("inf")
     result: object = None
-    calls = [0]
+    calls = [0, 0.0]
     for _ in range(max(repeat, 1)):
         pol = make_policy(name)
         calls = _counting(pol)
@@ -71,10 +90,12 @@ def time_policy(inst, name: str, repeat: int, profiler: cProfile.Profile | None)
         except KvschedError as exc:  # a policy that cannot run the case: its time still counts
             result = exc
         finally:
-            best = min(best, time.process_time() - t0)
+            spent = time.process_time() - t0
+            if spent < best:
+                best, inside = spent, calls[1]
             if profiler is not None:
                 profiler.disable()
-    return best, result, calls[0]
+    return best, result, calls[0], inside
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -97,15 +118,18 @@ def main(argv: list[str] | None = None) -> int:
     console.print(
         f"{len(inst)} Azure requests, Poisson 2/s, C = 512, M = 125,885; load average {' '.join(load)}"
     )
-    table = Table("policy", "batches", "runs", "entries", "calls", "CPU s", title=f"{len(names)} policies")
-    total = 0.0
+    table = Table(
+        "policy", "batches", "runs", "entries", "calls", "CPU s", "in policy", title=f"{len(names)} policies"
+    )
+    total = inside_total = 0.0
     for name in names:
         profiler = cProfile.Profile() if args.profile else None
-        cpu, result, calls = time_policy(inst, name, args.repeat, profiler)
+        cpu, result, calls, inside = time_policy(inst, name, args.repeat, profiler)
         total += cpu
+        inside_total += inside
         if isinstance(result, KvschedError):
             console.print(f"{name}: failed: {str(result)[:90]}")
-            table.add_row(name, "failed", "", "", f"{calls:,}", f"{cpu:.2f}")
+            table.add_row(name, "failed", "", "", f"{calls:,}", f"{cpu:.2f}", f"{inside:.2f}")
             continue
         entries = result.schedule.entries
         runs = sum(isinstance(e, Run) for e in entries)
@@ -116,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{len(entries):,}",
             f"{calls:,}",
             f"{cpu:.2f}",
+            f"{inside:.2f}",
         )
         console.print("  ".join(row))
         table.add_row(*row)
@@ -123,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             out = io.StringIO()
             pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(args.top)
             print(out.getvalue())
-    table.add_row("total", "", "", "", "", f"{total:.2f}")
+    table.add_row("total", "", "", "", "", f"{total:.2f}", f"{inside_total:.2f}")
     console.print(table)
     if args.compare:
         from kvsched.analysis import compare
