@@ -43,7 +43,6 @@ class _StageGated:
         arrival = np.array([r.arrival for r in instance.requests])
         self._rank = np.empty(n, dtype=np.int64)
         self._rank[np.argsort(arrival, kind="stable")] = np.arange(n)
-        self._latest = -self._rank  # sorts latest-arrived first
         self._stamp = np.full(n, -1, dtype=np.int64)  # batch of the last (re)admission
         self._batches = 0
         self.evictions = 0
@@ -126,26 +125,13 @@ class _StageGated:
         alive = np.ones(sel.size, dtype=bool)
 
         # LIFO, first pass: items not holding KV (all prefill or refill) by arrival, latest first,
-        # dropped while the batch breaks a limit. Every prefix at once: the first that fits.
+        # dropped while the batch breaks a limit.
         if tokens > c_cap or prefill > p_cap or running > r_cap or blocks > cap:
             new = np.flatnonzero(~holds)
-            order_new = new[np.argsort(self._latest[sel[new]])]  # ranks are distinct: a stable order
-            cut_tok = np.cumsum(tok[order_new])  # entry t - 1: what dropping the first t takes off
-            cut_blocks = cut_tok if b == 1 else np.cumsum(during[order_new])
-            bad = blocks - cut_blocks > cap
-            if tokens > c_cap:  # (a limit not broken now is not broken by dropping)
-                bad |= tokens - cut_tok > c_cap
-            if prefill > p_cap:
-                bad |= prefill - cut_tok > p_cap
-            if running > r_cap:
-                bad |= running - np.arange(1, order_new.size + 1) > r_cap
-            k_new = order_new.size if not bad.size or bad[-1] else int(np.argmin(bad)) + 1
-            if k_new:
-                alive[order_new[:k_new]] = False
-                tokens -= int(cut_tok[k_new - 1])
-                prefill -= int(cut_tok[k_new - 1])
-                blocks -= int(cut_blocks[k_new - 1])
-                running -= k_new
+            alive[new] = False
+            tokens, prefill, blocks, running = self._keep_earliest(
+                sel, new, tok, during, alive, (tokens, prefill, blocks, running), (c_cap, p_cap, cap, r_cap)
+            )
         self._peak = blocks  # the most blocks the second pass sees (it only drops)
         evicted: list[int] = []
         if tokens > c_cap or prefill > p_cap or blocks > cap:
@@ -176,6 +162,60 @@ class _StageGated:
         self._batches += 1
         self.evictions += len(evicted)
         return Decision(sel.tolist(), tok.tolist(), evicted)
+
+    def _keep_earliest(
+        self,
+        sel: np.ndarray,
+        new: np.ndarray,
+        tok: np.ndarray,
+        during: np.ndarray,
+        alive: np.ndarray,
+        totals: tuple[int, int, int, int],
+        caps: tuple[float, float, float, float],
+    ) -> tuple[int, int, int, int]:
+        """The first pass of the cut: which of the items ``new`` (not holding KV) stay, marked in ``alive``.
+
+        Dropping the latest-arrived first while the batch breaks a limit keeps the
+        longest earliest-first prefix that fits: every item adds to every total (its
+        tokens, prefill tokens and blocks, one running request), so the totals fall
+        with each drop and the first fitting point is the longest fitting prefix. The
+        totals are (tokens, prefill, blocks, running) with every item, the limits in
+        the same order; returns the totals after the cut.
+        """
+        c_cap, p_cap, cap, r_cap = caps
+        tokens, prefill, blocks, running = totals
+        gone_tok = int(tok[new].sum())
+        tokens -= gone_tok
+        prefill -= gone_tok  # items not holding KV are all prefill or refill
+        blocks -= gone_tok if during is tok else int(during[new].sum())
+        running -= new.size
+        if tokens > c_cap or prefill > p_cap or blocks > cap or running > r_cap:
+            return tokens, prefill, blocks, running  # not even the earliest stays
+        # The prefix is usually a prompt or two: find it one earliest at a time before sorting all.
+        rank = self._rank[sel[new]]
+        for _ in range(min(new.size, 4)):
+            i = int(rank.argmin())
+            item = int(new[i])
+            t, d = int(tok[item]), int(during[item])
+            if tokens + t > c_cap or prefill + t > p_cap or blocks + d > cap or running + 1 > r_cap:
+                return tokens, prefill, blocks, running
+            alive[item] = True
+            tokens, prefill, blocks, running = tokens + t, prefill + t, blocks + d, running + 1
+            rank[i] = self._rank.size  # taken: past every rank
+        if rank.min() == self._rank.size:
+            return tokens, prefill, blocks, running  # every one stays
+        rest = new[rank < self._rank.size]
+        order = rest[np.argsort(rank[rank < self._rank.size])]  # the rest, earliest first
+        add_tok = np.cumsum(tok[order])
+        add_blocks = add_tok if during is tok else np.cumsum(during[order])
+        fits = (tokens + add_tok <= c_cap) & (prefill + add_tok <= p_cap) & (blocks + add_blocks <= cap)
+        fits &= running + np.arange(1, order.size + 1) <= r_cap
+        k = int(np.argmin(fits)) if not fits[-1] else order.size  # the longest fitting prefix
+        if k:
+            alive[order[:k]] = True
+            tokens, prefill = tokens + int(add_tok[k - 1]), prefill + int(add_tok[k - 1])
+            blocks, running = blocks + int(add_blocks[k - 1]), running + k
+        return tokens, prefill, blocks, running
 
     # ------------------------------------------------------------ coalesced runs
     def repeat_decodes(self, view: SchedulerView, decision: Decision, limit: int) -> int:
