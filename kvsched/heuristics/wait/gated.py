@@ -89,7 +89,7 @@ class _StageGated:
         new = np.empty(act.size, dtype=bool)
         new[0] = True
         np.not_equal(cell[1:], cell[:-1], out=new[1:])
-        if new.all():  # one request per (group, stage): every one is selected (thresholds are >= 1)
+        if new.all() and self.thresholds_.min() >= 1:  # one request per (group, stage): all selected
             sel = act
         else:
             index = np.arange(act.size)
