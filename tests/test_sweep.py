@@ -169,11 +169,12 @@ def test_sweep_writes_one_validated_row_per_cell_and_a_rerun_skips_them(tmp_path
 
 
 def test_a_schedule_that_fails_validation_never_becomes_an_ok_row(tmp_path, monkeypatch):
-    def reject(instance, schedule, *args, **kwargs):
+    def reject(instance, *args, **kwargs):
+        # One pass: the simulator's core checks every batch as it is made, so that is where a failure surfaces.
         raise ScheduleError([Violation(Rule.KV_CAPACITY, "injected failure", batch=0)])
 
     # The package re-exports the function compare(), so reach the module through sys.modules.
-    monkeypatch.setattr(sys.modules["kvsched.analysis.compare"], "replay", reject)
+    monkeypatch.setattr(sys.modules["kvsched.analysis.compare"], "simulate", reject)
     summary = sweep(tmp_path, tiny(solver=None))
     frame = load_results(tmp_path / "r.sqlite")
     assert summary.errors == len(frame) == 4
