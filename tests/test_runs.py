@@ -228,3 +228,25 @@ def test_class_priority_coalesces_through_its_inner_policy():
     assert_same_state(fast.trace.state, plain.trace.state)
     # An inner policy that does not opt in is stepped batch by batch.
     assert not simulate(inst, make_policy("class-priority", inner="mcsf")).schedule.has_runs
+
+
+@pytest.mark.parametrize(
+    ("policy", "params", "attrs"),
+    [
+        ("slai", {}, ("offsets_used", "mean_batch_time", "_busy", "_num_batches")),
+        ("slai-fixed", {}, ("offsets_used", "mean_batch_time")),
+        ("rad", {}, ("cycle_starts", "_batches")),
+        ("wait-adaptive", {"window": 10, "min_arrivals": 3, "tolerance": 0.05}, ("threshold_history_",)),
+        ("nested-wait-adaptive", {"window": 10, "min_arrivals": 3}, ("threshold_history_", "_batches")),
+        ("wait", {}, ("evictions", "_batches")),
+    ],
+)
+def test_a_policy_keeps_its_bookkeeping_through_runs(policy, params, attrs):
+    """What a policy records per batch (offsets, observed batch times, cycles, thresholds) is as if stepped."""
+    for inst in INSTANCES.values():
+        plain, fast = make_policy(policy, **params), make_policy(policy, **params)
+        simulate(inst, plain, coalesce=False)
+        result = simulate(inst, fast)
+        for attr in attrs:
+            assert getattr(fast, attr) == getattr(plain, attr), attr
+    assert any(type(e) is Run for e in result.schedule.entries)
