@@ -46,10 +46,9 @@ events). Peak <= 300 MB: about met (317 MB). 100k <= 15 s, <= 1 GB: missed
 record sharing of commit ff72b80, but the metrics' per-token arrays take the
 command to 2.4 GB). sharegpt-10k-t0 <= 1 s: missed (its batches
 are large and rarely decode-only, so runs do not help; the per-batch core is the
-cost). All 36 policies on azure-1k <= 10 s: missed. The 22 policies that opt in
-to runs take 5.8 CPU s together (9 of them stop at once: whole prompts do not fit
-C = 512); RAD, the four SLAI variants and class-priority (before it opted in)
-about 19 s; the four WAIT policies (not opted in) over 165 s.
+cost). All 36 policies on azure-1k <= 10 s: 9.2 CPU s at load 1 (300 s before
+WAIT, RAD and SLAI opted in to runs); per policy in ``benchmarks/policies.py`` and
+``docs/simulation.md``.
 
 Identical results: every run of ``schedule_fingerprint.py --check`` against the
 pre-issue fingerprints gave 288/288 unchanged.
