@@ -30,6 +30,7 @@ import numpy as np
 from kvsched.errors import KvschedError
 from kvsched.instances.model import Instance, Limits
 from kvsched.schedule.core import TIME_TOL, EngineState
+from kvsched.schedule.ir import batch_starts
 
 
 class HindsightError(KvschedError):
@@ -160,14 +161,12 @@ class SchedulerView:
         least the ``limit`` offered. Only valid inside ``repeat_decodes`` (a policy whose
         decision or bookkeeping reads time needs it).
         """
-        state = self._state
-        planned = state._planned
-        if planned is None or planned[0] != state.num_batches:
+        durations = self._state.planned_durations()
+        if durations is None:
             raise RuntimeError("run_starts is only defined while a run is being offered (repeat_decodes)")
-        durations = planned[3]
         if not durations.size:
             return np.zeros(0)
-        return np.add.accumulate(np.concatenate(([state.clock], durations[:-1])))
+        return batch_starts(self._state.clock, durations)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from kvsched.heuristics.base import Decision, Policy, SchedulerView, SteadyDecod
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL, EngineState
 from kvsched.schedule.data import ProblemData
-from kvsched.schedule.ir import Batch, Run, Schedule
+from kvsched.schedule.ir import Batch, Run, Schedule, batch_starts
 from kvsched.schedule.validate import Trace, instance_cost_model
 
 #: Batches allowed per token of work (sum of I + O) before a run counts as an eviction loop.
@@ -173,7 +173,7 @@ def _repeat(
     upcoming = view.next_arrival()  # the first request the policy has not seen (view.now is the decision's)
     if upcoming is not None:
         # A batch that starts once the next request has arrived sees it: the run stops before.
-        starts = np.add.accumulate(np.concatenate(([state.clock], durations[:-1])))
+        starts = batch_starts(state.clock, durations)
         limit = int(np.searchsorted(starts + TIME_TOL, upcoming, side="left"))
         if not limit:
             return None

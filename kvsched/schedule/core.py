@@ -676,6 +676,11 @@ class EngineState:
         self._planned = (self.num_batches, requests, limit, durations)
         return limit, durations
 
+    def planned_durations(self) -> np.ndarray | None:
+        """The batch durations :meth:`plan_run` planned in this state (None: no plan since the last batch)."""
+        planned = self._planned
+        return planned[3] if planned is not None and planned[0] == self.num_batches else None
+
     def make_run(self, start: float, requests: np.ndarray, k: int) -> Run:
         """The run of the first ``k`` batches planned by :meth:`plan_run` for ``requests``, from ``start``."""
         planned = self._planned

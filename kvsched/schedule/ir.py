@@ -150,6 +150,15 @@ _ONE = np.ones(1, dtype=np.int64)
 _DECODE_CODE = np.full(1, Phase.DECODE, dtype=np.int8)
 
 
+def batch_starts(start: float, durations: np.ndarray) -> np.ndarray:
+    """Start of each of consecutive batches from ``start`` (at least one duration).
+
+    The engine clock adds durations one by one, so the times are the running sum in
+    that order, bit-exact with batch-by-batch execution.
+    """
+    return np.add.accumulate(np.concatenate(([float(start)], durations[:-1])))
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Run:
     """``k`` back-to-back decode-only batches of the same requests (a coalesced run).
@@ -203,7 +212,7 @@ class Run:
 
     def starts(self) -> np.ndarray:
         """Start of each batch (exactly the clock of batch-by-batch execution)."""
-        return np.add.accumulate(np.concatenate(([self.start], self.durations[:-1])))
+        return batch_starts(self.start, self.durations)
 
     def batches(self) -> Iterator[Batch]:
         """The ``k`` batches this run stands for."""
