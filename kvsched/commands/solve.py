@@ -148,7 +148,6 @@ def cmd_solve(args: argparse.Namespace) -> int:
     started = deadline.end - deadline.limit
     seconds = {"loaded": time.monotonic() - started}
     slo = slo_from_args(args, instance)
-    note_cold_kernels("solve")
     warm = None
     if args.warm_start:
         if Path(args.warm_start).suffix == ".json":
@@ -167,6 +166,9 @@ def cmd_solve(args: argparse.Namespace) -> int:
         **_model_kwargs(args),
     )
     seconds["solved"] = time.monotonic() - started
+    # After the solve, not before: a configuration it refuses gets its one error line only, and the
+    # families listed are those still cold at the end (kernels this solve compiled are not).
+    note_cold_kernels("solve")
     console = Console()
     table = Table(title=f"{result.formulation} / {result.solver}: {result.objective_name}", show_header=False)
     table.add_row("status", str(result.status))

@@ -84,12 +84,12 @@ def cold_families() -> list[str]:
 
 
 def note_cold_kernels(command: str) -> None:
-    """One line on stderr when a kernel family is cold: this command may run slower code to keep its limit."""
+    """One line on stderr when a kernel family is still cold: this command may have run slower code."""
     cold = cold_families()
     if cold:
         print(
             f"kvsched {command}: note: the compiled kernels ({', '.join(cold)}) are not built yet; where "
-            f"compiling them does not fit the time limit this command runs slower code or skips that stage. "
+            f"compiling them did not fit the time limit this command ran slower code or skipped that stage. "
             f"`kvsched warmup` builds them once (about 20 s).",
             file=sys.stderr,
         )
