@@ -195,6 +195,19 @@ def test_wait_thresholds_overload_fit_memory() -> None:
         wait_thresholds(prompt, output, [6000.0, 4000.0, 2000.0], 5e-3, 1e-6, Limits(kv_capacity=30_000))
 
 
+def test_wait_thresholds_overload_never_drop_a_type_to_zero() -> None:
+    # A heavy rare type beside a light frequent one: shrinking "the largest load" used to take the heavy
+    # type's single slot down to 0 (its requests would wait for ever) while the light type kept 8.
+    prompt, output, rates = [1000, 10], [10, 10], [1.0, 50.0]
+    for kv in (3_000, 5_000, 8_000, 20_000, 40_000):
+        n = wait_thresholds(
+            prompt, output, rates, 1.0, 0.01, Limits(kv_capacity=kv), overload=True, strict=False
+        )
+        assert n.min() >= 1, (kv, n)
+    with pytest.raises(InputError, match="one request per stage"):
+        wait_thresholds(prompt, output, rates, 1.0, 0.01, Limits(kv_capacity=3_000), overload=True)
+
+
 def test_nested_thresholds_reproduce_the_papers_ratios() -> None:
     """n_k proportional to Lambda_k: 20:40:80:160 -> 15:14:12:8 and the LMSYS bins -> 66:43:...:1."""
     lim = Limits(kv_capacity=10**9)

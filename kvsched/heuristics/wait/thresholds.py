@@ -123,8 +123,10 @@ def wait_thresholds(
     lam = lam / lam.max()
     c_hi = min(budget.memory / (lam @ mass), budget.tokens / (lam @ tokens), budget.running / (lam @ O))
     n = np.maximum(1, np.floor(c_hi * lam + 1e-9)).astype(np.int64)
-    while not fits(n) and n.max() > 1:  # the max(1, .) floor can overshoot: shrink the largest
-        n[np.argmax(n * mass)] -= 1
+    # The max(1, .) floor can overshoot: shrink the largest stage load among thresholds above 1 (a
+    # type's threshold never drops to 0, which would leave its requests waiting for ever).
+    while not fits(n) and n.max() > 1:
+        n[np.argmax(np.where(n > 1, n * mass, -1.0))] -= 1
     if not fits(n) and strict:
         raise InputError(
             f"WAIT: one request per stage of every type needs {int(n @ mass)} KV tokens, "
