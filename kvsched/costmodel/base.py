@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
@@ -41,6 +42,26 @@ class CostModel(Protocol):
     def batch_time(self, view: BatchView) -> float:
         """Duration of the batch described by ``view``."""
         ...
+
+
+def time_of_counts(model: CostModel) -> Callable[..., float]:
+    """``model``'s batch time from arrays and counts a caller has already made.
+
+    The returned function takes ``(tokens, context, phases, is_decode, num_decodes,
+    num_tokens)``: int64 ``tokens`` and ``context``, the phase codes, the decode mask,
+    its count and the sum of ``tokens`` (the core has all of them when it builds a
+    batch). A model may define ``time_of_counts`` with that signature; it must return
+    exactly (bit for bit) what ``batch_time`` gives for the same batch. Otherwise the
+    view is built for ``batch_time``.
+    """
+    fast = getattr(model, "time_of_counts", None)
+    if fast is not None:
+        return cast(Callable[..., float], fast)
+
+    def priced(tokens: np.ndarray, context: np.ndarray, phases: np.ndarray, *counts: int) -> float:
+        return model.batch_time(BatchView(tokens, context, phases))
+
+    return priced
 
 
 def decode_run_times(model: CostModel, context: np.ndarray, k: int) -> np.ndarray:

@@ -42,6 +42,7 @@ import numpy as np
 
 from kvsched.costmodel.base import BatchView
 from kvsched.costmodel.features import BatchFeatures
+from kvsched.costmodel.small import isum
 
 #: Scalar coefficients, in the order files list them.
 SCALARS = ("a0", "a1", "b0", "b1", "b2", "p0", "p1", "p2", "p3", "p4")
@@ -92,6 +93,7 @@ class CalibratedCost:
     _knots: np.ndarray = field(init=False, repr=False, compare=False)
     _cum: np.ndarray = field(init=False, repr=False, compare=False)
     _knot_list: list[float] = field(init=False, repr=False, compare=False)
+    _cum_list: list[float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for attr in ("steps", "hinges", "tiles"):
@@ -116,6 +118,7 @@ class CalibratedCost:
         object.__setattr__(self, "_knots", knots)
         object.__setattr__(self, "_cum", cum)
         object.__setattr__(self, "_knot_list", knots.tolist())
+        object.__setattr__(self, "_cum_list", cum.tolist())
         # The token term is piecewise linear: checking 1 token and just past each knot covers every piece.
         probe = np.concatenate([[1.0], knots + 1.0])
         if np.any(self.non_attention(probe) < 0):
@@ -195,7 +198,7 @@ class CalibratedCost:
         # Scalar twin of non_attention: simulators call this once per batch.
         t = self.a0 + self.a1 * tau
         if self.steps:
-            t += float(self._cum[bisect.bisect_left(self._knot_list, tau)])
+            t += self._cum_list[bisect.bisect_left(self._knot_list, tau)]
         for k, h in self.hinges:
             if tau > k:
                 t += h * (tau - k)
@@ -221,11 +224,24 @@ class CalibratedCost:
     def batch_time(self, view: BatchView) -> float:
         return self.time_of(BatchFeatures.of(view))
 
+    def time_of_counts(
+        self,
+        tokens: np.ndarray,
+        context: np.ndarray,
+        phases: np.ndarray,
+        is_decode: np.ndarray,
+        num_decodes: int,
+        num_tokens: int,
+    ) -> float:
+        """:meth:`batch_time` of integer ``tokens`` and ``context`` from the caller's counts
+        (:func:`~kvsched.costmodel.base.time_of_counts`): the same features, so the same float."""
+        return self.time_of(BatchFeatures.of_counts(tokens, context, is_decode, num_decodes, num_tokens))
+
     def decode_run_times(self, context: np.ndarray, k: int) -> np.ndarray:
         """:meth:`batch_time` of ``k`` decode batches with KV ``context + j``, in its exact float order."""
         n = float(context.size)
         base = self._token_scalar(n)
-        kv = float(np.add.reduce(context)) + n * np.arange(k, dtype=np.float64)  # exact: integers < 2**53
+        kv = float(isum(context)) + n * np.arange(k, dtype=np.float64)  # exact: integers < 2**53
         return base + ((self.b0 + self.b1 * kv) + self.b2 * n)
 
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvsched.costmodel.base import BatchView
+from kvsched.costmodel.small import isum
 
 #: Phase.DECODE; kept literal so cost models do not import the schedule package.
 DECODE = 1
-_sum = np.add.reduce  # the ufunc itself: the ndarray method's Python layer costs more on small batches
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,34 +57,40 @@ class BatchFeatures:
     def of(cls, view: BatchView) -> BatchFeatures:
         c, m = view.tokens, view.context
         if c.dtype.kind in "iu" and m.dtype.kind in "iu":
-            return cls._of_integers(c, m, view.phases == DECODE)
+            dec = view.phases == DECODE
+            return cls.of_counts(c, m, dec, int(np.count_nonzero(dec)), isum(c))
         return cls._of_floats(view)
 
     @classmethod
-    def _of_integers(cls, c: np.ndarray, m: np.ndarray, dec: np.ndarray) -> BatchFeatures:
-        """Integer sums, then floats: the same values as :meth:`_of_floats` (every sum is an exact
-        integer below 2**53 either way), in fewer and cheaper calls; this runs once per simulated batch."""
+    def of_counts(
+        cls, c: np.ndarray, m: np.ndarray, dec: np.ndarray, n_decode: int, tokens: int
+    ) -> BatchFeatures:
+        """The sums of integer tokens ``c`` and KV ``m``, given what the caller has counted already.
+
+        ``dec`` marks the decodes, ``n_decode`` counts them and ``tokens`` is the sum of ``c``
+        (the core has all three when it prices a batch). Integer sums, then floats: the same
+        values as :meth:`_of_floats` (every sum is an exact integer below 2**53 either way),
+        in fewer and cheaper calls; this runs once per simulated batch.
+        """
         size = int(c.size)
-        n_decode = int(np.count_nonzero(dec))
-        tokens = float(_sum(c))
         if n_decode == size:
-            return cls(tokens, float(size), float(_sum(m)), 0.0, 0.0, 0.0, 0.0, 0.0)
+            return cls(float(tokens), float(size), float(isum(m)), 0.0, 0.0, 0.0, 0.0, 0.0)
         if n_decode:
             pre = ~dec
             cp, mp = c[pre], m[pre]
-            decode_kv = float(_sum(m[dec]))
+            decode_kv = float(isum(m[dec]))
         else:
             cp, mp = c, m
             decode_kv = 0.0
-        sq = float(_sum(cp * cp))
+        sq = float(isum(cp * cp))
         return cls(
-            tokens=tokens,
+            tokens=float(tokens),
             n_decode=float(n_decode),
             decode_kv=decode_kv,
             n_prefill=float(size - n_decode),
-            prefill_tokens=float(_sum(cp)),
-            prefill_quad=sq + 2.0 * float(_sum(cp * mp)),
-            prefill_kv=float(_sum(mp)),
+            prefill_tokens=float(isum(cp)),
+            prefill_quad=sq + 2.0 * float(isum(cp * mp)),
+            prefill_kv=float(isum(mp)),
             prefill_sq=sq,
         )
 

@@ -19,6 +19,18 @@ class UnitCost:
     def batch_time(self, view: BatchView) -> float:
         return self.slot
 
+    def time_of_counts(
+        self,
+        tokens: np.ndarray,
+        context: np.ndarray,
+        phases: np.ndarray,
+        is_decode: np.ndarray,
+        num_decodes: int,
+        num_tokens: int,
+    ) -> float:
+        """:meth:`batch_time` from the caller's counts (:func:`~kvsched.costmodel.base.time_of_counts`)."""
+        return self.slot
+
     def decode_run_times(self, context: np.ndarray, k: int) -> np.ndarray:
         """Every batch of a decode run lasts one slot."""
         return np.full(k, self.slot, dtype=np.float64)

@@ -54,6 +54,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
+from kvsched.costmodel.small import count, isum, nonzero
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.instances.model import Instance
@@ -69,7 +70,6 @@ Reinsert = Literal["arrival", "tail", "front"]
 WaitingFail = Literal["stop", "probe"]
 
 _DECODE = int(Phase.DECODE)
-_sum = np.add.reduce  # the ufunc itself: the ndarray method's Python layer costs more on small arrays
 
 #: Token budget C when neither the instance nor the policy sets one (Llama-2-7B, seed 003 Sec. 4.1).
 DEFAULT_TOKEN_BUDGET = 4096
@@ -365,23 +365,31 @@ class InferMax:
         req = np.asarray(decision.requests, dtype=np.int64)
         kv = view.kv[req]  # each batch j = 1, 2, ... of the run wants kv + j reserved
         alloc = self._alloc[req]
-        base = int(_sum(self._blocks_of(alloc)))
         free = self._capacity - self._reserved
+        if self._block == 1 and not nonzero(alloc > kv + 1):
+            # Tokens are blocks and no reservation exceeds kv + 1 (the usual case: each decode
+            # reserved m + 1 before the batch that made its KV m + 1), so from j = 1 on each batch
+            # reserves one more per decode: grown(j) = sum(kv) + n j - sum(alloc), linear in j.
+            n = int(req.size)
+            k = max(0, min(limit, (free - isum(kv) + isum(alloc)) // n))
+        else:
+            base = isum(self._blocks_of(alloc))
 
-        def grown(j: int) -> int:
-            return int(_sum(self._blocks_of(np.maximum(alloc, kv + j)))) - base
+            def grown(j: int) -> int:
+                return isum(self._blocks_of(np.maximum(alloc, kv + j))) - base
 
-        k = last_fitting(grown, free, limit)
+            k = last_fitting(grown, free, limit)
         if k:
-            self._reserved += grown(k)
-            self._alloc[req] = np.maximum(alloc, kv + k)
+            new = np.maximum(alloc, kv + k)
+            self._reserved += isum(self._blocks_of(new)) - isum(self._blocks_of(alloc))
+            self._alloc[req] = new
         return k
 
     def _group_running(self, view: SchedulerView, run: np.ndarray) -> _Build:
         """Running requests in global priority order, split by phase (one vectorized read)."""
         decode = view.phase_of(run) == _DECODE  # the next item is a decode
         kv = view.kv[run]
-        num_decodes = int(np.count_nonzero(decode))
+        num_decodes = count(decode)
         if self.priority != "none":
             # Phase groups: decodes first (decode priority) or last (prefill priority).
             dec_first = self.priority == "decode"
@@ -390,8 +398,8 @@ class InferMax:
                 ranking = np.lexsort((np.where(decode, -kv, 0), decode != dec_first))
                 run, decode, kv = run[ranking], decode[ranking], kv[ranking]
             elif 0 < num_decodes < run.size:  # else the stable sort would keep the order
-                first, last = decode.nonzero()[0], (~decode).nonzero()[0]
-                ranking = np.concatenate((first, last) if dec_first else (last, first))
+                # A stable sort on "not in the first group" (False first) keeps priority order within groups.
+                ranking = np.argsort(~decode if dec_first else decode, kind="stable")
                 run, decode, kv = run[ranking], decode[ranking], kv[ranking]
         return _Build(
             view,
@@ -421,31 +429,34 @@ class InferMax:
         i = lo
         while i < hi and build.tok < self._C:
             seg = i - lo
-            cands = order[seg:]
+            cands = order[seg:] if seg else order
             alloc = self._alloc[cands]
             room = self._C - build.tok  # tokens left: one per decode
-            if np.count_nonzero(alloc) == alloc.size:
+            if nonzero(alloc) == alloc.size:
                 # Every candidate still holds its reservation (none was evicted in this call).
-                need = want_blocks[seg:] - self._blocks_of(alloc)
+                need = (want_blocks[seg:] if seg else want_blocks) - self._blocks_of(alloc)
                 np.maximum(need, 0, out=need)
-                taken = int(_sum(need))
+                taken = isum(need)
                 if taken <= build.free:  # all fit in memory: only the token budget can stop them
                     k = min(need.size, room)
                     if k < need.size:
-                        taken = int(_sum(need[:k]))
+                        taken = isum(need[:k])
                 else:
                     reserved = np.add.accumulate(need)
                     k = min(int(reserved.searchsorted(build.free, "right")), room)
                     taken = int(reserved[k - 1]) if k else 0
                 if k:
-                    pos = cands[:k]
-                    self._alloc[pos] = np.maximum(alloc[:k], want[seg : seg + k])
+                    if k == want.size:  # every candidate (seg is 0): no slices
+                        pos, new = cands, np.maximum(alloc, want)
+                    else:
+                        pos, new = cands[:k], np.maximum(alloc[:k], want[seg : seg + k])
+                    self._alloc[pos] = new
                     self._add_decodes(build, pos, taken)
             else:
                 alive = alloc > 0  # not evicted earlier in this call
                 need = np.where(alive, np.maximum(want_blocks[seg:] - self._blocks_of(alloc), 0), 0)
                 fits = (np.cumsum(need) <= build.free) & (np.cumsum(alive) <= room)
-                k = int(np.count_nonzero(fits))  # a prefix: both sums only grow
+                k = count(fits)  # a prefix: both sums only grow
                 take = np.flatnonzero(alive[:k])
                 if take.size:
                     pos = cands[take]
@@ -642,7 +653,7 @@ class InferMax:
         """Free the reservations of requests that completed in the last batch; the running array."""
         run = self._running
         done = view.done[run]
-        if not np.count_nonzero(done):
+        if not nonzero(done):
             return run
         for r in run[done].tolist():
             self._reserved -= self._blocks(int(self._alloc[r]))

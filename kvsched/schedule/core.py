@@ -33,17 +33,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvsched.costmodel.base import BatchView, CostModel, decode_run_times
+from kvsched.costmodel.base import CostModel, decode_run_times, time_of_counts
+from kvsched.costmodel.small import SMALL, count, imax, imin, isum, nonzero
 from kvsched.instances.model import Instance
 from kvsched.schedule.data import ProblemData
 from kvsched.schedule.ir import Batch, Phase, Run
 from kvsched.schedule.records import BatchRecord, Rule, RunRecord, ScheduleError, Violation
 from kvsched.schedule.search import last_fitting
-
-#: Absolute tolerance on times (overlap, arrival).
-TIME_TOL = 1e-9
-#: Relative tolerance of a batch's duration against its cost model.
-DURATION_RTOL = 1e-6
+from kvsched.schedule.violations import DURATION_RTOL, TIME_TOL, full_check
 
 _PREFILL, _DECODE, _REFILL = int(Phase.PREFILL), int(Phase.DECODE), int(Phase.REFILL)
 
@@ -52,7 +49,7 @@ _PREFILL, _DECODE, _REFILL = int(Phase.PREFILL), int(Phase.DECODE), int(Phase.RE
 _sum = np.add.reduce
 _min = np.minimum.reduce
 _max = np.maximum.reduce
-_count = np.count_nonzero
+_count = nonzero
 _NO_EVICTIONS = np.zeros(0, dtype=np.int64)
 _NO_EVICTIONS.flags.writeable = False
 
@@ -64,6 +61,9 @@ class _Made:
     batch: Batch
     stamp: int  # num_batches when it was made
     kv: np.ndarray  # KV held by each item's request before the batch (and its evictions)
+    is_decode: np.ndarray  # which items are decodes
+    num_decodes: int
+    num_tokens: int
 
 
 @dataclass(slots=True, eq=False)
@@ -71,7 +71,7 @@ class _Legal:
     """Per-item reads of a batch the quick path accepted, reused to apply it."""
 
     kv: np.ndarray  # KV held before the batch
-    known: np.ndarray  # S = I + G: tokens known before the batch
+    left: np.ndarray  # S - m before the batch: an item of that many tokens makes its request generate
     num_decodes: int
     num_tokens: int
     grown_blocks: int
@@ -116,6 +116,9 @@ class EngineState:
         # The phase of each request's next item (see phase_of), kept in step with generated and
         # refilling by their only writers (_evict, _advance, _advance_legal): reading it is one gather.
         self._phase = np.full(n, _PREFILL, dtype=np.int8)
+        # Tokens each request's next item may process: S - m while unfinished, 0 once done (kept by the
+        # same writers), so that one gather and one comparison check both "not done" and "not too many".
+        self._left = self.prompt.copy()
         self.done = np.zeros(n, dtype=bool)
         self.evictions = np.zeros(n, dtype=np.int64)
         self.processed = np.zeros(n, dtype=np.int64)  # all tokens ever processed
@@ -135,6 +138,7 @@ class EngineState:
         self._slot = np.zeros(n, dtype=np.int64)  # scratch for the duplicate test
         self._arange = np.arange(n, dtype=np.int64)
         self._last_arrival = float(self.arrival.max()) if n else 0.0
+        self._time_of = time_of_counts(cost_model) if cost_model is not None else None
 
     def __copy__(self) -> EngineState:
         """An independent copy of the state (the instance and the cost model are shared).
@@ -186,11 +190,16 @@ class EngineState:
         Phases are derived from the state and the duration from the cost model
         (which must be set), so producers of schedules never restate the rules.
         """
-        if self.cost_model is None:
+        time_of = self._time_of
+        if time_of is None or self.cost_model is None:
             raise ValueError("make_batch needs a cost model")
         # Fresh arrays (never the caller's), frozen and handed to the batch without another copy.
-        req = np.array(requests, dtype=np.int64).reshape(-1)
-        tok = np.array(tokens, dtype=np.int64).reshape(-1)
+        req = np.array(requests, dtype=np.int64)
+        tok = np.array(tokens, dtype=np.int64)
+        if req.ndim != 1:
+            req = req.reshape(-1)
+        if tok.ndim != 1:
+            tok = tok.reshape(-1)
         if isinstance(evicted, tuple | list) and not evicted:
             ev = _NO_EVICTIONS
         else:
@@ -200,13 +209,17 @@ class EngineState:
         if req.size != tok.size:
             raise ValueError("requests, tokens and phases must have the same length")
         phases, context = self._phases_after(req, ev)
-        duration = self.cost_model.batch_time(BatchView(tok, context, phases))
-        for arr in (req, tok, phases):
-            arr.flags.writeable = False
+        is_decode = phases == _DECODE
+        num_decodes = count(is_decode)
+        num_tokens = isum(tok)
+        duration = time_of(tok, context, phases, is_decode, num_decodes, num_tokens)
+        req.flags.writeable = False
+        tok.flags.writeable = False
+        phases.flags.writeable = False
         ev.flags.writeable = False
         batch = Batch(float(start), float(duration), req, tok, phases, ev)
         # Its duration is right by construction while the state is unchanged: check() skips recomputing it.
-        self._made = _Made(batch, self.num_batches, context)
+        self._made = _Made(batch, self.num_batches, context, is_decode, num_decodes, num_tokens)
         return batch
 
     def _phases_after(self, req: np.ndarray, ev: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -219,6 +232,18 @@ class EngineState:
                 context[hit] = 0
                 phases[hit] = np.where(self.generated[req[hit]] == 0, Phase.PREFILL, Phase.REFILL)
         return phases, context
+
+    def _distinct(self, req: np.ndarray) -> bool:
+        """Whether the positions ``req`` (in range) are distinct."""
+        size = req.size
+        if size <= SMALL:
+            return size < 2 or len(set(req.tolist())) == size  # builtins win on a few items
+        if size > self.n:
+            return False
+        # Each position finds its own index where all wrote theirs (O(size), no sort).
+        slot, index = self._slot, self._arange[:size]
+        slot[req] = index
+        return not _count(slot[req] != index)
 
     def _member(self, values: np.ndarray, pool: np.ndarray) -> np.ndarray:
         """``np.isin(values, pool)`` for request positions, in three calls when both are in range."""
@@ -242,110 +267,7 @@ class EngineState:
 
     def _full_check(self, batch: Batch, index: int | None = None) -> list[Violation]:
         """Every rule ``batch`` breaks, each worded (the slow path of :meth:`check`)."""
-        idx = self.num_batches if index is None else index
-        out: list[Violation] = []
-
-        def add(rule: Rule, msg: str, pos: int | None = None) -> None:
-            rid = self.ids[pos] if pos is not None and 0 <= pos < self.n else None
-            out.append(Violation(rule, msg, idx, rid))
-
-        req, tok, ev = batch.requests, batch.tokens, batch.evicted
-        if req.size == 0:
-            add(Rule.EMPTY_BATCH, "a batch must process at least one item")
-        if not np.isfinite(batch.start):
-            add(Rule.OVERLAP, f"start {batch.start!r} is not a finite time")
-        elif batch.start < self.clock - TIME_TOL:
-            add(Rule.OVERLAP, f"starts at {batch.start:g}, before the previous batch ends at {self.clock:g}")
-        if not np.isfinite(batch.duration) or batch.duration < 0:
-            add(Rule.WRONG_DURATION, f"duration {batch.duration!r} is not a finite non-negative number")
-
-        # Unknown positions are reported and dropped from the remaining checks.
-        known = (req >= 0) & (req < self.n)
-        for k in np.flatnonzero(~known):
-            add(Rule.UNKNOWN_REQUEST, f"item refers to request position {int(req[k])}, not in the instance")
-        ev_known = (ev >= 0) & (ev < self.n)
-        for k in np.flatnonzero(~ev_known):
-            add(Rule.UNKNOWN_REQUEST, f"eviction of request position {int(ev[k])}, not in the instance")
-        req, tok, phases_declared = req[known], tok[known], batch.phases[known]
-        ev = ev[ev_known]
-
-        # Evictions.
-        ev_unique, ev_counts = np.unique(ev, return_counts=True)
-        for pos in ev_unique[ev_counts > 1]:
-            add(Rule.BAD_EVICTION, "evicted twice before the same batch", int(pos))
-        for pos in ev_unique[self.kv[ev_unique] == 0]:
-            what = "completed" if self.done[pos] else "holds no KV"
-            add(Rule.BAD_EVICTION, f"evicted but it {what}", int(pos))
-        for pos in np.intersect1d(ev_unique, req):
-            add(Rule.BAD_EVICTION, "evicted and processed in the same batch", int(pos))
-
-        # Items.
-        uniq, counts = np.unique(req, return_counts=True)
-        for pos in uniq[counts > 1]:
-            add(Rule.DUPLICATE_ITEM, f"appears {int(counts[uniq == pos][0])} times in one batch", int(pos))
-        for k in np.flatnonzero(self.done[req]):
-            add(Rule.AFTER_COMPLETION, "processed after it completed", int(req[k]))
-        late = self.arrival[req] > batch.start + TIME_TOL
-        for k in np.flatnonzero(late):
-            pos = int(req[k])
-            add(
-                Rule.BEFORE_ARRIVAL,
-                f"processed at {batch.start:g}, before it arrives at {self.arrival[pos]:g}",
-                pos,
-            )
-        for k in np.flatnonzero(tok < 1):
-            add(Rule.BAD_TOKENS, f"{int(tok[k])} tokens; an item processes at least 1", int(req[k]))
-
-        phases, context = self._phases_after(req, ev_unique)
-        unprocessed = self.prompt[req] + self.generated[req] - context
-        live = ~self.done[req]
-        for k in np.flatnonzero(live & (phases_declared != phases)):
-            pos = int(req[k])
-            derived = Phase(int(phases[k]))
-            code = int(phases_declared[k])
-            if code == Phase.DECODE:
-                rest = "prompt" if derived == Phase.PREFILL else "refill"
-                add(
-                    Rule.DECODE_BEFORE_PREFILL,
-                    f"decode while {int(unprocessed[k])} {rest} tokens are unprocessed",
-                    pos,
-                )
-            else:
-                label = Phase(code).label if code in Phase._value2member_map_ else f"code {code}"
-                add(Rule.PHASE_MISMATCH, f"labelled {label} but the request is in {derived.label}", pos)
-        for k in np.flatnonzero(live & (tok > unprocessed)):
-            add(
-                Rule.TOO_MANY_TOKENS,
-                f"{int(tok[k])} tokens but only {int(unprocessed[k])} are left to process",
-                int(req[k]),
-            )
-
-        # Batch-wide budgets, on what the schedule claims to process.
-        lim = self.instance.limits
-        total = int(tok.sum())
-        if lim.max_batch_tokens is not None and total > lim.max_batch_tokens:
-            add(Rule.TOKEN_BUDGET, f"{total} tokens exceed the token budget C = {lim.max_batch_tokens}")
-        prefill_tokens = int(tok[phases != Phase.DECODE].sum())
-        if lim.max_prefill_tokens is not None and prefill_tokens > lim.max_prefill_tokens:
-            add(
-                Rule.PREFILL_BUDGET,
-                f"{prefill_tokens} prefill/refill tokens exceed the prefill budget P = {lim.max_prefill_tokens}",
-            )
-        _, kv_blocks, running = self._during(req, np.maximum(tok, 0), ev_unique, context)
-        if lim.max_running is not None and running > lim.max_running:
-            add(Rule.MAX_RUNNING, f"{running} requests hold KV, more than max_running = {lim.max_running}")
-        if kv_blocks > self.kv_block_capacity:
-            held = kv_blocks * self.block_size
-            add(Rule.KV_CAPACITY, f"holds {held} KV tokens during the batch, more than M = {lim.kv_capacity}")
-
-        if self.cost_model is not None and req.size and np.isfinite(batch.duration):
-            expected = self.cost_model.batch_time(BatchView(tok, context, phases))
-            if abs(batch.duration - expected) > DURATION_RTOL * max(1.0, abs(expected)):
-                add(
-                    Rule.WRONG_DURATION,
-                    f"lasts {batch.duration!r} but the cost model {self.cost_model.name!r} gives {expected!r}",
-                )
-        return out
+        return full_check(self, batch, index)
 
     def _quick_ok(self, batch: Batch) -> bool:
         """Whether ``batch`` is certainly legal: one vectorised pass over the common case.
@@ -359,7 +281,7 @@ class EngineState:
         """The quick path of :meth:`check`: the reads :meth:`step` reuses if ``batch`` is certainly legal.
 
         ``None`` means "run the full check". Every rule of the full check is tested here,
-        in as few vectorised calls as possible (this runs once per simulated batch).
+        in as few calls as possible (this runs once per simulated batch).
         """
         req, tok, ev = batch.requests, batch.tokens, batch.evicted
         size = req.size
@@ -373,81 +295,62 @@ class EngineState:
         made = self._made
         if made is None or made.batch is not batch or made.stamp != self.num_batches:
             made = None
-            if tok.shape != req.shape or batch.phases.shape != req.shape or _max(req) >= self.n:
+            if tok.shape != req.shape or batch.phases.shape != req.shape or imax(req) >= self.n:
                 return None
         # (Positions past the end would have failed make_batch's reads; negative ones wrap.)
-        if _min(req) < 0 or _min(tok) < 1:
+        if imin(req) < 0 or imin(tok) < 1 or not self._distinct(req):
             return None
-        if size > self.n:
-            return None  # a position repeats
-        if size > 1:
-            # Distinct positions: each finds its own index where all wrote theirs (O(size), no sort).
-            slot, index = self._slot, self._arange[:size]
-            slot[req] = index
-            if _count(slot[req] != index):
-                return None
         ev_count = 0
         ev_blocks = 0
         if ev.size:
             # Distinct, known requests that hold KV and are not processed in this batch.
-            if _min(ev) < 0 or _max(ev) >= self.n:
+            if imin(ev) < 0 or imax(ev) >= self.n:
                 return None
             if ev.size > 1:
                 ordered = np.sort(ev)
                 if _count(ordered[1:] == ordered[:-1]):
                     return None
             held = self.kv[ev]
-            if not _min(held) > 0 or self._member(ev, req).any():
+            if not imin(held) > 0 or _count(self._member(ev, req)):
                 return None
             ev_count = int(ev.size)
-            ev_blocks = int(_sum(self._blocks(held)))
-        if _count(self.done[req]):
+            ev_blocks = isum(self._blocks(held))
+        # Not done (left 0) and at most what is left (tok >= 1 was checked); no item is evicted, so
+        # evictions change neither this nor the items' phases and KV.
+        left = self._left[req]
+        if _count(tok > left):
             return None
-        if start + TIME_TOL < self._last_arrival and _max(self.arrival[req]) > start + TIME_TOL:
+        if start + TIME_TOL < self._last_arrival and _count(self.arrival[req] > start + TIME_TOL):
             return None
         if made is not None:
-            # make_batch derived the phases (and the duration) from this very state. No item is
-            # evicted (checked above), so evictions change neither their phases nor their KV.
+            # make_batch derived the phases, the counts and the duration from this very state.
             phases, kv = batch.phases, made.kv
+            is_decode, num_decodes, num_tokens = made.is_decode, made.num_decodes, made.num_tokens
         else:
             phases, kv = self._phase[req], self.kv[req]
             if _count(phases != batch.phases):
                 return None
-        known = self.prompt[req] + self.generated[req]
-        if _count(tok > known - kv):
-            return None
+            is_decode = phases == _DECODE
+            num_decodes = count(is_decode)
+            num_tokens = isum(tok)
         lim = self.instance.limits
-        num_tokens = int(_sum(tok))
         if lim.max_batch_tokens is not None and num_tokens > lim.max_batch_tokens:
             return None
-        is_decode = phases == _DECODE
-        num_decodes = int(_count(is_decode))
         if lim.max_prefill_tokens is not None and num_decodes < size:
-            prefill_tokens = num_tokens - int(_sum(tok[is_decode])) if num_decodes else num_tokens
+            prefill_tokens = num_tokens - isum(tok[is_decode]) if num_decodes else num_tokens
             if prefill_tokens > lim.max_prefill_tokens:
                 return None
-        new_holders = int(_count(kv == 0))
+        new_holders = count(kv == 0) if num_decodes < size else 0  # a decode's request holds KV
         if lim.max_running is not None and self.num_holding - ev_count + new_holders > lim.max_running:
             return None
-        grown = num_tokens if self.block_size == 1 else int(_sum(self._blocks(kv + tok) - self._blocks(kv)))
+        grown = num_tokens if self.block_size == 1 else isum(self._blocks(kv + tok) - self._blocks(kv))
         if self.kv_blocks - ev_blocks + grown > self.kv_block_capacity:
             return None
-        if self.cost_model is not None and made is None:
-            expected = self.cost_model.batch_time(BatchView(tok, kv, phases))
+        if made is None and self._time_of is not None:
+            expected = self._time_of(tok, kv, phases, is_decode, num_decodes, num_tokens)
             if abs(duration - expected) > DURATION_RTOL * max(1.0, abs(expected)):
                 return None
-        return _Legal(kv, known, num_decodes, num_tokens, grown, new_holders)
-
-    def _during(
-        self, req: np.ndarray, tok: np.ndarray, ev: np.ndarray, context: np.ndarray
-    ) -> tuple[int, int, int]:
-        """KV tokens, KV blocks and requests holding KV during the batch."""
-        ev_kv = self.kv[ev]
-        kv_tokens = self.kv_tokens - int(ev_kv.sum()) + int(tok.sum())
-        blocks_before = self.kv_blocks - int(self._blocks(ev_kv).sum())
-        kv_blocks = blocks_before + int((self._blocks(context + tok) - self._blocks(context)).sum())
-        running = self.num_holding - int((ev_kv > 0).sum()) + int(((context == 0) & (tok > 0)).sum())
-        return kv_tokens, kv_blocks, running
+        return _Legal(kv, left, num_decodes, num_tokens, grown, new_holders)
 
     # ------------------------------------------------------------------- apply
     def apply(self, batch: Batch) -> BatchRecord:
@@ -501,11 +404,13 @@ class EngineState:
         if not ev.size:
             return
         kv_ev = self.kv[ev]
-        self.kv_tokens -= int(kv_ev.sum())
-        self.kv_blocks -= int(self._blocks(kv_ev).sum())
+        self.kv_tokens -= isum(kv_ev)
+        self.kv_blocks -= isum(self._blocks(kv_ev))
         self.num_holding -= int(ev.size)
         self.kv[ev] = 0
-        refill = self.generated[ev] > 0
+        generated = self.generated[ev]
+        self._left[ev] = self.prompt[ev] + generated  # all S tokens again
+        refill = generated > 0
         self.refilling[ev] = refill
         self._phase[ev] = np.where(refill, _REFILL, _PREFILL)
         self.evictions[ev] += 1
@@ -527,8 +432,11 @@ class EngineState:
         self.processed[req] += tok
         kv_during, blocks_during, running = self.kv_tokens, self.kv_blocks, self.num_holding
 
-        gen = req[kv_new == self.prompt[req] + self.generated[req]]
+        left = self.prompt[req] + self.generated[req] - kv_new
+        self._left[req] = left
+        gen = req[left == 0]
         self.generated[gen] += 1
+        self._left[gen] = 1  # the token just generated
         self.refilling[gen] = False
         self._phase[gen] = _DECODE
         first_tok = gen[self.generated[gen] == 1]
@@ -540,6 +448,7 @@ class EngineState:
             self.kv_blocks -= int(self._blocks(kv_c).sum())
             self.num_holding -= int(completed.size)
             self.kv[completed] = 0
+            self._left[completed] = 0
             self.done[completed] = True
             self.completion[completed] = end
             self.num_done += int(completed.size)
@@ -579,33 +488,43 @@ class EngineState:
             # Only a request that never held KV can be scheduled for the first time.
             cand = req[kv_old == 0]
             self.first_scheduled[cand[np.isnan(self.first_scheduled[cand])]] = start
-        kv_new = kv_old + tok
         self.num_holding += legal.new_holders  # every item processes >= 1 token
         self.kv_tokens += legal.num_tokens
         self.kv_blocks += legal.grown_blocks
-        self.kv[req] = kv_new
+        self.kv[req] = kv_old + tok
         self.processed[req] += tok
         kv_during, blocks_during, running = self.kv_tokens, self.kv_blocks, self.num_holding
 
-        made = kv_new == legal.known
-        # The record keeps these arrays for the whole run: share the batch's own (read-only)
-        # positions when every item generated, and one empty array when nothing completed.
-        gen = req if legal.num_decodes == req.size or _count(made) == req.size else req[made]
+        size = req.size
+        decode_only = legal.num_decodes == size
+        if decode_only:
+            # A decode processes its one token left and generates: one token is left again.
+            gen = req
+        else:
+            left = legal.left - tok
+            made = left == 0
+            # The record keeps these arrays for the whole run: share the batch's own (read-only)
+            # positions when every item generated.
+            gen = req if _count(made) == size else req[made]
+            left[made] = 1  # the token just generated
+            self._left[req] = left
         generated = self.generated[gen] + 1
         self.generated[gen] = generated
-        if legal.num_decodes < req.size:
+        if not decode_only:
             # A decode is already in the decode phase, and only a prefill makes a first token.
             self.refilling[gen] = False
             self._phase[gen] = _DECODE
             self.first_token[gen[generated == 1]] = end
         finished = generated >= self.output[gen]
+        # One shared empty array when nothing completed.
         completed = gen[finished] if _count(finished) else _NO_EVICTIONS
         if completed.size:
             kv_c = self.kv[completed]
-            self.kv_tokens -= int(_sum(kv_c))
-            self.kv_blocks -= int(_sum(self._blocks(kv_c)))
+            self.kv_tokens -= isum(kv_c)
+            self.kv_blocks -= isum(self._blocks(kv_c))
             self.num_holding -= int(completed.size)
             self.kv[completed] = 0
+            self._left[completed] = 0
             self.done[completed] = True
             self.completion[completed] = end
             self.num_done += int(completed.size)
@@ -614,7 +533,7 @@ class EngineState:
             index=self.num_batches,
             start=start,
             end=end,
-            num_items=int(req.size),
+            num_items=int(size),
             num_tokens=legal.num_tokens,
             prefill_tokens=legal.num_tokens - legal.num_decodes,
             num_decodes=legal.num_decodes,
@@ -641,29 +560,25 @@ class EngineState:
         """
         req = requests
         n = int(req.size)
-        if not n or _min(req) < 0 or _max(req) >= self.n or n > self.n:
+        if not n or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req):
             return 0
-        if n > 1:
-            slot, index = self._slot, self._arange[:n]
-            slot[req] = index
-            if _count(slot[req] != index):
-                return 0
-        if _count(self._phase[req] != _DECODE) or _count(self.done[req]):
+        # A live decode has exactly its last token left (a finished request none).
+        if _count(self._phase[req] != _DECODE) or _count(self._left[req] != 1):
             return 0
         lim = self.instance.limits
         if lim.max_batch_tokens is not None and n > lim.max_batch_tokens:
             return 0
         if lim.max_running is not None and self.num_holding > lim.max_running:
             return 0
-        limit = int(_min(self.output[req] - self.generated[req]))
+        limit = imin(self.output[req] - self.generated[req])
         free = self.kv_block_capacity - self.kv_blocks
         if self.block_size == 1:
             return max(0, min(limit, free // n))
         kv = self.kv[req]
-        base = int(_sum(self._blocks(kv)))
+        base = isum(self._blocks(kv))
 
         def grown(j: int) -> int:
-            return int(_sum(self._blocks(kv + j))) - base
+            return isum(self._blocks(kv + j)) - base
 
         return last_fitting(grown, free, limit)
 
@@ -715,7 +630,9 @@ class EngineState:
         made = self._made_run
         if made is not None and made[0] is run and made[1] == self.num_batches:
             # make_run took its length and durations from this very state: only the start is new.
-            return not (start + TIME_TOL < self._last_arrival and _max(self.arrival[req]) > start + TIME_TOL)
+            return not (
+                start + TIME_TOL < self._last_arrival and _count(self.arrival[req] > start + TIME_TOL)
+            )
         if not (np.isfinite(dur).all() and _min(dur) >= 0):
             return False
         if self.run_limit(req) < run.repeat:
@@ -741,15 +658,17 @@ class EngineState:
         self.generated[req] = generated
         self.kv_tokens += n * k
         self.kv_blocks += (
-            n * k if self.block_size == 1 else int(_sum(self._blocks(kv_after) - self._blocks(kv_before)))
+            n * k if self.block_size == 1 else isum(self._blocks(kv_after) - self._blocks(kv_before))
         )
         finished = generated >= self.output[req]
         completed = req[finished] if _count(finished) else _NO_EVICTIONS
         if completed.size:
-            self.kv_tokens -= int(_sum(self.kv[completed]))
-            self.kv_blocks -= int(_sum(self._blocks(self.kv[completed])))
+            kv_c = self.kv[completed]
+            self.kv_tokens -= isum(kv_c)
+            self.kv_blocks -= isum(self._blocks(kv_c))
             self.num_holding -= int(completed.size)
             self.kv[completed] = 0
+            self._left[completed] = 0
             self.done[completed] = True
             self.completion[completed] = run.end
             self.num_done += int(completed.size)
