@@ -235,6 +235,10 @@ class CalibratedCost:
     ) -> float:
         """:meth:`batch_time` of integer ``tokens`` and ``context`` from the caller's counts
         (:func:`~kvsched.costmodel.base.time_of_counts`): the same features, so the same float."""
+        if num_decodes and num_decodes == tokens.size:
+            # Decode-only: :meth:`time_of` on (tokens, n, sum m, no prefill), in its order of operations.
+            decode = self.b0 + self.b1 * float(isum(context)) + self.b2 * float(num_decodes)
+            return self._token_scalar(float(num_tokens)) + decode
         return self.time_of(BatchFeatures.of_counts(tokens, context, is_decode, num_decodes, num_tokens))
 
     def decode_run_times(self, context: np.ndarray, k: int) -> np.ndarray:

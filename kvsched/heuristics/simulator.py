@@ -24,7 +24,6 @@ import time
 from contextlib import nullcontext
 from dataclasses import dataclass
 
-import numpy as np
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from kvsched.costmodel import CostModel
@@ -115,11 +114,17 @@ def simulate(
     bar = _progress_bar() if progress else None
     with bar if bar is not None else nullcontext():
         task = bar.add_task(policy.name, total=len(instance)) if bar is not None else None
-        while not state.all_done:
-            now = max(now, state.clock)
+        # Bound once: this loop runs once per policy call (tens of thousands of times).
+        next_batch, make_batch, step = policy.next_batch, state.make_batch, state.step
+        add_entry, add_record = entries.append, trace.entries.append
+        n = state.n
+        while state.num_done < n:
+            clock = state.clock
+            if clock > now:
+                now = clock
             view._advance(now)
-            decision = policy.next_batch(view)
-            if decision is None or decision.empty:
+            decision = next_batch(view)
+            if decision is None or not len(decision.requests):
                 if decision is not None and len(decision.evict):
                     raise KvschedError(
                         f"policy {policy.name!r} evicted {len(decision.evict)} request(s) at t={now:g} "
@@ -140,21 +145,21 @@ def simulate(
                     f"({state.n - state.num_done} requests left, {int(state.evictions.sum())} "
                     "evictions so far): probably an eviction loop"
                 )
-            batch = state.make_batch(now, decision.requests, decision.tokens, decision.evict)
-            record = state.step(batch)
-            entries.append(batch)
-            trace.entries.append(record)
+            batch = make_batch(now, decision.requests, decision.tokens, decision.evict)
+            record = step(batch)
+            add_entry(batch)
+            add_record(record)
             num_batches += 1
-            completed = int(record.completed.size)
+            completed = record.completed.size
             decode_only = record.num_decodes == record.num_items and not batch.evicted.size
             if steady is not None and decode_only and not completed and num_batches < limit:
                 run = _repeat(state, view, steady, decision, batch)
                 if run is not None:
                     run_record = state.step_run(run)
-                    entries.append(run)
-                    trace.entries.append(run_record)
+                    add_entry(run)
+                    add_record(run_record)
                     num_batches += run.repeat
-                    completed = int(run_record.completed.size)
+                    completed = run_record.completed.size
             if bar is not None and task is not None and completed:
                 bar.advance(task, completed)
 
@@ -173,8 +178,9 @@ def _repeat(
     upcoming = view.next_arrival()  # the first request the policy has not seen (view.now is the decision's)
     if upcoming is not None:
         # A batch that starts once the next request has arrived sees it: the run stops before.
-        starts = batch_starts(state.clock, durations)
-        limit = int(np.searchsorted(starts + TIME_TOL, upcoming, side="left"))
+        starts = batch_starts(state.clock, durations)  # a fresh array
+        starts += TIME_TOL
+        limit = int(starts.searchsorted(upcoming, "left"))
         if not limit:
             return None
     k = policy.repeat_decodes(view, decision, limit)

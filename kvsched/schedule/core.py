@@ -121,7 +121,8 @@ class EngineState:
         self._left = self.prompt.copy()
         self.done = np.zeros(n, dtype=bool)
         self.evictions = np.zeros(n, dtype=np.int64)
-        self.processed = np.zeros(n, dtype=np.int64)  # all tokens ever processed
+        # KV dropped so far (evictions and completions): every processed token is held or was dropped.
+        self._dropped = np.zeros(n, dtype=np.int64)
         self.first_scheduled = np.full(n, np.nan)
         self.first_token = np.full(n, np.nan)
         self.completion = np.full(n, np.nan)
@@ -167,6 +168,11 @@ class EngineState:
         if isinstance(idx, np.ndarray):
             return self._phase[idx]  # a gather: always a fresh array
         return np.array(self._phase[idx], dtype=np.int8)  # never a view of the state (slices)
+
+    @property
+    def processed(self) -> np.ndarray:
+        """All tokens ever processed per request (a fresh array): the KV held plus the KV dropped."""
+        return self.kv + self._dropped
 
     @property
     def all_done(self) -> bool:
@@ -408,6 +414,7 @@ class EngineState:
         self.kv_blocks -= isum(self._blocks(kv_ev))
         self.num_holding -= int(ev.size)
         self.kv[ev] = 0
+        self._dropped[ev] += kv_ev
         generated = self.generated[ev]
         self._left[ev] = self.prompt[ev] + generated  # all S tokens again
         refill = generated > 0
@@ -429,7 +436,6 @@ class EngineState:
         self.kv_tokens += int(tok.sum())
         self.kv_blocks += int((self._blocks(kv_new) - self._blocks(kv_old)).sum())
         self.kv[req] = kv_new
-        self.processed[req] += tok
         kv_during, blocks_during, running = self.kv_tokens, self.kv_blocks, self.num_holding
 
         left = self.prompt[req] + self.generated[req] - kv_new
@@ -448,6 +454,7 @@ class EngineState:
             self.kv_blocks -= int(self._blocks(kv_c).sum())
             self.num_holding -= int(completed.size)
             self.kv[completed] = 0
+            self._dropped[completed] += kv_c
             self._left[completed] = 0
             self.done[completed] = True
             self.completion[completed] = end
@@ -492,7 +499,6 @@ class EngineState:
         self.kv_tokens += legal.num_tokens
         self.kv_blocks += legal.grown_blocks
         self.kv[req] = kv_old + tok
-        self.processed[req] += tok
         kv_during, blocks_during, running = self.kv_tokens, self.kv_blocks, self.num_holding
 
         size = req.size
@@ -524,25 +530,28 @@ class EngineState:
             self.kv_blocks -= isum(self._blocks(kv_c))
             self.num_holding -= int(completed.size)
             self.kv[completed] = 0
+            self._dropped[completed] += kv_c
             self._left[completed] = 0
             self.done[completed] = True
             self.completion[completed] = end
             self.num_done += int(completed.size)
 
+        # Positional: the keywords would cost more than the rest of this block (fields in order).
+        num_tokens, num_decodes = legal.num_tokens, legal.num_decodes
         record = BatchRecord(
-            index=self.num_batches,
-            start=start,
-            end=end,
-            num_items=int(size),
-            num_tokens=legal.num_tokens,
-            prefill_tokens=legal.num_tokens - legal.num_decodes,
-            num_decodes=legal.num_decodes,
-            kv_tokens=kv_during,
-            kv_blocks=blocks_during,
-            num_running=running,
-            num_evicted=int(batch.evicted.size),
-            generated=gen,
-            completed=completed,
+            self.num_batches,
+            start,
+            end,
+            int(size),
+            num_tokens,
+            num_tokens - num_decodes,
+            num_decodes,
+            kv_during,
+            blocks_during,
+            running,
+            int(batch.evicted.size),
+            gen,
+            completed,
         )
         self.clock = max(self.clock, end)
         self.num_batches += 1
@@ -653,7 +662,6 @@ class EngineState:
         record_kv, record_blocks, running = self.kv_tokens, self.kv_blocks, self.num_holding
         kv_after = kv_before + k
         self.kv[req] = kv_after
-        self.processed[req] += k
         generated = self.generated[req] + k
         self.generated[req] = generated
         self.kv_tokens += n * k
@@ -668,6 +676,7 @@ class EngineState:
             self.kv_blocks -= isum(self._blocks(kv_c))
             self.num_holding -= int(completed.size)
             self.kv[completed] = 0
+            self._dropped[completed] += kv_c
             self._left[completed] = 0
             self.done[completed] = True
             self.completion[completed] = run.end

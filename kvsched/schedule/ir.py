@@ -193,8 +193,7 @@ class Run:
             raise ValueError("a run has at least one batch")
         dur.flags.writeable = False
         req = requests if _is_frozen_int(requests) else _frozen(requests)
-        ends = np.add.accumulate(np.concatenate(([float(start)], dur)))
-        return cls(float(start), dur, req, float(ends[-1]))
+        return cls(float(start), dur, req, _end(float(start), dur))
 
     @property
     def repeat(self) -> int:
@@ -221,6 +220,16 @@ class Run:
         phases = np.broadcast_to(_DECODE_CODE, (n,)) if n else _frozen([], np.int8)
         for s, d in zip(self.starts().tolist(), self.durations.tolist(), strict=True):
             yield Batch(s, d, self.requests, tokens, phases, _EMPTY)
+
+
+def _end(start: float, durations: np.ndarray) -> float:
+    """``start`` plus ``durations`` added one by one, as the engine clock adds them (bit-exact)."""
+    if durations.size > 64:
+        return float(np.add.accumulate(np.concatenate(([start], durations)))[-1])
+    end = start  # a few additions in Python cost less than two numpy calls (same order, same floats)
+    for d in durations.tolist():
+        end += d
+    return end
 
 
 def _is_frozen_int(values: object) -> bool:
