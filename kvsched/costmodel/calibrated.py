@@ -245,8 +245,16 @@ class CalibratedCost:
         """:meth:`batch_time` of ``k`` decode batches with KV ``context + j``, in its exact float order."""
         n = float(context.size)
         base = self._token_scalar(n)
-        kv = float(isum(context)) + n * np.arange(k, dtype=np.float64)  # exact: integers < 2**53
-        return base + ((self.b0 + self.b1 * kv) + self.b2 * n)
+        # In place, in batch_time's order: base + ((b0 + b1 kv) + b2 n) with kv = sum(m) + n j, exact as
+        # integers < 2**53 (each step is one commutative float operation, so the bits are the same).
+        t = np.arange(k, dtype=np.float64)
+        t *= n
+        t += float(isum(context))
+        t *= self.b1
+        t += self.b0
+        t += self.b2 * n
+        t += base
+        return t
 
 
 def calibrated(**params: float) -> CalibratedCost:

@@ -370,19 +370,22 @@ class InferMax:
             # Tokens are blocks and no reservation exceeds kv + 1 (the usual case: each decode
             # reserved m + 1 before the batch that made its KV m + 1), so from j = 1 on each batch
             # reserves one more per decode: grown(j) = sum(kv) + n j - sum(alloc), linear in j.
+            held = isum(kv) - isum(alloc)
             n = int(req.size)
-            k = max(0, min(limit, (free - isum(kv) + isum(alloc)) // n))
-        else:
-            base = isum(self._blocks_of(alloc))
+            k = max(0, min(limit, (free - held) // n))
+            if k:
+                self._reserved += held + n * k  # grown(k)
+                self._alloc[req] = kv + k  # max(alloc, kv + k) = kv + k as alloc <= kv + 1
+            return k
+        base = isum(self._blocks_of(alloc))
 
-            def grown(j: int) -> int:
-                return isum(self._blocks_of(np.maximum(alloc, kv + j))) - base
+        def grown(j: int) -> int:
+            return isum(self._blocks_of(np.maximum(alloc, kv + j))) - base
 
-            k = last_fitting(grown, free, limit)
+        k = last_fitting(grown, free, limit)
         if k:
-            new = np.maximum(alloc, kv + k)
-            self._reserved += isum(self._blocks_of(new)) - isum(self._blocks_of(alloc))
-            self._alloc[req] = new
+            self._reserved += grown(k)
+            self._alloc[req] = np.maximum(alloc, kv + k)
         return k
 
     def _group_running(self, view: SchedulerView, run: np.ndarray) -> _Build:

@@ -135,6 +135,8 @@ class EngineState:
         self._made: _Made | None = None  # last make_batch result
         self._planned: tuple[int, np.ndarray, int, np.ndarray] | None = None  # last plan_run
         self._made_run: tuple[Run, int] | None = None  # last make_run result
+        # The positions of the last batch the quick path accepted and the batch count after it.
+        self._applied: tuple[np.ndarray, int] | None = None
         self._mark = np.zeros(n, dtype=bool)  # scratch for membership tests; all False between calls
         self._slot = np.zeros(n, dtype=np.int64)  # scratch for the duplicate test
         self._arange = np.arange(n, dtype=np.int64)
@@ -151,7 +153,7 @@ class EngineState:
         new.__dict__.update(
             {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()}
         )
-        new._made = new._planned = new._made_run = None
+        new._made = new._planned = new._made_run = new._applied = None
         return new
 
     # ------------------------------------------------------------------ reads
@@ -555,6 +557,7 @@ class EngineState:
         )
         self.clock = max(self.clock, end)
         self.num_batches += 1
+        self._applied = (req, self.num_batches)
         return record
 
     # -------------------------------------------------------------- decode runs
@@ -569,7 +572,12 @@ class EngineState:
         """
         req = requests
         n = int(req.size)
-        if not n or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req):
+        # The (read-only) positions of the batch just applied were found in range and distinct by the quick path.
+        applied = self._applied
+        checked = applied is not None and applied[0] is req and applied[1] == self.num_batches
+        if not (checked and not req.flags.writeable) and (
+            not n or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)
+        ):
             return 0
         # A live decode has exactly its last token left (a finished request none).
         if _count(self._phase[req] != _DECODE) or _count(self._left[req] != 1):
