@@ -402,7 +402,7 @@ class InferMax:
                 run, decode, kv = run[ranking], decode[ranking], kv[ranking]
             elif 0 < num_decodes < run.size:  # else the stable sort would keep the order
                 # A stable sort on "not in the first group" (False first) keeps priority order within groups.
-                ranking = np.argsort(~decode if dec_first else decode, kind="stable")
+                ranking = (~decode if dec_first else decode).argsort(kind="stable")
                 run, decode, kv = run[ranking], decode[ranking], kv[ranking]
         return _Build(
             view,
