@@ -85,9 +85,9 @@ class TraceMetrics:
     """The metrics of one trace for every output of a command, each computed once and only if asked for.
 
     The run summary, the serving table, the ``--json`` summary and the
-    per-request CSV all start from one per-request frame, whose per-token
-    events cost seconds at 100,000 requests: a command computes it once here
-    and hands every output the same frame.
+    per-request CSV all start from the trace's batch clock, its token gaps
+    (:mod:`kvsched.schedule.tokens`) and one per-request frame: a command
+    computes each once here and hands every output the same.
     """
 
     trace: Trace
@@ -95,25 +95,49 @@ class TraceMetrics:
     slo: Any = None  # SLO | None
 
     @cached_property
+    def clock(self) -> Any:  # -> BatchClock
+        """Every batch's end, runs laid out (:class:`~kvsched.schedule.tokens.BatchClock`)."""
+        from kvsched.schedule.tokens import BatchClock
+
+        return BatchClock.of(self.trace)
+
+    @cached_property
+    def tokens(self) -> Any:  # -> TokenStats
+        """:func:`~kvsched.schedule.tokens.token_stats` of the trace (kept with it: the frame reads the same)."""
+        from kvsched.schedule.tokens import token_stats
+
+        return token_stats(self.trace, self.clock)
+
+    @cached_property
     def requests(self) -> pd.DataFrame:
-        """:func:`~kvsched.schedule.metrics.request_metrics` of the trace."""
+        """:func:`~kvsched.schedule.metrics.request_metrics` of the trace, from the same token gaps."""
         from kvsched.schedule.metrics import request_metrics
 
+        self.tokens  # noqa: B018 -- computed from the clock first, then read by request_metrics
         return request_metrics(self.trace)
 
     @cached_property
+    def columns(self) -> dict[str, np.ndarray]:
+        """The per-request frame's columns as numpy arrays (what the summaries read)."""
+        from kvsched.schedule.metrics import request_arrays
+
+        return request_arrays(self.requests)
+
+    @cached_property
     def run(self) -> Any:  # -> RunMetrics
-        """:func:`~kvsched.schedule.metrics.run_metrics` from the same request frame."""
+        """:func:`~kvsched.schedule.metrics.run_metrics` from the same columns and clock."""
         from kvsched.schedule.metrics import run_metrics
 
-        return run_metrics(self.trace, requests=self.requests)
+        return run_metrics(self.trace, requests=self.columns, clock=self.clock)
 
     @cached_property
     def serving(self) -> Any:  # -> ServingMetrics
-        """:func:`~kvsched.schedule.serving.serving_metrics` from the same request frame."""
+        """:func:`~kvsched.schedule.serving.serving_metrics` from the same columns and token gaps."""
         from kvsched.schedule.serving import serving_metrics
 
-        return serving_metrics(self.trace, self.slo, unit=time_unit(self.instance), requests=[self.requests])
+        return serving_metrics(
+            self.trace, self.slo, unit=time_unit(self.instance), requests=[self.columns], stats=[self.tokens]
+        )
 
     def summary(self) -> dict[str, Any]:
         """The whole-run and the serving metrics as one flat dict (the ``--json`` summary)."""

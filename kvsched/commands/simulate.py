@@ -77,7 +77,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     # The core checked every batch (and run) as the simulator made it: one pass. --validate
     # also replays the finished schedule alone, independently of the simulator.
     trace = replay(instance, result.schedule) if args.validate else result.trace
-    metrics = TraceMetrics(trace, instance, slo)  # every output below reads the same request frame
+    num_batches, runtime = len(result.schedule), result.runtime
+    # Only --out and --trace read the schedule again: at 100,000 requests its batches hold
+    # hundreds of megabytes the metrics below can use instead (the trace keeps what they read).
+    schedule = result.schedule if args.out or args.trace else None
+    del result
+    metrics = TraceMetrics(trace, instance, slo)  # every output below reads the same columns
     console = Console()
     print_summary(
         trace,
@@ -89,17 +94,17 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     from kvsched.schedule.serving import serving_table
 
     console.print(serving_table(metrics.serving))
-    console.print(f"simulated {len(result.schedule)} batches in {result.runtime:.2f} s", highlight=False)
+    console.print(f"simulated {num_batches} batches in {runtime:.2f} s", highlight=False)
     if args.json:
         doc = {"command": "simulate", "instance": instance.name, "policy": policy.name}
         write_json(args.json, {**doc, **metrics.summary()})
         Console(stderr=True).print(f"wrote the summary to {args.json}", highlight=False)
     if args.trace:
-        write_trace(args.trace, instance, result.schedule, name=policy.name)
+        write_trace(args.trace, instance, schedule, name=policy.name)
         Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", highlight=False)
     if args.out:
         with atomic_output(args.out) as tmp:
-            save_schedule(result.schedule, instance, tmp)
+            save_schedule(schedule, instance, tmp)
         Console(stderr=True).print(f"wrote the schedule to {args.out}", highlight=False)
     if args.requests_csv:
         with atomic_output(args.requests_csv) as tmp:

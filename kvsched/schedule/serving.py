@@ -1,8 +1,9 @@
 """Serving metrics named as vLLM's benchmark script names them: TTFT, TPOT, ITL, E2EL and goodput.
 
 Everything is read off what :mod:`kvsched.schedule.metrics` computes from a
-replayed :class:`~kvsched.schedule.validate.Trace` (the per-request frame and
-the token emission events); nothing here re-simulates a batch.
+replayed :class:`~kvsched.schedule.validate.Trace` (the per-request columns)
+and the token gaps :mod:`kvsched.schedule.tokens` reads off its records;
+nothing here re-simulates a batch.
 
 * **TTFT**: arrival to the emission of the first token (per request);
 * **TPOT**: ``(E2EL - TTFT) / (O - 1)``, the mean time per output token after
@@ -25,24 +26,29 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from rich.table import Table
 
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL
-from kvsched.schedule.metrics import QUANTILE_METHOD, _generation_events, request_metrics
+from kvsched.schedule.metrics import QUANTILE_METHOD, request_arrays, request_metrics
+from kvsched.schedule.tokens import TokenStats, pooled_counts, token_stats
 from kvsched.schedule.validate import Trace
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: The distributions measured, by vLLM's short name.
 SERVING_METRICS = ("ttft", "tpot", "itl", "e2el")
 #: Samples from which the 99.9th percentile is reported.
 P999_MIN_SAMPLES = 1000
+#: The percentiles of a :class:`Distribution` (median, 90th, 99th, 99.9th).
+_QUANTILES = (0.5, 0.9, 0.99, 0.999)
 _SLO_KEYS = ("ttft", "tpot", "e2el")
 _UNIT_SCALE = {"ms": 1e-3, "s": 1.0}
 
@@ -136,18 +142,44 @@ class Distribution:
         arr = np.asarray(values, dtype=np.float64)
         arr = arr[~np.isnan(arr)]
         if not arr.size:
-            nan = float("nan")
-            return cls(0, nan, nan, nan, nan, nan, nan, None)
-        q = np.quantile(arr, [0.5, 0.9, 0.99, 0.999], method=QUANTILE_METHOD)
+            return cls._empty()
+        q = np.quantile(arr, list(_QUANTILES), method=QUANTILE_METHOD)
+        return cls._make(int(arr.size), float(arr.mean()), float(arr.std()), q)
+
+    @classmethod
+    def of_counts(cls, values: np.ndarray, counts: np.ndarray) -> Distribution:
+        """The distribution of a multiset given as sorted distinct ``values`` and their ``counts``.
+
+        The percentiles are ``np.quantile``'s (linear method) of the multiset
+        spelled out, to the bit; the mean and the standard deviation are sums
+        over the distinct values weighted by their counts (the spelled-out
+        sums in another order: equal up to rounding).
+        """
+        keep = ~np.isnan(values) & (counts > 0)
+        values, counts = values[keep], counts[keep].astype(np.int64)
+        n = int(counts.sum())
+        if not n:
+            return cls._empty()
+        mean = float((values * counts).sum() / n)
+        std = float(np.sqrt(((values - mean) ** 2 * counts).sum() / n))
+        return cls._make(n, mean, std, _counted_quantiles(values, counts, n, np.array(_QUANTILES)))
+
+    @classmethod
+    def _empty(cls) -> Distribution:
+        nan = float("nan")
+        return cls(0, nan, nan, nan, nan, nan, nan, None)
+
+    @classmethod
+    def _make(cls, n: int, mean: float, std: float, q: np.ndarray) -> Distribution:
         return cls(
-            n=int(arr.size),
-            mean=float(arr.mean()),
+            n=n,
+            mean=mean,
             median=float(q[0]),
-            std=float(arr.std()),
+            std=std,
             p50=float(q[0]),
             p90=float(q[1]),
             p99=float(q[2]),
-            p999=float(q[3]) if arr.size >= P999_MIN_SAMPLES else None,
+            p999=float(q[3]) if n >= P999_MIN_SAMPLES else None,
         )
 
     def items(self, name: str) -> dict[str, float | int | None]:
@@ -162,6 +194,31 @@ class Distribution:
             f"p99_{name}": self.p99,
             f"p99.9_{name}": self.p999,
         }
+
+
+def _counted_quantiles(values: np.ndarray, counts: np.ndarray, n: int, q: np.ndarray) -> np.ndarray:
+    """``np.quantile(spelled_out, q, method="linear")`` for the multiset ``values`` x ``counts`` (n items).
+
+    numpy's steps: virtual index (n - 1) q, its floor and the next index (the
+    last item past the end), and its interpolation between the two.
+    """
+    virtual = (n - 1) * q
+    below = np.floor(virtual)
+    above = below + 1
+    past = virtual >= n - 1
+    below[past] = n - 1
+    above[past] = n - 1
+    below_at, above_at = below.astype(np.intp), above.astype(np.intp)
+    below[past] = -1  # numpy takes its interpolation weight from index -1 there (the values are equal)
+    t = virtual - below
+    ends = np.cumsum(counts)  # item j is values[i] for the first i with ends[i] > j
+    a = values[np.searchsorted(ends, below_at, side="right")]
+    b = values[np.searchsorted(ends, above_at, side="right")]
+    diff = b - a
+    out = a + diff * t
+    hi = t >= 0.5
+    out[hi] = (b - diff * (1 - t))[hi]
+    return out
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -249,30 +306,23 @@ def _as_traces(traces: Trace | Iterable[Trace | None]) -> list[Trace]:
     return out
 
 
-def _completed_gaps(trace: Trace, done: np.ndarray) -> np.ndarray:
-    """Every inter-token gap of the completed requests of ``trace``."""
-    pos, times = _generation_events(trace)
-    same = (pos[1:] == pos[:-1]) & done[pos[1:]]
-    return np.diff(times)[same]
-
-
-def _good(frame: pd.DataFrame, slo: SLO | None) -> np.ndarray | None:
-    done = frame["complete"].to_numpy(dtype=bool)
+def _good(req: Mapping[str, np.ndarray], slo: SLO | None) -> np.ndarray | None:
+    done = req["complete"].astype(bool)
     if slo is None:
-        flags = frame["slo_met"]
-        if not flags.notna().any():
+        flags = req["slo_met"]
+        known = ~np.isnan(flags)
+        if not known.any():
             return None
         # Requests without their own SLO count as good once complete.
-        return done & flags.fillna(True).to_numpy(dtype=bool)
+        return done & (~known | (flags == 1.0))
     good = done.copy()
     with np.errstate(invalid="ignore"):
         if slo.ttft is not None:
-            good &= frame["ttft"].to_numpy() <= slo.ttft + TIME_TOL
+            good &= req["ttft"] <= slo.ttft + TIME_TOL
         if slo.tpot is not None:
-            tpot = frame["tpot"].to_numpy()
-            good &= (frame["output"].to_numpy() == 1) | (tpot <= slo.tpot + TIME_TOL)
+            good &= (req["output"] == 1) | (req["tpot"] <= slo.tpot + TIME_TOL)
         if slo.e2el is not None:
-            good &= frame["latency"].to_numpy() <= slo.e2el + TIME_TOL
+            good &= req["latency"] <= slo.e2el + TIME_TOL
     return good
 
 
@@ -281,7 +331,8 @@ def serving_metrics(
     slo: SLO | None = None,
     *,
     unit: str | None = None,
-    requests: Sequence[pd.DataFrame] | None = None,
+    requests: Sequence[pd.DataFrame | Mapping[str, np.ndarray]] | None = None,
+    stats: Sequence[TokenStats] | None = None,
 ) -> ServingMetrics:
     """The serving metrics of one trace, or of several (engines of one run) pooled.
 
@@ -294,27 +345,31 @@ def serving_metrics(
     unit
         The time unit's label; by default :func:`time_unit` of the first trace's instance.
     requests
-        :func:`request_metrics` of each trace where the caller has them already.
+        :func:`~kvsched.schedule.metrics.request_columns` (or ``request_metrics``) of
+        each trace where the caller has them already.
+    stats
+        :func:`~kvsched.schedule.tokens.token_stats` of each trace where the caller has them already.
     """
     found = _as_traces(traces)
-    frames = [request_metrics(t) for t in found] if requests is None else list(requests)
-    frame = pd.concat(frames) if len(frames) > 1 else frames[0]
-    gaps = [
-        _completed_gaps(t, f["complete"].to_numpy(dtype=bool)) for t, f in zip(found, frames, strict=True)
-    ]
-    done = frame["complete"].to_numpy(dtype=bool)
-    good = _good(frame, slo)
+    tokens = (
+        [token_stats(t) for t in found] if stats is None else list(stats)
+    )  # request_metrics reads them too
+    frames = [request_metrics(t) for t in found] if requests is None else requests
+    parts = [request_arrays(r) for r in frames]
+    req = parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    done = req["complete"].astype(bool)
+    good = _good(req, slo)
     return ServingMetrics(
         time_unit=unit or time_unit(found[0].instance),
-        num_requests=len(frame),
+        num_requests=int(done.size),
         completed=int(done.sum()),
         duration=max(float(t.state.clock) for t in found),
-        total_input_tokens=int(frame["prompt"].to_numpy()[done].sum()),
-        total_output_tokens=int(frame["generated"].to_numpy()[done].sum()),
-        ttft=Distribution.of(frame["ttft"]),
-        tpot=Distribution.of(frame["tpot"]),
-        itl=Distribution.of(np.concatenate(gaps)),
-        e2el=Distribution.of(frame["latency"]),
+        total_input_tokens=int(req["prompt"][done].sum()),
+        total_output_tokens=int(req["generated"][done].sum()),
+        ttft=Distribution.of(req["ttft"]),
+        tpot=Distribution.of(req["tpot"]),
+        itl=Distribution.of_counts(*pooled_counts([(s.itl_values, s.itl_counts) for s in tokens])),
+        e2el=Distribution.of(req["latency"]),
         slo=slo,
         good_requests=None if good is None else int(good.sum()),
     )
