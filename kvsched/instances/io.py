@@ -415,7 +415,41 @@ def load_csv_trace(path: str | Path, limits: Limits, time_model: TimeModel, *, n
     if missing:
         raise InputError(f"{p}: missing column {missing[0]!r} (expected {', '.join(CSV_COLUMNS)})")
     arrivals = df["arrived_at"] if "arrived_at" in df.columns else pd.Series(0.0, index=df.index)
-    rows = zip(arrivals, df["num_prefill_tokens"], df["num_decode_tokens"], strict=True)
+    prompts, outputs = df["num_prefill_tokens"], df["num_decode_tokens"]
+    requests = _numeric_requests(arrivals.to_numpy(), prompts.to_numpy(), outputs.to_numpy())
+    if requests is None:  # some value is not valid: the row by row check names the first one
+        requests = _checked_requests(p, zip(arrivals, prompts, outputs, strict=True))
+    if not requests:
+        raise InputError(f"{p}: the trace has no requests")
+    return Instance(tuple(requests), limits, time_model, name or p.stem, {"source": str(p)})
+
+
+def _numeric_requests(arrivals: Any, prompts: Any, outputs: Any) -> list[Request] | None:
+    """The requests of numeric, valid CSV columns, checked with numpy; ``None`` if any value is not valid.
+
+    The same rules as :func:`_checked_requests` (finite arrivals in [0, MAX_TIME],
+    integral token counts in [1, MAX_TOKENS]), a column at a time: a 100,000-row
+    trace in a fraction of the row-by-row time.
+    """
+    import numpy as np
+
+    cols = (arrivals, prompts, outputs)
+    if any(c.dtype.kind not in "iuf" for c in cols):  # text or booleans: checked row by row
+        return None
+    with np.errstate(invalid="ignore"):
+        a, i, o = (c.astype(np.float64) for c in cols)
+        ok = np.isfinite(a).all() and ((a >= 0) & (a <= MAX_TIME)).all()
+        for t in (i, o):
+            ok = ok and np.isfinite(t).all() and ((t >= 1) & (t <= MAX_TOKENS) & (t == np.floor(t))).all()
+    if not ok:
+        return None
+    ids = [f"r{k}" for k in range(a.size)]
+    rows = zip(ids, a.tolist(), i.astype(np.int64).tolist(), o.astype(np.int64).tolist(), strict=True)
+    return [Request(id=r, arrival=t, prompt=pi, output=po) for r, t, pi, po in rows]
+
+
+def _checked_requests(p: Path, rows: Iterable[tuple[Any, Any, Any]]) -> list[Request]:
+    """The requests of CSV rows (arrival, prompt, output), checked one by one: the first bad value is the error."""
     requests = []
     for k, (a, i, o) in enumerate(rows):
         line = k + 2  # header is line 1
@@ -427,9 +461,7 @@ def load_csv_trace(path: str | Path, limits: Limits, time_model: TimeModel, *, n
             if not ok:
                 raise InputError(f"{p}: line {line}: {col}: {value!r} is not a valid value")
         requests.append(Request(id=f"r{k}", arrival=float(a), prompt=int(i), output=int(o)))
-    if not requests:
-        raise InputError(f"{p}: the trace has no requests")
-    return Instance(tuple(requests), limits, time_model, name or p.stem, {"source": str(p)})
+    return requests
 
 
 def _finite(value: Any) -> bool:
