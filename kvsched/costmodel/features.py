@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvsched.costmodel.base import BatchView
-from kvsched.costmodel.small import isum
+from kvsched.costmodel.small import SMALL, isum
 
 #: Phase.DECODE; kept literal so cost models do not import the schedule package.
 DECODE = 1
@@ -75,6 +75,29 @@ class BatchFeatures:
         size = int(c.size)
         if n_decode == size:
             return cls(float(tokens), float(size), float(isum(m)), 0.0, 0.0, 0.0, 0.0, 0.0)
+        if size <= SMALL:
+            # One pass over the lists: cheaper than a dozen numpy calls on a few items, and the same
+            # exact integer sums (Python ints), hence the same floats.
+            decode_kv = chunk = quad = kv = sq = 0
+            for ci, mi, di in zip(c.tolist(), m.tolist(), dec.tolist(), strict=True):
+                if di:
+                    decode_kv += mi
+                else:
+                    chunk += ci
+                    sq += ci * ci
+                    quad += ci * mi
+                    kv += mi
+            fsq = float(sq)
+            return cls(
+                float(tokens),
+                float(n_decode),
+                float(decode_kv),
+                float(size - n_decode),
+                float(chunk),
+                fsq + 2.0 * float(quad),
+                float(kv),
+                fsq,
+            )
         if n_decode:
             pre = ~dec
             cp, mp = c[pre], m[pre]
