@@ -57,11 +57,17 @@ def time_of_counts(model: CostModel) -> Callable[..., float]:
     fast = getattr(model, "time_of_counts", None)
     if fast is not None:
         return cast(Callable[..., float], fast)
+    return _ViaBatchTime(model)
 
-    def priced(tokens: np.ndarray, context: np.ndarray, phases: np.ndarray, *counts: int) -> float:
-        return model.batch_time(BatchView(tokens, context, phases))
 
-    return priced
+@dataclass(frozen=True, slots=True, eq=False)
+class _ViaBatchTime:
+    """:func:`time_of_counts` of a model without its own: the view, for ``batch_time`` (picklable)."""
+
+    model: CostModel
+
+    def __call__(self, tokens: np.ndarray, context: np.ndarray, phases: np.ndarray, *counts: int) -> float:
+        return self.model.batch_time(BatchView(tokens, context, phases))
 
 
 def decode_run_times(model: CostModel, context: np.ndarray, k: int) -> np.ndarray:
