@@ -29,6 +29,7 @@ events by time.
 
 from __future__ import annotations
 
+import contextlib
 import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -228,13 +229,17 @@ def token_stats(trace: Trace, clock: BatchClock | None = None) -> TokenStats:
     grows), so that the per-request metrics, the serving metrics and a
     command's every output share one computation however they are called.
     """
-    kept = _COMPUTED.get(trace)
     stamp = _stamp(trace)
+    try:
+        kept = _COMPUTED.get(trace)
+    except TypeError:  # a trace that takes no weak reference is measured every time
+        kept = None
     if kept is not None and kept[0] == stamp:
         return kept[1]
     clock = BatchClock.of(trace) if clock is None else clock
     stats = _fast_stats(trace, clock) if clock.chronological() else _legacy_stats(trace)
-    _COMPUTED[trace] = (stamp, stats)
+    with contextlib.suppress(TypeError):
+        _COMPUTED[trace] = (stamp, stats)
     return stats
 
 
