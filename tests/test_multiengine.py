@@ -9,10 +9,11 @@ import pytest
 
 from kvsched.cli import main
 from kvsched.errors import InputError
-from kvsched.heuristics import simulate_engines
+from kvsched.heuristics import multiengine, simulate_engines
 from kvsched.instances.generators import Poisson, Uniform, synthetic
 from kvsched.instances.io import save_instance
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.schedule.ir import Run, Schedule
 from kvsched.schedule.validate import replay
 
 UNIT = TimeModel("unit")
@@ -123,3 +124,37 @@ def test_cli_simulate_on_several_engines(tmp_path, capsys):
     assert written == ["sched.engine0.json", "sched.engine1.json"]
     assert json.loads((tmp_path / written[0]).read_text())["batches"]
     assert csv.read_text().splitlines()[0].startswith("id,engine,")
+
+
+@pytest.mark.parametrize(
+    ("policy", "engines", "balancer"),
+    [("sarathi", 2, "jlr"), ("vllm", 3, "jlot"), ("slai", 2, "jlot"), ("wait", 4, "jlr"), ("rad", 3, "jlr")],
+)
+def test_coalesced_lock_step_dispatches_as_stepped(policy, engines, balancer, monkeypatch):
+    """Runs in the lock-step run are cut at the next dispatch: the balancer sees the same states."""
+    live = []
+    init = multiengine._LiveEngine.__init__
+
+    def spy(self, *args):
+        init(self, *args)
+        live.append(self)
+
+    monkeypatch.setattr(multiengine._LiveEngine, "__init__", spy)
+    inst = online(60, seed=5)
+    got = simulate_engines(inst, policy, engines=engines, balancer=balancer)
+    runs = sum(type(e) is Run for eng in live for e in eng.stepper.entries)
+    want = simulate_engines(inst, policy, engines=engines, balancer=balancer, coalesce=False)
+    assert got.dispatch.tolist() == want.dispatch.tolist()
+    assert got.consistent == want.consistent
+    for k in range(engines):
+        a, b = Schedule(tuple(live[k].entries)).batches, Schedule(tuple(live[engines + k].entries)).batches
+        assert len(a) == len(b) and all(x.same_as(y, tol=0.0) for x, y in zip(a, b, strict=True))
+    for a, b in zip(got.results, want.results, strict=True):
+        assert (a is None) == (b is None)
+        if a is not None and b is not None:
+            assert all(
+                x.same_as(y, tol=0.0) for x, y in zip(a.schedule.batches, b.schedule.batches, strict=True)
+            )
+            assert len(a.schedule) == len(b.schedule)
+    if policy in ("sarathi", "vllm"):
+        assert runs  # the lock-step run coalesced

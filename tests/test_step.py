@@ -1,4 +1,4 @@
-"""The shared step loop (heuristics.step.Stepper): the same batches as simulate, the same errors."""
+"""The shared step loop (heuristics.step.Stepper): simulate runs it, coalesced runs are stepped batches."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from kvsched.heuristics import make_policy, simulate, simulate_engines
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.heuristics.step import Stepper
 from kvsched.instances.generators import Poisson, Uniform, synthetic
-from kvsched.instances.model import Instance, Limits, TimeModel
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.schedule.ir import Batch, Run
 from kvsched.schedule.validate import instance_cost_model
 
 
@@ -26,22 +27,76 @@ def online(n: int = 30, seed: int = 4) -> Instance:
     )
 
 
-@pytest.mark.parametrize("policy", ["sarathi", "vllm", "mcsf", "wait"])
-def test_run_is_simulate(policy: str) -> None:
+def _drive(stepper: Stepper) -> None:
+    """The loop of Stepper.run spelled with the split moves (decide, then commit)."""
+    state, now = stepper.state, 0.0
+    while not state.all_done:
+        now = max(now, state.clock)
+        entry = stepper.decide(now)
+        if entry is None:
+            upcoming = stepper.view.next_arrival()
+            assert upcoming is not None
+            now = upcoming
+            continue
+        stepper.commit(entry)
+
+
+def _key(entry: Batch | Run) -> tuple[object, ...]:
+    if type(entry) is Run:
+        return ("run", entry.start, entry.end, entry.repeat, entry.requests.tolist())
+    return (
+        "batch",
+        entry.start,
+        entry.end,
+        entry.requests.tolist(),
+        entry.tokens.tolist(),
+        entry.evicted.tolist(),
+    )
+
+
+@pytest.mark.parametrize("policy", ["sarathi", "vllm", "mcsf", "wait", "slai", "rad"])
+def test_run_is_simulate_is_the_split_moves_is_stepped(policy: str) -> None:
     inst = online()
-    want = simulate(inst, make_policy(policy))
-    stepper = Stepper(inst, make_policy(policy), instance_cost_model(inst))
-    seen = []
+    cost = instance_cost_model(inst)
+    want = simulate(inst, make_policy(policy), coalesce=False)
+    stepper = Stepper(inst, make_policy(policy), cost)
+    seen: list[object] = []
     stepper.run(seen.append)
+    assert seen == stepper.records
+    assert stepper.num_batches == len(want.schedule)
     got = stepper.batches
     assert len(got) == len(want.schedule)
     assert all(a.same_as(b, tol=0.0) for a, b in zip(got, want.schedule.batches, strict=True))
-    assert [(r.start, r.end, r.num_tokens) for r in stepper.records] == [
+    assert [(r.start, r.end, r.num_tokens) for r in stepper.batch_records] == [
         (r.start, r.end, r.num_tokens) for r in want.trace.records
     ]
-    assert seen == stepper.records
     for name in ("completion", "first_token", "evictions"):
         np.testing.assert_array_equal(getattr(stepper.state, name), getattr(want.trace.state, name))
+    coalesced = simulate(inst, make_policy(policy))
+    assert [_key(e) for e in coalesced.schedule.entries] == [_key(e) for e in stepper.entries]
+    split = Stepper(inst, make_policy(policy), cost)
+    _drive(split)
+    assert [_key(e) for e in split.entries] == [_key(e) for e in stepper.entries]
+    if policy in ("sarathi", "vllm"):
+        assert any(type(e) is Run for e in stepper.entries)
+
+
+def test_a_horizon_cuts_a_run_to_the_batches_decided_before_it_and_ended_by_it() -> None:
+    inst = Instance(
+        (Request("A", 0, 1, 40), Request("B", 0, 1, 40), Request("C", 100, 1, 2)),
+        Limits(kv_capacity=200),
+        TimeModel("unit"),
+    )
+    cost = instance_cost_model(inst)
+    for horizon, repeats in ((None, 38), (30.0, 28), (30.5, 28), (2.0, 0)):
+        stepper = Stepper(inst, make_policy("sarathi"), cost)
+        stepper.commit(stepper.decide(0.0))  # both prefills: t = 1
+        stepper.commit(stepper.decide(1.0))  # both decode: t = 2, no completion
+        entry = stepper.decide(2.0, horizon=horizon)
+        if repeats:
+            assert type(entry) is Run and entry.repeat == repeats and entry.start == 2.0
+        else:
+            assert type(entry) is Batch and entry.start == 2.0
 
 
 def test_one_engine_behind_a_balancer_steps_as_simulate() -> None:

@@ -24,13 +24,15 @@ How the engine states at an arrival are known
 A balancer needs every engine's state at the arrival time, which depends on what
 was sent to it before. :func:`~kvsched.heuristics.simulator.simulate` runs a
 whole instance at once and cannot take a request mid-run, so dispatch is decided
-by stepping the K engines in lock-step, event by event, through the semantic
-core (:meth:`~kvsched.schedule.core.EngineState.make_batch` when a batch starts,
-:meth:`~kvsched.schedule.core.EngineState.step` when it ends), each policy seeing
+by stepping the K engines in lock-step, event by event, through the single
+engine's step loop (:class:`~kvsched.heuristics.step.Stepper`: decided when a
+batch starts, applied by the semantic core when it ends), each policy seeing
 only the requests sent to its engine. The policy is asked for a batch exactly
 when :func:`simulate` would ask it: when the engine's previous batch ends, or at
 the arrival of a request sent to an idle engine; a decision at an arrival time
-is made once every request of that time has been sent. At an arrival the
+is made once every request of that time has been sent. Coalesced decode runs
+are cut at the next dispatch: a run holds only the batches that batch-by-batch
+stepping would decide before it and apply by it. At an arrival the
 balancer sees the state after every batch that has ended by then (a batch still
 running has not completed anything).
 
@@ -48,7 +50,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -64,7 +66,7 @@ from kvsched.heuristics.simulator import SimResult, simulate
 from kvsched.heuristics.step import Stepper
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL
-from kvsched.schedule.ir import Batch, Schedule
+from kvsched.schedule.ir import Batch, Run, Schedule
 from kvsched.schedule.metrics import request_metrics
 from kvsched.schedule.validate import Trace, instance_cost_model, replay
 
@@ -77,43 +79,48 @@ class _LiveEngine:
     """One engine stepped in lock-step over the whole instance, seeing only what was sent to it.
 
     It runs the single engine's step loop (:class:`~kvsched.heuristics.step.Stepper`):
-    a batch is decided when the previous one ends (or at the arrival of a request
-    sent to an idle engine) and committed when it ends.
+    a batch (or a coalesced run) is decided when the previous one ends (or at the
+    arrival of a request sent to an idle engine) and committed when it ends. A
+    run is cut at the next dispatch (the ``horizon`` of :meth:`Stepper.decide`):
+    it holds only batches that batch-by-batch stepping would decide before the
+    dispatch and commit by it, so the balancer sees the same states.
     """
 
-    def __init__(self, instance: Instance, policy: Policy, cost_model: CostModel) -> None:
-        self.stepper = Stepper(instance, policy, cost_model)
+    def __init__(self, instance: Instance, policy: Policy, cost_model: CostModel, coalesce: bool) -> None:
+        self.stepper = Stepper(instance, policy, cost_model, coalesce=coalesce)
         self.state = self.stepper.state
         self.gated = GatedView(self.stepper.view)
         self.sent: list[int] = []
-        self.pending: Batch | None = None
+        self.pending: Batch | Run | None = None
         self.decide_at: float | None = 0.0  # None: idle until a request is sent
 
     @property
-    def batches(self) -> list[Batch]:
-        """The batches decided so far (the committed ones, then the one running)."""
-        done = self.stepper.batches
+    def entries(self) -> list[Batch | Run]:
+        """The batches and runs decided so far (the committed ones, then the one running)."""
+        done = self.stepper.entries
         return done if self.pending is None else [*done, self.pending]
 
     def send(self, j: int, t: float) -> None:
         self.sent.append(j)
         self.gated.reveal([j])
+        self.stepper.forget_repeat()  # the policy sees the new request at its next decision
         if self.decide_at is None and self.pending is None:
             self.decide_at = t
 
     def advance(self, t: float) -> None:
         """Apply the batches that end by ``t``; make the decisions due strictly before ``t``."""
+        stepper = self.stepper
         while True:
             if self.pending is not None:
                 if self.pending.end > t + TIME_TOL:
                     return
-                self.stepper.commit(self.pending)
+                stepper.commit(self.pending)
                 self.pending = None
                 self.decide_at = self.state.clock
             if self.decide_at is None or self.decide_at >= t - TIME_TOL:
                 return
             now = max(self.decide_at, self.state.clock)
-            self.pending = self.stepper.decide(now, self.gated)  # type: ignore[arg-type]
+            self.pending = stepper.decide(now, self.gated, t)  # type: ignore[arg-type]
             if self.pending is None:
                 self.decide_at = None  # every request sent so far has arrived: idle until the next
 
@@ -132,19 +139,61 @@ class _LiveEngine:
         return int((st.prompt[open_] + out - 1 - st.kv[open_]).sum())
 
 
-def _same_start(online: list[Batch], final: Schedule, sent: list[int]) -> bool:
-    """Whether the lock-step batches are the first batches of the reported run (positions mapped)."""
-    if len(online) > len(final.batches):
+_Segment = tuple[int, np.ndarray, np.ndarray | None]
+
+
+def _segments(entries: Sequence[Batch | Run]) -> tuple[np.ndarray, list[_Segment]]:
+    """Every batch's start, and each entry as (the index after its last batch, requests, tokens).
+
+    A run's tokens are ``None`` (one per request in every batch).
+    """
+    starts: list[np.ndarray] = []
+    segments: list[_Segment] = []
+    end = 0
+    for e in entries:
+        if type(e) is Run:
+            starts.append(e.starts())
+            end += e.repeat
+            segments.append((end, e.requests, None))
+        else:
+            starts.append(np.array([e.start]))
+            end += 1
+            segments.append((end, e.requests, e.tokens))  # type: ignore[union-attr]
+    return (np.concatenate(starts) if starts else np.zeros(0)), segments
+
+
+def _same_tokens(a: np.ndarray | None, b: np.ndarray | None) -> bool:
+    if a is None or b is None:
+        other = b if a is None else a
+        return other is None or bool((other == 1).all())
+    return np.array_equal(a, b)
+
+
+def _same_start(online: Sequence[Batch | Run], final: Schedule, sent: list[int], n: int) -> bool:
+    """Whether the lock-step batches are the first batches of the reported run (positions mapped).
+
+    The two sides may cut runs differently, so every batch's start is compared,
+    then the requests and tokens once per piece in which neither side changes entry.
+    """
+    a_starts, a_segs = _segments(online)
+    b_starts, b_segs = _segments(final.entries)
+    m = a_starts.size
+    if m > b_starts.size:
         return False
-    local = {p: k for k, p in enumerate(sorted(sent))}
-    for a, b in zip(online, final.batches, strict=False):
-        mapped = np.array([local.get(int(r), -1) for r in a.requests], dtype=np.int64)
-        if (
-            abs(a.start - b.start) > TIME_TOL * max(1.0, abs(a.start))
-            or not np.array_equal(mapped, b.requests)
-            or not np.array_equal(a.tokens, b.tokens)
-        ):
+    b_starts = b_starts[:m]
+    if (np.abs(a_starts - b_starts) > TIME_TOL * np.maximum(1.0, np.abs(a_starts))).any():
+        return False
+    local = np.full(n, -1, dtype=np.int64)
+    local[np.sort(np.asarray(sent, dtype=np.int64))] = np.arange(len(sent))
+    i = j = 0
+    while i < len(a_segs):
+        a_end, a_req, a_tok = a_segs[i]
+        b_end, b_req, b_tok = b_segs[j]
+        if not np.array_equal(local[a_req], b_req) or not _same_tokens(a_tok, b_tok):
             return False
+        # Step past whichever entry ends first (both, when they end together).
+        i += a_end <= b_end
+        j += b_end <= a_end
     return True
 
 
@@ -242,6 +291,7 @@ def simulate_engines(
     lengths: Lengths = "known",
     seed: int = 0,
     cost_model: CostModel | None = None,
+    coalesce: bool = True,
 ) -> MultiEngineResult:
     """Dispatch ``instance`` over ``engines`` copies of ``policy`` and simulate each (see the module docstring).
 
@@ -261,6 +311,10 @@ def simulate_engines(
         Seed of the ``random`` balancer.
     cost_model
         Batch durations; defaults to the instance's own time model.
+    coalesce
+        Let a policy that opted in repeat decode-only batches as coalesced runs,
+        in the lock-step run and in every engine's simulation (same batches,
+        same dispatch, shorter storage).
 
     Raises
     ------
@@ -284,7 +338,7 @@ def simulate_engines(
         outputs = np.array([r.predicted_output for r in instance.requests], dtype=np.int64)
     elif lengths == "true":
         outputs = np.array([r.output for r in instance.requests], dtype=np.int64)
-    live = [_LiveEngine(instance, make_policy(policy, **params), cost) for _ in range(engines)]
+    live = [_LiveEngine(instance, make_policy(policy, **params), cost, coalesce) for _ in range(engines)]
     rng = np.random.default_rng(seed)
     arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     dispatch = np.full(len(instance), -1, dtype=np.int64)
@@ -301,7 +355,7 @@ def simulate_engines(
 
     subs = tuple(sub_instance(instance, eng.sent, k) for k, eng in enumerate(live))
     results = tuple(
-        simulate(sub, make_policy(policy, **params), cost) if eng.sent else None
+        simulate(sub, make_policy(policy, **params), cost, coalesce=coalesce) if eng.sent else None
         for sub, eng in zip(subs, live, strict=True)
     )
     traces = tuple(
@@ -309,7 +363,7 @@ def simulate_engines(
         for sub, res in zip(subs, results, strict=True)
     )
     consistent = tuple(
-        res is None or balancer == "random" or _same_start(eng.batches, res.schedule, eng.sent)
+        res is None or balancer == "random" or _same_start(eng.entries, res.schedule, eng.sent, len(instance))
         for eng, res in zip(live, results, strict=True)
     )
     return MultiEngineResult(

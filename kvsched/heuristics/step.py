@@ -1,4 +1,4 @@
-"""One engine's step loop: a policy drives the semantic core, batch by batch.
+"""The step loop: a policy drives one engine's state through the semantic core.
 
 This is InferMax's Algorithm 1 outer loop (seed 003 Sec. 3.1): fetch the
 arrived requests, ask the policy for the next batch, process it. Processing is
@@ -8,12 +8,22 @@ the cost model) and applied by :meth:`~kvsched.schedule.core.EngineState.step`,
 which raises :class:`~kvsched.schedule.core.ScheduleError` if the policy asked
 for something illegal.
 
+Coalesced runs: after a decode-only batch (no eviction, no completion), a
+policy that opted in (:func:`~kvsched.heuristics.base.steady_decodes`) says how
+many times in a row it would return that batch again, up to the next event (an
+arrival, a completion, the KV capacity: :meth:`EngineState.run_limit`). Those
+batches become one :class:`~kvsched.schedule.ir.Run`, checked and applied by the
+core in one step (:meth:`EngineState.step_run`). The batches are exactly those
+of batch-by-batch stepping; only their storage is shorter.
+
 :class:`Stepper` splits the loop into its two moves, so that every driver runs
 the same rules: :meth:`Stepper.decide` (ask the policy at a time, build the
-batch) and :meth:`Stepper.commit` (apply it). :meth:`Stepper.run` is the
-single-engine loop to completion; the multi-engine lock-step run
-(:mod:`kvsched.heuristics.multiengine`) interleaves ``decide`` and ``commit``
-of several engines by time.
+batch or the run) and :meth:`Stepper.commit` (apply it). :meth:`Stepper.run` is
+the single-engine loop to completion (what
+:func:`~kvsched.heuristics.simulator.simulate` runs, the two moves inlined with
+the same rules: it runs once per policy call); the multi-engine lock-step run
+(:mod:`kvsched.heuristics.multiengine`) interleaves ``decide`` and ``commit`` of
+several engines by time, cutting runs at the next dispatch (``horizon``).
 """
 
 from __future__ import annotations
@@ -22,19 +32,89 @@ from collections.abc import Callable
 
 from kvsched.costmodel import CostModel
 from kvsched.errors import KvschedError
-from kvsched.heuristics.base import Policy, SchedulerView
+from kvsched.heuristics.base import Decision, Policy, SchedulerView, SteadyDecodes, steady_decodes
 from kvsched.instances.model import Instance
-from kvsched.schedule.core import BatchRecord, EngineState
-from kvsched.schedule.ir import Batch
+from kvsched.schedule.core import TIME_TOL, BatchRecord, EngineState
+from kvsched.schedule.ir import Batch, Run, batch_starts
+from kvsched.schedule.records import RunRecord, expand_records
 
 #: Batches allowed per token of work (sum of I + O) before a run counts as an eviction loop.
 BATCHES_PER_TOKEN = 50
+
+Entry = Batch | Run
+Record = BatchRecord | RunRecord
 
 
 def batch_limit(instance: Instance) -> int:
     """The most batches a run may take before it is reported as an eviction loop."""
     work = sum(r.prompt + r.output for r in instance.requests)
     return BATCHES_PER_TOKEN * work + len(instance)
+
+
+def _evicted_nothing(policy: Policy, evicted: int, now: float) -> KvschedError:
+    return KvschedError(
+        f"policy {policy.name!r} evicted {evicted} request(s) at t={now:g} but scheduled nothing to run"
+    )
+
+
+def _eviction_loop(policy: Policy, limit: int, state: EngineState) -> KvschedError:
+    return KvschedError(
+        f"policy {policy.name!r} ran {limit} batches without finishing "
+        f"({state.n - state.num_done} requests left, {int(state.evictions.sum())} "
+        "evictions so far): probably an eviction loop"
+    )
+
+
+def _stalled(policy: Policy, state: EngineState, now: float) -> KvschedError:
+    left = state.n - state.num_done
+    return KvschedError(
+        f"policy {policy.name!r} stalled at t={now:g} with {left} unfinished "
+        f"request{'s' * (left != 1)} and none still to arrive"
+    )
+
+
+def _repeat(
+    state: EngineState,
+    view: SchedulerView,
+    policy: SteadyDecodes,
+    decision: Decision,
+    batch: Batch,
+    horizon: float | None = None,
+) -> Run | None:
+    """The run of repeats of decode-only ``batch`` (just applied) that ``policy`` would ask for next.
+
+    ``view`` still reads at the decision's time. The run stops before the first
+    batch that starts once the next request has arrived (the policy would see it)
+    and, with a ``horizon``, keeps only batches that start before ``horizon`` and
+    end by it (as the lock-step run decides and commits them; both within
+    :data:`TIME_TOL`). ``None`` when no batch is left.
+    """
+    req = batch.requests
+    limit, durations = state.plan_run(req)
+    if not limit:
+        return None
+    upcoming = view.next_arrival()  # the first request the policy has not seen (view.now is the decision's)
+    if upcoming is not None or horizon is not None:
+        starts = batch_starts(state.clock, durations)  # a fresh array
+        if horizon is not None:
+            # Decided while start < horizon - TOL, committed while end <= horizon + TOL
+            # (ends are the next starts: the same running sum, bit for bit).
+            ends = starts + durations
+            limit = min(
+                limit,
+                int(starts.searchsorted(horizon - TIME_TOL, "left")),
+                int(ends.searchsorted(horizon + TIME_TOL, "right")),
+            )
+        if upcoming is not None:
+            # A batch that starts once the next request has arrived sees it: the run stops before.
+            starts += TIME_TOL
+            limit = min(limit, int(starts.searchsorted(upcoming, "left")))
+        if not limit:
+            return None
+    k = policy.repeat_decodes(view, decision, limit)
+    if not k:
+        return None
+    return state.make_run(state.clock, req, k)
 
 
 class Stepper:
@@ -48,34 +128,69 @@ class Stepper:
         The scheduler; :meth:`Policy.reset` is called here.
     cost_model
         Batch durations.
+    coalesce
+        Let a policy that opted in repeat a decode-only batch as one
+        :class:`~kvsched.schedule.ir.Run` (same batches, shorter storage).
 
     Attributes
     ----------
     state
-        The engine state (only :meth:`commit` changes it).
+        The engine state (only :meth:`commit` and :meth:`run` change it).
     view
         The policy's read-only view of ``state``.
-    batches, records
-        The committed batches and the core's record of each, in order (with
-        ``state``, what :func:`~kvsched.schedule.validate.replay` of ``batches``
-        would build).
+    entries, records
+        The committed batches and runs, and the core's record of each, in order
+        (with ``state``, what :func:`~kvsched.schedule.validate.replay` of
+        ``entries`` would build).
+    num_batches
+        Batches committed so far (a run of ``k`` counts ``k``).
+    limit
+        :func:`batch_limit` of the instance.
     """
 
-    def __init__(self, instance: Instance, policy: Policy, cost_model: CostModel) -> None:
+    def __init__(
+        self, instance: Instance, policy: Policy, cost_model: CostModel, *, coalesce: bool = True
+    ) -> None:
         self.state = EngineState(instance, cost_model)
         self.view = SchedulerView(self.state, expose_output=policy.uses_true_output)
         self.policy = policy
         policy.reset(instance)
-        self.batches: list[Batch] = []
-        self.records: list[BatchRecord] = []
+        self.entries: list[Entry] = []
+        self.records: list[Record] = []
+        self.num_batches = 0
         self.limit = batch_limit(instance)
+        self.steady = steady_decodes(policy) if coalesce else None
+        self._decided: tuple[Decision, Batch] | None = None  # the last batch decide built
+        self._repeatable: tuple[Decision, Batch] | None = None  # a committed batch a run may repeat
 
-    def decide(self, now: float, view: SchedulerView | None = None) -> Batch | None:
-        """Ask the policy for a batch at ``now`` and build it (not applied); ``None`` when it idles.
+    @property
+    def batches(self) -> list[Batch]:
+        """The committed batches, runs spelled out."""
+        out: list[Batch] = []
+        for e in self.entries:
+            if type(e) is Run:
+                out.extend(e.batches())
+            else:
+                out.append(e)  # type: ignore[arg-type]
+        return out
 
-        ``view`` is what the policy reads (default :attr:`view`; a wrapper of it, such
-        as a gated view, must read the same state). ``now`` must not precede the end
-        of the last committed batch.
+    @property
+    def batch_records(self) -> list[BatchRecord]:
+        """:attr:`records` with runs spelled out."""
+        return expand_records(self.records)
+
+    def decide(
+        self, now: float, view: SchedulerView | None = None, horizon: float | None = None
+    ) -> Entry | None:
+        """The next batch or run at ``now``, built but not applied; ``None`` when the policy idles.
+
+        Right after a decode-only batch that completed nothing, a policy that opted
+        in is first asked how often it would repeat it (a :class:`Run`, read at
+        the batch's decision time); otherwise it is asked for a batch at ``now``.
+        ``view`` is what the policy reads (default :attr:`view`; a wrapper of it,
+        such as a gated view, must read the same state). ``horizon``: a run keeps
+        only the batches that start before it and end by it. ``now`` must not
+        precede the end of the last committed batch.
 
         Raises
         ------
@@ -83,36 +198,64 @@ class Stepper:
             The policy evicted without scheduling anything, or the engine has run
             :func:`batch_limit` batches (an eviction loop).
         """
+        if view is None:
+            view = self.view
+        repeatable = self._repeatable
+        if repeatable is not None:
+            self._repeatable = None
+            run = _repeat(self.state, view, self.steady, *repeatable, horizon)  # type: ignore[arg-type]
+            if run is not None:
+                return run
         self.view._advance(now)
         policy = self.policy
-        decision = policy.next_batch(view if view is not None else self.view)
-        if decision is None or decision.empty:
+        decision = policy.next_batch(view)
+        if decision is None or not len(decision.requests):
             if decision is not None and len(decision.evict):
-                raise KvschedError(
-                    f"policy {policy.name!r} evicted {len(decision.evict)} request(s) at t={now:g} "
-                    "but scheduled nothing to run"
-                )
+                raise _evicted_nothing(policy, len(decision.evict), now)
             return None
-        if len(self.batches) >= self.limit:
-            state = self.state
-            raise KvschedError(
-                f"policy {policy.name!r} ran {self.limit} batches without finishing "
-                f"({state.n - state.num_done} requests left, {int(state.evictions.sum())} "
-                "evictions so far): probably an eviction loop"
-            )
-        return self.state.make_batch(now, decision.requests, decision.tokens, decision.evict)
+        if self.num_batches >= self.limit:
+            raise _eviction_loop(policy, self.limit, self.state)
+        batch = self.state.make_batch(now, decision.requests, decision.tokens, decision.evict)
+        self._decided = (decision, batch)
+        return batch
 
-    def commit(self, batch: Batch) -> BatchRecord:
-        """Check and apply ``batch`` (from :meth:`decide`); record it."""
-        record = self.state.step(batch)
-        self.batches.append(batch)
+    def forget_repeat(self) -> None:
+        """Ask the policy afresh at the next :meth:`decide` (a request was revealed since the batch)."""
+        self._repeatable = None
+
+    def commit(self, entry: Entry) -> Record:
+        """Check and apply ``entry`` (from :meth:`decide`); record it."""
+        state = self.state
+        self._repeatable = None
+        if type(entry) is Run:
+            record: Record = state.step_run(entry)
+            self.num_batches += entry.repeat
+        else:
+            rec = state.step(entry)  # type: ignore[arg-type]
+            record = rec
+            self.num_batches += 1
+            decided = self._decided
+            if (
+                self.steady is not None
+                and decided is not None
+                and decided[1] is entry
+                and rec.num_decodes == rec.num_items
+                and not entry.evicted.size  # type: ignore[union-attr]
+                and not rec.completed.size
+                and self.num_batches < self.limit
+            ):
+                self._repeatable = decided
+        self._decided = None
+        self.entries.append(entry)
         self.records.append(record)
         return record
 
-    def run(self, on_record: Callable[[BatchRecord], None] | None = None) -> None:
+    def run(self, on_record: Callable[[Record], None] | None = None) -> None:
         """Step until every request completes, idling to the next arrival when the policy waits.
 
-        ``on_record`` is called with every committed batch's record (a progress bar).
+        The rules of :meth:`decide` and :meth:`commit`, inlined (this loop runs once
+        per policy call). ``on_record`` is called with every committed batch's or
+        run's record (a progress bar).
 
         Raises
         ------
@@ -120,24 +263,61 @@ class Stepper:
             As :meth:`decide`, or the policy stalled: it returned nothing while
             requests remain and none is still to arrive.
         """
-        state = self.state
+        state, view, policy = self.state, self.view, self.policy
+        steady, limit = self.steady, self.limit
+        # Bound once: this loop runs once per policy call (tens of thousands of times).
+        next_batch, make_batch, step, step_run = (
+            policy.next_batch,
+            state.make_batch,
+            state.step,
+            state.step_run,
+        )
+        add_entry, add_record = self.entries.append, self.records.append
+        advance = view._advance
+        n = state.n
+        num_batches = self.num_batches
         now = 0.0
-        while not state.all_done:
-            now = max(now, state.clock)
-            batch = self.decide(now)
-            if batch is None:
-                upcoming = self.view.next_arrival()
-                if upcoming is None:
-                    left = state.n - state.num_done
-                    raise KvschedError(
-                        f"policy {self.policy.name!r} stalled at t={now:g} with {left} unfinished "
-                        f"request{'s' * (left != 1)} and none still to arrive"
-                    )
-                now = upcoming  # idle until the next arrival
-                continue
-            record = self.commit(batch)
-            if on_record is not None:
-                on_record(record)
+        try:
+            while state.num_done < n:
+                clock = state.clock
+                if clock > now:
+                    now = clock
+                advance(now)
+                decision = next_batch(view)
+                if decision is None or not len(decision.requests):
+                    if decision is not None and len(decision.evict):
+                        raise _evicted_nothing(policy, len(decision.evict), now)
+                    upcoming = view.next_arrival()
+                    if upcoming is None:
+                        raise _stalled(policy, state, now)
+                    now = upcoming  # idle until the next arrival
+                    continue
+                if num_batches >= limit:
+                    raise _eviction_loop(policy, limit, state)
+                batch = make_batch(now, decision.requests, decision.tokens, decision.evict)
+                record = step(batch)
+                add_entry(batch)
+                add_record(record)
+                num_batches += 1
+                if on_record is not None:
+                    on_record(record)
+                if (
+                    steady is not None
+                    and record.num_decodes == record.num_items
+                    and not batch.evicted.size
+                    and not record.completed.size
+                    and num_batches < limit
+                ):
+                    run = _repeat(state, view, steady, decision, batch)
+                    if run is not None:
+                        run_record = step_run(run)
+                        add_entry(run)
+                        add_record(run_record)
+                        num_batches += run.repeat
+                        if on_record is not None:
+                            on_record(run_record)
+        finally:
+            self.num_batches = num_batches
 
 
-__all__ = ["BATCHES_PER_TOKEN", "Stepper", "batch_limit"]
+__all__ = ["BATCHES_PER_TOKEN", "Entry", "Record", "Stepper", "batch_limit"]
