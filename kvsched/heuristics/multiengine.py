@@ -52,10 +52,9 @@ import dataclasses
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
-import pandas as pd
 
 from kvsched.costmodel import CostModel
 from kvsched.errors import InputError
@@ -69,6 +68,9 @@ from kvsched.schedule.core import TIME_TOL
 from kvsched.schedule.ir import Batch, Run, Schedule
 from kvsched.schedule.metrics import request_metrics
 from kvsched.schedule.validate import Trace, instance_cost_model, replay
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 Balancer = Literal["random", "jlr", "jlot"]
 Lengths = Literal["known", "predicted", "true"]
@@ -234,6 +236,8 @@ class MultiEngineResult:
 
     def request_metrics(self) -> pd.DataFrame:
         """:func:`~kvsched.schedule.metrics.request_metrics` of every engine, with an ``engine`` column."""
+        import pandas as pd  # only for the frame: a single-engine `simulate` need not import pandas
+
         frames = []
         for k, trace in enumerate(self.traces):
             if trace is not None:
