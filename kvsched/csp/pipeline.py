@@ -54,7 +54,7 @@ SECONDS_LAGRANGIAN_SHARE = 0.4
 BATCH_COUNT_SHARE = 0.4
 #: Share of the Lagrangian stage's time the batch-rate LP takes first under seconds-based cost models (total
 #: latency): on the A100 row of docs/bounds.md it is the best bound for its time.
-FLUID_LP_SHARE = 0.6
+FLUID_LP_SHARE = 0.7
 #: Share of the limit kept after the local search (certifying and returning the result).
 FINISH_MARGIN = 0.03
 
