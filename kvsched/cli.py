@@ -53,9 +53,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     global _STARTED
-    # The process's first command counts its imports; a later one in the same process (tests, the
-    # Python API) starts now, or its deadline would have passed before it began.
-    mark_start(_STARTED)
+    # A command from the command line (argv None: the console script, python -m kvsched.cli) counts
+    # its imports, once; a call with arguments (tests, the Python API) or a later one starts now, or
+    # its deadline would count the time since the module was imported (a test collection, a notebook).
+    mark_start(_STARTED if argv is None else None)
     _STARTED = None
     parser = build_parser()
     args = parser.parse_args(argv)
