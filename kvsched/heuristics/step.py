@@ -73,6 +73,17 @@ def _stalled(policy: Policy, state: EngineState, now: float) -> KvschedError:
     )
 
 
+def _may_repeat(record: BatchRecord, batch: Batch, num_batches: int, limit: int) -> bool:
+    """Whether a run may repeat ``batch`` (just applied): decodes only, no eviction, nothing completed,
+    and the batch limit not reached."""
+    return (
+        record.num_decodes == record.num_items
+        and not batch.evicted.size
+        and not record.completed.size
+        and num_batches < limit
+    )
+
+
 def _repeat(
     state: EngineState,
     view: SchedulerView,
@@ -239,10 +250,7 @@ class Stepper:
                 self.steady is not None
                 and decided is not None
                 and decided[1] is entry
-                and rec.num_decodes == rec.num_items
-                and not entry.evicted.size  # type: ignore[union-attr]
-                and not rec.completed.size
-                and self.num_batches < self.limit
+                and _may_repeat(rec, entry, self.num_batches, self.limit)  # type: ignore[arg-type]
             ):
                 self._repeatable = decided
         self._decided = None
@@ -301,13 +309,7 @@ class Stepper:
                 num_batches += 1
                 if on_record is not None:
                     on_record(record)
-                if (
-                    steady is not None
-                    and record.num_decodes == record.num_items
-                    and not batch.evicted.size
-                    and not record.completed.size
-                    and num_batches < limit
-                ):
+                if steady is not None and _may_repeat(record, batch, num_batches, limit):
                     run = _repeat(state, view, steady, decision, batch)
                     if run is not None:
                         run_record = step_run(run)
