@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from kvsched.costmodel import UnitCost
 from kvsched.csp.bounds.seconds import Tokens, _prompt_isolated
 from kvsched.csp.bounds.seconds_lagrangian import max_batch_seconds, shortest_batch
 from kvsched.csp.bounds.separable import Separable, separable_forms
@@ -329,7 +330,7 @@ def fluid_lp_bound(
     tau_max = int(min(lim.kv_blocks * lim.block_size, lim.max_batch_tokens or lim.kv_blocks * lim.block_size))
     forms = separable_forms(cost, tau_max)
     n = len(instance.requests)
-    if not forms or n == 0 or type(cost).__name__ == "UnitCost":
+    if not forms or n == 0 or isinstance(cost, UnitCost):
         return FluidLPResult(None, 0.0, 0.0, 0, 0.0, "not supported")
     s_max = max(r.prompt + r.output for r in instance.requests)
     t_max = max_batch_seconds(cost, tau_max, lim.kv_blocks * lim.block_size, s_max)
