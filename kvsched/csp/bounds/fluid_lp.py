@@ -313,7 +313,7 @@ def fluid_lp_bound(
     window: float | None = None,
     cells: int = 10_000,
     coarsest: float = math.inf,
-    threads: int = 1,
+    threads: int = 2,
 ) -> FluidLPResult:
     """The batch-rate LP's bound on total latency (see the module docstring).
 
@@ -382,7 +382,7 @@ def first_cells(seconds: float) -> int:
     return int(min(MAX_CELLS, max(MIN_CELLS, cells)))
 
 
-def fluid_lp_anytime(instance: Instance, deadline: Deadline, *, threads: int = 1) -> list[FluidLPResult]:
+def fluid_lp_anytime(instance: Instance, deadline: Deadline, *, threads: int = 2) -> list[FluidLPResult]:
     """Finer and finer grids while the deadline allows (each round's bound is valid on its own).
 
     Returns every round's result; the best bound is the largest among them. A round cut off by HiGHS's
