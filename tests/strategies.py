@@ -50,6 +50,16 @@ COST_MODELS = ("unit", "infermax-linear")
 ARRIVAL_SCALE = {"unit": 1.0, "infermax-linear": 0.01}
 
 
+def budget_trio(time_model: TimeModel) -> Instance:
+    """Three requests under a token and a prefill budget (one arriving late): small enough for
+    :func:`tests.brute.brute_force`, tight enough that budgets, chunking and evictions all matter."""
+    return Instance(
+        (Request("a", 0, 3, 2), Request("b", 0, 1, 2), Request("c", 1, 1, 2)),
+        Limits(kv_capacity=4, max_batch_tokens=3, max_prefill_tokens=2),
+        time_model,
+    )
+
+
 def cost_model_for(instance: Instance) -> CostModel:
     """The cost model an instance built by these strategies names."""
     name = instance.time_model.name

@@ -29,7 +29,7 @@ from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.validate import instance_cost_model, replay
 from kvsched.stop import Deadline
 from tests.brute import brute_force
-from tests.strategies import build_legal_schedule, instances
+from tests.strategies import budget_trio, build_legal_schedule, instances
 
 #: A stepped token term with a negative step, a hinge and a linear model (unit-scale times).
 STEPPED = TimeModel(
@@ -73,11 +73,7 @@ def test_bound_below_the_brute_force_optimum(inst, model, seed):
 @pytest.mark.parametrize("evict", [True, False])
 @pytest.mark.parametrize("model", MODELS)
 def test_bound_below_the_optimum_with_budgets(evict, model):
-    inst = Instance(
-        (Request("a", 0, 3, 2), Request("b", 0, 1, 2), Request("c", 1, 1, 2)),
-        Limits(kv_capacity=4, max_batch_tokens=3, max_prefill_tokens=2),
-        model,
-    )
+    inst = budget_trio(model)
     opt = brute_force(inst, "total-latency", allow_eviction=evict)
     got = seconds_lagrangian(inst, incumbent=warm_incumbent(inst), max_iterations=60)
     assert got.bound.scope == Scope.ALL and got.bound.source == SOURCE
