@@ -110,11 +110,41 @@ def test_csv_trace_with_vidur_columns(tmp_path):
         ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,4,3\n-1,4,3\n", "line 3: arrived_at"),
         ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,4.5,3\n", "line 2: num_prefill_tokens: 4.5"),
         ("", "not a readable CSV"),
+        # A row wider than the header is refused (pandas used to shift its columns under an implicit index).
+        ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,4,3\n1,4,3,9\n", "line 3 has 4 fields"),
+        ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,4\n", "line 2: num_decode_tokens: ''"),
+        ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,4,abc\n", "line 2: num_decode_tokens: 'abc'"),
+        (
+            'arrived_at,num_prefill_tokens,num_decode_tokens\n0,"4",3\n1,3.0,2.5\n',
+            "line 3: num_decode_tokens: 2.5",
+        ),
+        ("arrived_at,num_prefill_tokens,num_decode_tokens\n0,4,nan\n", "line 2: num_decode_tokens: nan"),
+        ("arrived_at,num_prefill_tokens,num_decode_tokens\n", "no requests"),
     ],
 )
 def test_bad_csv_trace(tmp_path, text, message):
     with pytest.raises(InputError, match=message):
         load_instance(write(tmp_path, text, "t.csv"), limits=Limits(kv_capacity=100))
+
+
+def test_csv_trace_forms(tmp_path):
+    """Quoted fields, blank lines, CRLF line ends and a byte-order mark read as the plain file does."""
+    plain = "arrived_at,num_prefill_tokens,num_decode_tokens\n0.5,10,3\n1.25,7.0,1\n"
+    want = [("r0", 0.5, 10, 3), ("r1", 1.25, 7, 1)]
+    forms = [
+        plain,
+        plain.replace("\n", "\r\n"),
+        "\ufeff" + plain,
+        plain.replace("\n0.5", "\n\n0.5"),
+        plain.replace("10,", '"10",'),
+        "num_decode_tokens,x,num_prefill_tokens,arrived_at\n3,a,10,0.5\n1,b,7,1.25\n",
+    ]
+    for k, text in enumerate(forms):
+        inst = load_instance(write(tmp_path, text, f"t{k}.csv"), limits=Limits(kv_capacity=100))
+        assert [(r.id, r.arrival, r.prompt, r.output) for r in inst.requests] == want, text
+    lengths = "num_prefill_tokens,num_decode_tokens\n10,3\n"
+    inst = load_instance(write(tmp_path, lengths, "l.csv"), limits=Limits(kv_capacity=100))
+    assert [(r.arrival, r.prompt, r.output) for r in inst.requests] == [(0.0, 10, 3)]
 
 
 def test_csv_needs_limits(tmp_path):

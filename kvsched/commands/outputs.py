@@ -109,19 +109,21 @@ class TraceMetrics:
         return token_stats(self.trace, self.clock)
 
     @cached_property
-    def requests(self) -> pd.DataFrame:
-        """:func:`~kvsched.schedule.metrics.request_metrics` of the trace, from the same token gaps."""
-        from kvsched.schedule.metrics import request_metrics
+    def columns(self) -> dict[str, np.ndarray]:
+        """:func:`~kvsched.schedule.metrics.request_columns` of the trace: what the summaries read.
 
-        self.tokens  # noqa: B018 -- computed from the clock first, then read by request_metrics
-        return request_metrics(self.trace)
+        Numpy arrays, no DataFrame: only ``--requests-csv`` needs pandas (:attr:`requests`).
+        """
+        from kvsched.schedule.metrics import request_columns
+
+        return request_columns(self.trace, self.tokens)
 
     @cached_property
-    def columns(self) -> dict[str, np.ndarray]:
-        """The per-request frame's columns as numpy arrays (what the summaries read)."""
-        from kvsched.schedule.metrics import request_arrays
+    def requests(self) -> pd.DataFrame:
+        """:func:`~kvsched.schedule.metrics.request_metrics` of the trace, built from :attr:`columns`."""
+        from kvsched.schedule.metrics import request_frame
 
-        return request_arrays(self.requests)
+        return request_frame(self.trace, self.columns)
 
     @cached_property
     def run(self) -> Any:  # -> RunMetrics

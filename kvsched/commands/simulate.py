@@ -62,9 +62,7 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     from kvsched.heuristics import make_policy, simulate
-    from kvsched.schedule.io import save_schedule
     from kvsched.schedule.metrics import print_summary
-    from kvsched.schedule.validate import replay
 
     check_outputs(args, ["out", "requests_csv", "json", "trace"], inputs=["instance"])
     instance = load_instance_from_args(args.instance, args)
@@ -76,7 +74,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
     result = simulate(instance, policy, progress=show)
     # The core checked every batch (and run) as the simulator made it: one pass. --validate
     # also replays the finished schedule alone, independently of the simulator.
-    trace = replay(instance, result.schedule) if args.validate else result.trace
+    if args.validate:
+        from kvsched.schedule.validate import replay
+
+        trace = replay(instance, result.schedule)
+    else:
+        trace = result.trace
     num_batches, runtime = len(result.schedule), result.runtime
     # Only --out and --trace read the schedule again: at 100,000 requests its batches hold
     # hundreds of megabytes the metrics below can use instead (the trace keeps what they read).
@@ -103,6 +106,8 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         write_trace(args.trace, instance, schedule, name=policy.name)
         Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", highlight=False)
     if args.out:
+        from kvsched.schedule.io import save_schedule  # here: pydantic's schemas only when writing
+
         with atomic_output(args.out) as tmp:
             save_schedule(schedule, instance, tmp)
         Console(stderr=True).print(f"wrote the schedule to {args.out}", highlight=False)

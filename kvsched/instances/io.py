@@ -398,27 +398,33 @@ def load_csv_trace(path: str | Path, limits: Limits, time_model: TimeModel, *, n
     """Read a Vidur/Splitwise-style CSV trace (``arrived_at`` in seconds).
 
     A trace without ``arrived_at`` (a lengths-only file) gets every arrival at 0.
+    Read without pandas (:mod:`kvsched.instances.csvtrace`); every fault is one
+    :class:`InputError` line naming the file, and for a bad value its line.
     """
-    import pandas as pd  # here: the command line's start-up never pays for pandas
+    import numpy as np
+
+    from kvsched.instances.csvtrace import csv_columns, csv_header, first_bad_row, read_csv_text
 
     p = Path(path)
-    try:
-        df = pd.read_csv(p, encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{p}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{p}: is a folder, not a file") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, ValueError, OSError) as exc:
-        first = (str(exc).splitlines() or [type(exc).__name__])[0]
-        raise InputError(f"{p}: not a readable CSV file ({first})") from None
-    missing = [c for c in CSV_COLUMNS[1:] if c not in df.columns]
+    text = read_csv_text(p)
+    header = csv_header(p, text)
+    missing = [c for c in CSV_COLUMNS[1:] if c not in header]
     if missing:
         raise InputError(f"{p}: missing column {missing[0]!r} (expected {', '.join(CSV_COLUMNS)})")
-    arrivals = df["arrived_at"] if "arrived_at" in df.columns else pd.Series(0.0, index=df.index)
-    prompts, outputs = df["num_prefill_tokens"], df["num_decode_tokens"]
-    requests = _numeric_requests(arrivals.to_numpy(), prompts.to_numpy(), outputs.to_numpy())
+    names = CSV_COLUMNS if CSV_COLUMNS[0] in header else CSV_COLUMNS[1:]
+    cols = csv_columns(p, text, header, [header.index(c) for c in names])
+    requests = None
+    if cols is not None:
+        if len(names) < len(CSV_COLUMNS):
+            cols = [np.zeros(cols[0].size), *cols]
+        requests = _numeric_requests(*cols)
     if requests is None:  # some value is not valid: the row by row check names the first one
-        requests = _checked_requests(p, zip(arrivals, prompts, outputs, strict=True))
+        checks = {
+            "arrived_at": lambda a: _finite(value=a) and 0 <= float(a) <= MAX_TIME,
+            "num_prefill_tokens": _positive_int,
+            "num_decode_tokens": _positive_int,
+        }
+        raise first_bad_row(p, text, header, checks)
     if not requests:
         raise InputError(f"{p}: the trace has no requests")
     return Instance(tuple(requests), limits, time_model, name or p.stem, {"source": str(p)})
@@ -446,22 +452,6 @@ def _numeric_requests(arrivals: Any, prompts: Any, outputs: Any) -> list[Request
     ids = [f"r{k}" for k in range(a.size)]
     rows = zip(ids, a.tolist(), i.astype(np.int64).tolist(), o.astype(np.int64).tolist(), strict=True)
     return [Request(id=r, arrival=t, prompt=pi, output=po) for r, t, pi, po in rows]
-
-
-def _checked_requests(p: Path, rows: Iterable[tuple[Any, Any, Any]]) -> list[Request]:
-    """The requests of CSV rows (arrival, prompt, output), checked one by one: the first bad value is the error."""
-    requests = []
-    for k, (a, i, o) in enumerate(rows):
-        line = k + 2  # header is line 1
-        for col, value, ok in (
-            ("arrived_at", a, _finite(value=a) and 0 <= float(a) <= MAX_TIME),
-            ("num_prefill_tokens", i, _positive_int(i)),
-            ("num_decode_tokens", o, _positive_int(o)),
-        ):
-            if not ok:
-                raise InputError(f"{p}: line {line}: {col}: {value!r} is not a valid value")
-        requests.append(Request(id=f"r{k}", arrival=float(a), prompt=int(i), output=int(o)))
-    return requests
 
 
 def _finite(value: Any) -> bool:
