@@ -167,3 +167,10 @@ def test_a_coarse_grid_is_not_run_and_the_anytime_rounds_are_valid():
     opt_above = OBJECTIVES["total-latency"](replay(inst, simulate(inst, make_policy("sarathi")).schedule))
     rounds = fluid_lp_anytime(inst, Deadline.after(5.0))
     assert rounds and all(r.bound is None or r.bound.value <= opt_above + TOL * opt_above for r in rounds)
+
+
+def test_a_passed_deadline_stops_the_build():
+    """The model build checks the deadline too: a spent one gives no bound and says why, and nothing is solved."""
+    inst = _many(12, LINEAR, 3)
+    got = fluid_lp_bound(inst, Deadline(time.monotonic() - 2.0, 1.0))
+    assert got.bound is None and got.status == "deadline while building" and got.cells == 0

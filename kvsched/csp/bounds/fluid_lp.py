@@ -132,7 +132,9 @@ def _op_costs(f: Separable, s: np.ndarray) -> np.ndarray:
     return np.minimum(decode, refill)
 
 
-def _build(instance: Instance, f: Separable, step: float, window: float, t_max: float):
+def _build(instance: Instance, f: Separable, step: float, window: float, t_max: float, deadline: Deadline):
+    """The LP's rows and columns, its objective constant and its request-interval count; None when the
+    deadline passes while building (at 10^4-10^5 request-intervals the build takes seconds)."""
     lim = instance.limits
     tok = Tokens.of(instance)
     a, prompt, out = tok.arrival, tok.prompt, tok.output
@@ -161,6 +163,8 @@ def _build(instance: Instance, f: Separable, step: float, window: float, t_max: 
     const = 0.0
     cells = 0
     for j in range(a.size):
+        if j % 256 == 0 and deadline.expired():
+            return None
         i0 = int(a[j] // step)
         i1 = min(nint, max(i0 + 1, math.ceil((a[j] + window) / step)))
         k = i1 - i0
@@ -344,7 +348,10 @@ def fluid_lp_bound(
         step = max(window * n / cells, (span + window) / cells, 1e-9)
     if step > coarsest * window:  # an interval as long as a good part of the window proves next to nothing
         return FluidLPResult(None, step, window, 0, time.monotonic() - started, "grid too coarse")
-    m, const, n_cells = _build(instance, f, float(step), float(window), float(t_max))
+    built = _build(instance, f, float(step), float(window), float(t_max), deadline)
+    if built is None:
+        return FluidLPResult(None, step, window, 0, time.monotonic() - started, "deadline while building")
+    m, const, n_cells = built
     value, status = _solve(m, deadline, threads)
     seconds = time.monotonic() - started
     if value is None or not math.isfinite(value):
@@ -356,7 +363,10 @@ def fluid_lp_bound(
 #: The anytime loop's grids: the first one sized to take about FIRST_SHARE of the time left, from one
 #: measured point (21,000 request-intervals of the A100 1k row solved in 20 s by HiGHS's interior point on a
 #: loaded 2-core machine) and a solve time growing about as cells^1.5; then GROWTH times finer while
-#: ROUND_MARGIN times the last round's time is left, up to MAX_CELLS or an interval of FINEST of the window.
+#: ROUND_MARGIN times the last round's time is left, up to MAX_CELLS. The first grid is no finer than an
+#: interval of FIRST_FINEST of the window: sized by time alone, 8 requests got 9,000 request-intervals (5-8 s
+#: of HiGHS under load, cut off by a 14 s share half the time) where 512 solve in 0.1 s and finer rounds
+#: follow while time is left.
 #: A second round needs ROUND_MARGIN x the first's time left, so it only runs where the calibration
 #: overestimates the machine's time by about 2x or more; the first round is therefore given most of the
 #: share (0.7, not 0.5: 3,885 against 3,712 on the A100 1k row in 60 s) with a 30% margin for a slower
@@ -367,7 +377,7 @@ FIRST_SHARE = 0.7
 MIN_CELLS = 2_000
 MAX_CELLS = 80_000
 GROWTH = 1.5
-FINEST = 1.0 / 64
+FIRST_FINEST = 1.0 / 64
 #: Not run when the first grid's interval is longer than this share of the window (at 10k requests in a
 #: pipeline minute: its bound would be a small fraction of mean busy time's).
 COARSEST = 1.0 / 4
@@ -389,11 +399,11 @@ def fluid_lp_anytime(instance: Instance, deadline: Deadline, *, threads: int = 2
     time limit at the deadline has no duals and no bound.
     """
     out: list[FluidLPResult] = []
-    cells = float(first_cells(deadline.remaining() * FIRST_SHARE))
+    cells = min(float(first_cells(deadline.remaining() * FIRST_SHARE)), len(instance.requests) / FIRST_FINEST)
     while True:
         got = fluid_lp_bound(instance, deadline, cells=int(cells), coarsest=COARSEST, threads=threads)
         out.append(got)
-        if got.bound is None or got.step <= got.window * FINEST or cells * GROWTH > MAX_CELLS:
+        if got.bound is None or cells * GROWTH > MAX_CELLS:
             return out
         if deadline.remaining() < ROUND_MARGIN * got.seconds:
             return out
