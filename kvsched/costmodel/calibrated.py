@@ -42,7 +42,7 @@ import numpy as np
 
 from kvsched.costmodel.base import BatchView
 from kvsched.costmodel.features import BatchFeatures
-from kvsched.costmodel.small import isum
+from kvsched.costmodel.small import SMALL, isum
 
 #: Scalar coefficients, in the order files list them.
 SCALARS = ("a0", "a1", "b0", "b1", "b2", "p0", "p1", "p2", "p3", "p4")
@@ -239,12 +239,42 @@ class CalibratedCost:
             # Decode-only: :meth:`time_of` on (tokens, n, sum m, no prefill), in its order of operations.
             decode = self.b0 + self.b1 * float(isum(context)) + self.b2 * float(num_decodes)
             return self._token_scalar(float(num_tokens)) + decode
-        return self.time_of(BatchFeatures.of_counts(tokens, context, is_decode, num_decodes, num_tokens))
+        size = int(tokens.size)
+        if size > SMALL:
+            return self.time_of(BatchFeatures.of_counts(tokens, context, is_decode, num_decodes, num_tokens))
+        # BatchFeatures.of_counts' one pass over the lists and time_of's arithmetic, inlined: the same
+        # exact integer sums, then the same float operations in the same order (no features object).
+        decode_kv = quad = kv = sq = 0
+        for ci, mi, di in zip(tokens.tolist(), context.tolist(), is_decode.tolist(), strict=True):
+            if di:
+                decode_kv += mi
+            else:
+                sq += ci * ci
+                quad += ci * mi
+                kv += mi
+        t = self._token_scalar(float(num_tokens))
+        if num_decodes:
+            t += self.b0 + self.b1 * float(decode_kv) + self.b2 * float(num_decodes)
+        if size - num_decodes:
+            fsq = float(sq)
+            t += (
+                self.p0
+                + self.p1 * (fsq + 2.0 * float(quad))
+                + self.p2 * float(kv)
+                + self.p3 * float(size - num_decodes)
+                + self.p4 * fsq
+            )
+        return t
 
     def decode_run_times(self, context: np.ndarray, k: int) -> np.ndarray:
         """:meth:`batch_time` of ``k`` decode batches with KV ``context + j``, in its exact float order."""
         n = float(context.size)
         base = self._token_scalar(n)
+        if k <= SMALL:
+            # The same float operations in the same order on Python floats (IEEE doubles both): a few
+            # batches cost less than seven numpy calls.
+            kv0, b0, b1, b2n = float(isum(context)), self.b0, self.b1, self.b2 * n
+            return np.array([(((j * n + kv0) * b1) + b0 + b2n) + base for j in range(k)], dtype=np.float64)
         # In place, in batch_time's order: base + ((b0 + b1 kv) + b2 n) with kv = sum(m) + n j, exact as
         # integers < 2**53 (each step is one commutative float operation, so the bits are the same).
         t = np.arange(k, dtype=np.float64)

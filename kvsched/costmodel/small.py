@@ -45,4 +45,9 @@ def imax(a: np.ndarray) -> int:
     return max(a.tolist()) if a.size <= SMALL else int(_maximum(a))
 
 
-__all__ = ["SMALL", "count", "imax", "imin", "isum", "nonzero"]
+def fmax(a: np.ndarray) -> float:
+    """Maximum of a non-empty float array without NaN, as a Python float (exact: no arithmetic)."""
+    return max(a.tolist()) if a.size <= SMALL else float(_maximum(a))
+
+
+__all__ = ["SMALL", "count", "fmax", "imax", "imin", "isum", "nonzero"]

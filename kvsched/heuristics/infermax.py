@@ -70,6 +70,11 @@ Reinsert = Literal["arrival", "tail", "front"]
 WaitingFail = Literal["stop", "probe"]
 
 _DECODE = int(Phase.DECODE)
+# Constants of the per-batch array operations as 0-d arrays of the operand's dtype (numpy 2 converts
+# a Python scalar on every call, about the cost of the operation on a few items): same results.
+_DECODE_CODE = np.array(_DECODE, dtype=np.int8)
+_ZERO = np.array(0, dtype=np.int64)
+_ONE = np.array(1, dtype=np.int64)
 
 #: Token budget C when neither the instance nor the policy sets one (Llama-2-7B, seed 003 Sec. 4.1).
 DEFAULT_TOKEN_BUDGET = 4096
@@ -366,7 +371,7 @@ class InferMax:
         kv = view.kv[req]  # each batch j = 1, 2, ... of the run wants kv + j reserved
         alloc = self._alloc[req]
         free = self._capacity - self._reserved
-        if self._block == 1 and not nonzero(alloc > kv + 1):
+        if self._block == 1 and not nonzero(alloc > kv + _ONE):
             # Tokens are blocks and no reservation exceeds kv + 1 (the usual case: each decode
             # reserved m + 1 before the batch that made its KV m + 1), so from j = 1 on each batch
             # reserves one more per decode: grown(j) = sum(kv) + n j - sum(alloc), linear in j.
@@ -390,7 +395,7 @@ class InferMax:
 
     def _group_running(self, view: SchedulerView, run: np.ndarray) -> _Build:
         """Running requests in global priority order, split by phase (one vectorized read)."""
-        decode = view.phase_of(run) == _DECODE  # the next item is a decode
+        decode = view.phase_of(run) == _DECODE_CODE  # the next item is a decode
         kv = view.kv[run]
         num_decodes = count(decode)
         if self.priority != "none":
@@ -427,7 +432,7 @@ class InferMax:
             return  # (2) a prefill batch takes no decodes
         order = build.order[lo:hi]
         # A decode wants m + 1 reserved (I + O - 1 from admission on, eviction-free).
-        want = self._peak(order) if self.reserve == "peak" else build.kv[lo:hi] + 1
+        want = self._peak(order) if self.reserve == "peak" else build.kv[lo:hi] + _ONE
         want_blocks = self._blocks_of(want)
         i = lo
         while i < hi and build.tok < self._C:
@@ -438,7 +443,7 @@ class InferMax:
             if nonzero(alloc) == alloc.size:
                 # Every candidate still holds its reservation (none was evicted in this call).
                 need = (want_blocks[seg:] if seg else want_blocks) - self._blocks_of(alloc)
-                np.maximum(need, 0, out=need)
+                np.maximum(need, _ZERO, out=need)
                 taken = isum(need)
                 if taken <= build.free:  # all fit in memory: only the token budget can stop them
                     k = min(need.size, room)
@@ -456,7 +461,7 @@ class InferMax:
                     self._alloc[pos] = new
                     self._add_decodes(build, pos, taken)
             else:
-                alive = alloc > 0  # not evicted earlier in this call
+                alive = alloc > _ZERO  # not evicted earlier in this call
                 need = np.where(alive, np.maximum(want_blocks[seg:] - self._blocks_of(alloc), 0), 0)
                 fits = (np.cumsum(need) <= build.free) & (np.cumsum(alive) <= room)
                 k = count(fits)  # a prefix: both sums only grow
@@ -669,12 +674,14 @@ class InferMax:
     def _commit(self, build: _Build) -> None:
         """Move admitted requests to running and evicted ones back to waiting."""
         waiting, key = self._waiting, self._key
-        admitted = [waiting[j] for j in build.admitted]
-        for j in reversed(build.admitted):
-            del waiting[j]
+        admitted = None
+        if build.admitted:  # (most calls admit nothing: no list built)
+            admitted = [waiting[j] for j in build.admitted]
+            for j in reversed(build.admitted):
+                del waiting[j]
         if build.evicted:
             # Every running request holds a reservation but the ones evicted in this call.
-            self._running = self._running[self._alloc[self._running] > 0]
+            self._running = self._running[self._alloc[self._running] > _ZERO]
         if admitted:
             self._running = self._merged(self._running, admitted)
         for r in build.evicted:

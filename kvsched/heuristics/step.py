@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kvsched.costmodel import CostModel
+from kvsched.costmodel.small import SMALL
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, Policy, SchedulerView, SteadyDecodes, steady_decodes
 from kvsched.instances.model import Instance
@@ -105,7 +106,19 @@ def _repeat(
     if not limit:
         return None
     upcoming = view.next_arrival()  # the first request the policy has not seen (view.now is the decision's)
-    if upcoming is not None or horizon is not None:
+    if horizon is None and upcoming is not None and limit <= SMALL:
+        # As below, on Python floats: the same running sum of the same durations (batch_starts adds
+        # them one by one too), cheaper than four numpy calls on a few batches.
+        start, fits = state.clock, 0
+        for d in durations.tolist():
+            if start + TIME_TOL >= upcoming:
+                break
+            start += d
+            fits += 1
+        limit = fits
+        if not limit:
+            return None
+    elif upcoming is not None or horizon is not None:
         starts = batch_starts(state.clock, durations)  # a fresh array
         if horizon is not None:
             # Decided while start < horizon - TOL, committed while end <= horizon + TOL

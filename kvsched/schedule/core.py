@@ -34,7 +34,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvsched.costmodel.base import CostModel, decode_run_times, time_of_counts
-from kvsched.costmodel.small import SMALL, count, imax, imin, isum, nonzero
+from kvsched.costmodel.small import SMALL, count, fmax, imax, imin, isum, nonzero
 from kvsched.instances.model import Instance
 from kvsched.schedule.data import ProblemData
 from kvsched.schedule.ir import Batch, Phase, Run
@@ -52,6 +52,14 @@ _max = np.maximum.reduce
 _count = nonzero
 _NO_EVICTIONS = np.zeros(0, dtype=np.int64)
 _NO_EVICTIONS.flags.writeable = False
+# Constants of the per-batch array operations as 0-d arrays of the operand's dtype: numpy 2 converts
+# a Python scalar operand on every call, which costs about as much as the operation itself on a few
+# items. Same dtypes and values, so the same results.
+_ZERO = np.array(0, dtype=np.int64)
+_ONE = np.array(1, dtype=np.int64)
+_DECODE_CODE = np.array(_DECODE, dtype=np.int8)
+_TRUE = np.array(True)
+_FALSE = np.array(False)
 
 
 @dataclass(slots=True, eq=False)
@@ -135,12 +143,14 @@ class EngineState:
         self._made: _Made | None = None  # last make_batch result
         self._planned: tuple[int, np.ndarray, int, np.ndarray] | None = None  # last plan_run
         self._made_run: tuple[Run, int] | None = None  # last make_run result
-        # The positions of the last batch the quick path accepted and the batch count after it.
-        self._applied: tuple[np.ndarray, int] | None = None
+        # The positions of the last batch the quick path accepted, the batch count after it, and
+        # whether it was decode-only and completed nothing (its items are decodes again).
+        self._applied: tuple[np.ndarray, int, bool] | None = None
         self._mark = np.zeros(n, dtype=bool)  # scratch for membership tests; all False between calls
         self._slot = np.zeros(n, dtype=np.int64)  # scratch for the duplicate test
         self._arange = np.arange(n, dtype=np.int64)
         self._last_arrival = float(self.arrival.max()) if n else 0.0
+        self._plain_arrivals = not np.isnan(self.arrival).any()  # a max stands for "any later than"
         self._time_of = time_of_counts(cost_model) if cost_model is not None else None
 
     def __copy__(self) -> EngineState:
@@ -217,14 +227,14 @@ class EngineState:
         if req.size != tok.size:
             raise ValueError("requests, tokens and phases must have the same length")
         phases, context = self._phases_after(req, ev)
-        is_decode = phases == _DECODE
+        is_decode = phases == _DECODE_CODE
         num_decodes = count(is_decode)
         num_tokens = isum(tok)
         duration = time_of(tok, context, phases, is_decode, num_decodes, num_tokens)
-        req.flags.writeable = False
-        tok.flags.writeable = False
-        phases.flags.writeable = False
-        ev.flags.writeable = False
+        req.setflags(write=False)  # (cheaper than through .flags)
+        tok.setflags(write=False)
+        phases.setflags(write=False)
+        ev.setflags(write=False)
         batch = Batch(float(start), float(duration), req, tok, phases, ev)
         # Its duration is right by construction while the state is unchanged: check() skips recomputing it.
         self._made = _Made(batch, self.num_batches, context, is_decode, num_decodes, num_tokens)
@@ -306,7 +316,11 @@ class EngineState:
             if tok.shape != req.shape or batch.phases.shape != req.shape or imax(req) >= self.n:
                 return None
         # (Positions past the end would have failed make_batch's reads; negative ones wrap.)
-        if imin(req) < 0 or imin(tok) < 1 or not self._distinct(req):
+        if size <= SMALL:  # the positions' list once for both tests (as imin and _distinct read it)
+            positions = req.tolist()
+            if min(positions) < 0 or imin(tok) < 1 or len(set(positions)) != size:
+                return None
+        elif imin(req) < 0 or imin(tok) < 1 or not self._distinct(req):
             return None
         ev_count = 0
         ev_blocks = 0
@@ -328,7 +342,11 @@ class EngineState:
         left = self._left[req]
         if _count(tok > left):
             return None
-        if start + TIME_TOL < self._last_arrival and _count(self.arrival[req] > start + TIME_TOL):
+        if start + TIME_TOL < self._last_arrival and (
+            fmax(self.arrival[req]) > start + TIME_TOL
+            if self._plain_arrivals
+            else _count(self.arrival[req] > start + TIME_TOL)
+        ):
             return None
         if made is not None:
             # make_batch derived the phases, the counts and the duration from this very state.
@@ -338,7 +356,7 @@ class EngineState:
             phases, kv = self._phase[req], self.kv[req]
             if _count(phases != batch.phases):
                 return None
-            is_decode = phases == _DECODE
+            is_decode = phases == _DECODE_CODE
             num_decodes = count(is_decode)
             num_tokens = isum(tok)
         lim = self.instance.limits
@@ -348,7 +366,7 @@ class EngineState:
             prefill_tokens = num_tokens - isum(tok[is_decode]) if num_decodes else num_tokens
             if prefill_tokens > lim.max_prefill_tokens:
                 return None
-        new_holders = count(kv == 0) if num_decodes < size else 0  # a decode's request holds KV
+        new_holders = count(kv == _ZERO) if num_decodes < size else 0  # a decode's request holds KV
         if lim.max_running is not None and self.num_holding - ev_count + new_holders > lim.max_running:
             return None
         grown = num_tokens if self.block_size == 1 else isum(self._blocks(kv + tok) - self._blocks(kv))
@@ -495,7 +513,7 @@ class EngineState:
         kv_old = legal.kv
         if legal.new_holders:
             # Only a request that never held KV can be scheduled for the first time.
-            cand = req[kv_old == 0]
+            cand = req[kv_old == _ZERO]
             self.first_scheduled[cand[np.isnan(self.first_scheduled[cand])]] = start
         self.num_holding += legal.new_holders  # every item processes >= 1 token
         self.kv_tokens += legal.num_tokens
@@ -510,19 +528,19 @@ class EngineState:
             gen = req
         else:
             left = legal.left - tok
-            made = left == 0
+            made = left == _ZERO
             # The record keeps these arrays for the whole run: share the batch's own (read-only)
             # positions when every item generated.
             gen = req if _count(made) == size else req[made]
-            left[made] = 1  # the token just generated
+            left[made] = _ONE  # the token just generated
             self._left[req] = left
-        generated = self.generated[gen] + 1
+        generated = self.generated[gen] + _ONE
         self.generated[gen] = generated
         if not decode_only:
             # A decode is already in the decode phase, and only a prefill makes a first token.
-            self.refilling[gen] = False
-            self._phase[gen] = _DECODE
-            self.first_token[gen[generated == 1]] = end
+            self.refilling[gen] = _FALSE
+            self._phase[gen] = _DECODE_CODE
+            self.first_token[gen[generated == _ONE]] = end
         finished = generated >= self.output[gen]
         # One shared empty array when nothing completed.
         completed = gen[finished] if _count(finished) else _NO_EVICTIONS
@@ -533,8 +551,8 @@ class EngineState:
             self.num_holding -= int(completed.size)
             self.kv[completed] = 0
             self._dropped[completed] += kv_c
-            self._left[completed] = 0
-            self.done[completed] = True
+            self._left[completed] = _ZERO
+            self.done[completed] = _TRUE
             self.completion[completed] = end
             self.num_done += int(completed.size)
 
@@ -557,7 +575,7 @@ class EngineState:
         )
         self.clock = max(self.clock, end)
         self.num_batches += 1
-        self._applied = (req, self.num_batches)
+        self._applied = (req, self.num_batches, decode_only and not completed.size)
         return record
 
     # -------------------------------------------------------------- decode runs
@@ -579,8 +597,11 @@ class EngineState:
             not n or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)
         ):
             return 0
-        # A live decode has exactly its last token left (a finished request none).
-        if _count(self._phase[req] != _DECODE) or _count(self._left[req] != 1):
+        # A live decode has exactly its last token left (a finished request none): known of the items
+        # of a decode-only batch just applied that completed nothing.
+        if not (checked and applied[2]) and (  # type: ignore[index]
+            _count(self._phase[req] != _DECODE_CODE) or _count(self._left[req] != _ONE)
+        ):
             return 0
         lim = self.instance.limits
         if lim.max_batch_tokens is not None and n > lim.max_batch_tokens:
@@ -605,6 +626,7 @@ class EngineState:
             raise ValueError("plan_run needs a cost model")
         limit = self.run_limit(requests)
         durations = decode_run_times(self.cost_model, self.kv[requests], limit) if limit else np.zeros(0)
+        durations.flags.writeable = False  # a run of all of them keeps the array itself
         self._planned = (self.num_batches, requests, limit, durations)
         return limit, durations
 
@@ -620,7 +642,11 @@ class EngineState:
             raise ValueError("make_run needs a plan_run of the same requests in this state")
         if not 1 <= k <= planned[2]:
             raise ValueError(f"a run of {k} batches is outside the plan's 1..{planned[2]}")
-        run = Run.of(start, planned[3][:k], requests)
+        durations = planned[3]
+        if k < durations.size:  # a copy, not a view: a run keeps no more than its own k durations
+            durations = durations[:k].copy()
+            durations.flags.writeable = False
+        run = Run.of(start, durations, requests)
         self._made_run = (run, self.num_batches)
         return run
 

@@ -188,7 +188,10 @@ class Run:
     def of(
         cls, start: float, durations: Sequence[float] | np.ndarray, requests: Sequence[int] | np.ndarray
     ) -> Run:
-        dur = np.array(durations, dtype=np.float64).reshape(-1)
+        if _is_frozen(durations, np.float64) and durations.base is None:  # type: ignore[union-attr]
+            dur = durations  # read-only and owning its data: nobody can change it, so no copy
+        else:
+            dur = np.array(durations, dtype=np.float64).reshape(-1)
         if dur.size == 0:
             raise ValueError("a run has at least one batch")
         dur.flags.writeable = False
@@ -230,6 +233,15 @@ def _end(start: float, durations: np.ndarray) -> float:
     for d in durations.tolist():
         end += d
     return end
+
+
+def _is_frozen(values: object, dtype: type) -> bool:
+    return (
+        isinstance(values, np.ndarray)
+        and values.dtype == dtype
+        and values.ndim == 1
+        and not values.flags.writeable
+    )
 
 
 def _is_frozen_int(values: object) -> bool:
