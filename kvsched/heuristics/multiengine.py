@@ -37,7 +37,8 @@ balancer sees the state after every batch that has ended by then (a batch still
 running has not completed anything).
 
 The results are then the ordinary :func:`simulate` of every engine's
-sub-instance, validated by :func:`~kvsched.schedule.validate.replay`. For a
+sub-instance (its core checks every batch; its trace is what
+:func:`~kvsched.schedule.validate.replay` of the schedule would build). For a
 causal policy the two runs are the same trajectory, so the balancer saw exactly
 the states the reported runs went through; :attr:`MultiEngineResult.consistent`
 checks that, engine by engine. Policies that read the whole instance up front
@@ -67,7 +68,7 @@ from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL
 from kvsched.schedule.ir import Batch, Run, Schedule
 from kvsched.schedule.metrics import request_metrics
-from kvsched.schedule.validate import Trace, instance_cost_model, replay
+from kvsched.schedule.validate import Trace, instance_cost_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -216,7 +217,8 @@ class MultiEngineResult:
     results
         Each engine's simulation (``None`` for an engine that got nothing).
     traces
-        Each engine's schedule replayed through the validator (strict).
+        Each engine's trace, as the simulator's core checked and applied its schedule (what a
+        strict :func:`~kvsched.schedule.validate.replay` would build).
     consistent
         Per engine, whether the lock-step run the balancer watched is the
         start of the reported run (always, for causal policies).
@@ -362,10 +364,9 @@ def simulate_engines(
         simulate(sub, make_policy(policy, **params), cost, coalesce=coalesce) if eng.sent else None
         for sub, eng in zip(subs, live, strict=True)
     )
-    traces = tuple(
-        replay(sub, res.schedule, cost) if res is not None else None
-        for sub, res in zip(subs, results, strict=True)
-    )
+    # The core checked every batch and run of each engine as its simulation made them (one pass, as
+    # a single-engine simulate): the simulator's own trace is what replay would build.
+    traces = tuple(res.trace if res is not None else None for res in results)
     consistent = tuple(
         res is None or balancer == "random" or _same_start(eng.entries, res.schedule, eng.sent, len(instance))
         for eng, res in zip(live, results, strict=True)
