@@ -28,20 +28,22 @@ a schedule can say which instance it was made for.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from typing import TYPE_CHECKING, Any
 
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 
 if TYPE_CHECKING:
     import pandas as pd
+    from pydantic import ValidationError
+
+    from kvsched.instances.schema import InstanceSchema
 
 SCHEMA_VERSION = 1
 INSTANCE_KIND = "kvsched.instance"
@@ -50,67 +52,6 @@ CSV_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
 MAX_TOKENS = 2**31 - 1
 #: Largest time accepted (arrival, SLO): 1e12 time units, so that horizons and clocks stay finite and exact enough.
 MAX_TIME = 1e12
-
-#: Strict types: JSON ``true`` is not 1, ``8.0`` is not a token count, ``"8"`` is not a number.
-Tokens = Annotated[int, Field(strict=True, gt=0, le=MAX_TOKENS)]
-Time = Annotated[float, Field(strict=True, ge=0, le=MAX_TIME, allow_inf_nan=False)]
-Slo = Annotated[float, Field(strict=True, gt=0, le=MAX_TIME, allow_inf_nan=False)]
-Param = Annotated[float, Field(strict=True, allow_inf_nan=False)]
-
-
-class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class RequestSchema(_Strict):
-    id: str = Field(min_length=1, strict=True)
-    arrival: Time
-    prompt: Tokens = Field(description="prompt tokens I")
-    output: Tokens = Field(description="output tokens O, counting the last (never processed) token")
-    predicted_output: Tokens | None = None
-    cls: str | None = Field(default=None, strict=True)
-    priority: int = Field(default=0, strict=True, ge=-MAX_TOKENS, le=MAX_TOKENS)
-    ttft_slo: Slo | None = None
-    tbt_slo: Slo | None = None
-
-
-class LimitsSchema(_Strict):
-    kv_capacity: Tokens = Field(description="KV capacity M in tokens")
-    block_size: Tokens = 1
-    max_batch_tokens: Tokens | None = None
-    max_prefill_tokens: Tokens | None = None
-    max_running: Tokens | None = None
-
-    @model_validator(mode="after")
-    def _blocks_fit(self) -> LimitsSchema:
-        if self.block_size > self.kv_capacity:
-            raise ValueError(f"block_size {self.block_size} is larger than kv_capacity {self.kv_capacity}")
-        return self
-
-
-class TimeModelSchema(_Strict):
-    name: str = Field(default="unit", strict=True)
-    params: dict[str, Param] = Field(default_factory=dict)
-
-
-class InstanceSchema(_Strict):
-    schema_version: Literal[1]
-    kind: Literal["kvsched.instance"] = INSTANCE_KIND
-    name: str = Field(default="", strict=True)
-    limits: LimitsSchema
-    time_model: TimeModelSchema = Field(default_factory=TimeModelSchema)
-    requests: list[RequestSchema] = Field(min_length=1)
-    meta: dict[str, Any] = Field(default_factory=dict)
-
-    @field_validator("requests")
-    @classmethod
-    def _unique_ids(cls, value: list[RequestSchema]) -> list[RequestSchema]:
-        seen: set[str] = set()
-        for r in value:
-            if r.id in seen:
-                raise ValueError(f"duplicate request id {r.id!r}")
-            seen.add(r.id)
-        return value
 
 
 def format_validation_error(source: str, exc: ValidationError) -> str:
@@ -177,7 +118,7 @@ def _is_slo(value: Any) -> bool:
     return value is None or (type(value) in (float, int) and 0 < value <= MAX_TIME)
 
 
-#: Each request field's schema rule (:class:`RequestSchema`), as a check of one parsed JSON value.
+#: Each request field's schema rule (:class:`~kvsched.instances.schema.RequestSchema`), as a check of one parsed JSON value.
 _REQUEST_CHECKS: dict[str, Any] = {
     "id": lambda v: type(v) is str and v != "",
     "arrival": _is_time,
@@ -199,7 +140,7 @@ def _requests_in_bulk(raw: Any) -> tuple[Request, ...] | None:
 
     Validating 100,000 request objects one by one through pydantic takes seconds
     (two to load a 100k-request file); these checks take a tenth of that. They
-    accept only what :class:`RequestSchema` accepts (the same types, ranges and
+    accept only what :class:`~kvsched.instances.schema.RequestSchema` accepts (the same types, ranges and
     unique ids): anything else returns ``None``, and the caller lets pydantic
     find and name the fault, so every error message stays the schema's own.
     """
@@ -225,6 +166,10 @@ def _requests_in_bulk(raw: Any) -> tuple[Request, ...] | None:
 
 def _validated(data: Any, source: str) -> InstanceSchema:
     """``data`` through the schema, or one :class:`InputError` naming the first faulty field."""
+    from pydantic import ValidationError
+
+    from kvsched.instances.schema import InstanceSchema
+
     try:
         return InstanceSchema.model_validate(data)
     except ValidationError as exc:
@@ -245,6 +190,10 @@ def instance_from_dict(data: Any, source: str = "instance") -> Instance:
             f"{source}: schema_version: {data['schema_version']!r} is not supported (this kvsched reads "
             f"{SCHEMA_VERSION})"
         )
+    from pydantic import ValidationError
+
+    from kvsched.instances.schema import InstanceSchema
+
     requests = _requests_in_bulk(data.get("requests")) if isinstance(data, dict) else None
     doc = None
     if requests is not None:
@@ -287,10 +236,26 @@ def limits_with(base: Limits | None, overrides: Mapping[str, int | None], source
     Without ``base``, ``overrides`` must give ``kv_capacity``; unnamed budgets are unlimited.
     """
     fields = asdict(base) if base is not None else {}
-    unknown = set(overrides) - set(LimitsSchema.model_fields)
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(Limits)}
     if unknown:
         raise InputError(f"{source}: unknown limit {sorted(unknown)[0]!r}")
     fields.update(overrides)
+    # What the schema accepts, checked here (loading a CSV trace need not import pydantic); anything
+    # else goes through the schema, which names the fault.
+    size, capacity = fields.get("block_size", 1), fields.get("kv_capacity")
+    if (
+        _is_tokens(capacity)
+        and _is_tokens(size)
+        and size <= capacity
+        and all(
+            v is None or _is_tokens(v) for k, v in fields.items() if k not in ("kv_capacity", "block_size")
+        )
+    ):
+        return Limits(**fields)
+    from pydantic import ValidationError
+
+    from kvsched.instances.schema import LimitsSchema
+
     try:
         doc = LimitsSchema.model_validate(fields)
     except ValidationError as exc:
