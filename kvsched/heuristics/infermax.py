@@ -405,7 +405,9 @@ class InferMax:
                 # Decodes by KV held, largest first; lexsort is stable, so ties keep priority order.
                 ranking = np.lexsort((np.where(decode, -kv, 0), decode != dec_first))
                 run, decode, kv = run[ranking], decode[ranking], kv[ranking]
-            elif 0 < num_decodes < run.size:  # else the stable sort would keep the order
+            elif 0 < num_decodes < run.size and nonzero(
+                decode[:num_decodes] if dec_first else decode[run.size - num_decodes :]
+            ) < num_decodes:  # else the decodes are in place already and the stable sort keeps the order
                 # A stable sort on "not in the first group" (False first) keeps priority order within groups.
                 ranking = (~decode if dec_first else decode).argsort(kind="stable")
                 run, decode, kv = run[ranking], decode[ranking], kv[ranking]
@@ -442,8 +444,13 @@ class InferMax:
             room = self._C - build.tok  # tokens left: one per decode
             if nonzero(alloc) == alloc.size:
                 # Every candidate still holds its reservation (none was evicted in this call).
-                need = (want_blocks[seg:] if seg else want_blocks) - self._blocks_of(alloc)
-                np.maximum(need, _ZERO, out=need)
+                if self._block == 1:  # blocks are tokens: the new reservations first, need is their growth
+                    grown = np.maximum(alloc, want[seg:] if seg else want)
+                    need = grown - alloc
+                else:
+                    grown = None
+                    need = (want_blocks[seg:] if seg else want_blocks) - self._blocks_of(alloc)
+                    np.maximum(need, _ZERO, out=need)
                 taken = isum(need)
                 if taken <= build.free:  # all fit in memory: only the token budget can stop them
                     k = min(need.size, room)
@@ -454,7 +461,9 @@ class InferMax:
                     k = min(int(reserved.searchsorted(build.free, "right")), room)
                     taken = int(reserved[k - 1]) if k else 0
                 if k:
-                    if k == want.size:  # every candidate (seg is 0): no slices
+                    if grown is not None:  # max(alloc, want), computed above
+                        pos, new = (cands, grown) if k == grown.size else (cands[:k], grown[:k])
+                    elif k == want.size:  # every candidate (seg is 0): no slices
                         pos, new = cands, np.maximum(alloc, want)
                     else:
                         pos, new = cands[:k], np.maximum(alloc[:k], want[seg : seg + k])

@@ -152,6 +152,8 @@ class EngineState:
         self._last_arrival = float(self.arrival.max()) if n else 0.0
         self._plain_arrivals = not np.isnan(self.arrival).any()  # a max stands for "any later than"
         self._time_of = time_of_counts(cost_model) if cost_model is not None else None
+        lim = instance.limits  # read per batch by the quick check
+        self._budgets = (lim.max_batch_tokens, lim.max_prefill_tokens, lim.max_running)
 
     def __copy__(self) -> EngineState:
         """An independent copy of the state (the instance and the cost model are shared).
@@ -359,15 +361,15 @@ class EngineState:
             is_decode = phases == _DECODE_CODE
             num_decodes = count(is_decode)
             num_tokens = isum(tok)
-        lim = self.instance.limits
-        if lim.max_batch_tokens is not None and num_tokens > lim.max_batch_tokens:
+        max_tokens, max_prefill, max_running = self._budgets
+        if max_tokens is not None and num_tokens > max_tokens:
             return None
-        if lim.max_prefill_tokens is not None and num_decodes < size:
+        if max_prefill is not None and num_decodes < size:
             prefill_tokens = num_tokens - isum(tok[is_decode]) if num_decodes else num_tokens
-            if prefill_tokens > lim.max_prefill_tokens:
+            if prefill_tokens > max_prefill:
                 return None
         new_holders = count(kv == _ZERO) if num_decodes < size else 0  # a decode's request holds KV
-        if lim.max_running is not None and self.num_holding - ev_count + new_holders > lim.max_running:
+        if max_running is not None and self.num_holding - ev_count + new_holders > max_running:
             return None
         grown = num_tokens if self.block_size == 1 else isum(self._blocks(kv + tok) - self._blocks(kv))
         if self.kv_blocks - ev_blocks + grown > self.kv_block_capacity:
