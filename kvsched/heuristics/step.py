@@ -322,7 +322,14 @@ class Stepper:
                 num_batches += 1
                 if on_record is not None:
                     on_record(record)
-                if steady is not None and _may_repeat(record, batch, num_batches, limit):
+                # _may_repeat, inlined (once per policy call).
+                if (
+                    steady is not None
+                    and record.num_decodes == record.num_items
+                    and not batch.evicted.size
+                    and not record.completed.size
+                    and num_batches < limit
+                ):
                     run = _repeat(state, view, steady, decision, batch)
                     if run is not None:
                         run_record = step_run(run)

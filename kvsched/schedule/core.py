@@ -408,7 +408,8 @@ class EngineState:
         """Check ``batch`` and apply it; raise :class:`ScheduleError` if it is illegal."""
         legal = self._quick(batch)
         if legal is not None:
-            self._evict(batch.evicted)
+            if batch.evicted.size:
+                self._evict(batch.evicted)
             return self._advance_legal(batch, legal)
         violations = self._full_check(batch)
         if violations:
