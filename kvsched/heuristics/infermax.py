@@ -405,9 +405,11 @@ class InferMax:
                 # Decodes by KV held, largest first; lexsort is stable, so ties keep priority order.
                 ranking = np.lexsort((np.where(decode, -kv, 0), decode != dec_first))
                 run, decode, kv = run[ranking], decode[ranking], kv[ranking]
-            elif 0 < num_decodes < run.size and nonzero(
-                decode[:num_decodes] if dec_first else decode[run.size - num_decodes :]
-            ) < num_decodes:  # else the decodes are in place already and the stable sort keeps the order
+            elif (
+                0 < num_decodes < run.size
+                and nonzero(decode[:num_decodes] if dec_first else decode[run.size - num_decodes :])
+                < num_decodes
+            ):  # else the decodes are in place already and the stable sort keeps the order
                 # A stable sort on "not in the first group" (False first) keeps priority order within groups.
                 ranking = (~decode if dec_first else decode).argsort(kind="stable")
                 run, decode, kv = run[ranking], decode[ranking], kv[ranking]
