@@ -360,31 +360,12 @@ def price_contiguous(
 
 
 @nb.njit(cache=True)
-def contiguous_loads(output, prompt, block, start, horizon, with_tokens):  # pragma: no cover
-    """Blocks (linear weights) and tokens the contiguous chains put in each slot ``< horizon``."""
-    load = np.zeros(horizon)
-    tokens = np.zeros(horizon if with_tokens else 0)
-    for j in range(output.size):
-        s = start[j]
-        for u in range(output[j]):
-            t = s + u
-            if t >= horizon:
-                break
-            load[t] += (prompt[j] + u) / block
-            if with_tokens:
-                tokens[t] += 1.0
-        if with_tokens and s < horizon:
-            tokens[s] += prompt[j] - 1
-    return load, tokens
-
-
-@nb.njit(cache=True)
-def band_cells(earliest, output, prompt, arrival, block, y, objective):  # pragma: no cover - compiled
-    """An estimate of the chain programme's work at ``y``: sum over requests of O x band width.
+def band_widths(earliest, output, prompt, arrival, block, y, objective):  # pragma: no cover - compiled
+    """Each request's band width at ``y`` (an estimate of the pricings' work, ``O(1)`` per request).
 
     The band of :func:`price_chains` without last call's chains (contiguous-from-earliest
-    and past-the-horizon chains only, budget rows left out): an over-estimate of the
-    work of a warm call, used to decide whether a call fits the time left.
+    and past-the-horizon chains only, budget rows left out; weights linear): wider than a
+    warm call's, used to decide whether a call fits the time left.
     """
     big = y.size
     ycum = np.zeros(big + 1)
@@ -392,13 +373,15 @@ def band_cells(earliest, output, prompt, arrival, block, y, objective):  # pragm
     for t in range(big):
         ycum[t + 1] = ycum[t] + y[t]
         tcum[t + 1] = tcum[t] + t * y[t]
-    cells = 0.0
+    width = np.empty(output.size)
     for j in range(output.size):
         e, o, a, i_j = earliest[j], output[j], arrival[j], prompt[j]
-        ub = max(big, e) + o - a
+        last = o if objective == LATENCY else 1
+        ub = max(big, e) + last - a
         if e < big:
-            end = min(e + o, big)
-            ub = min(ub, e + o - a + ((i_j - e) * (ycum[end] - ycum[e]) + tcum[end] - tcum[e]) / block)
-        width = max(1.0, np.floor(a + ub - o - e + BAND_TOL) + 1) if objective == LATENCY else 1.0
-        cells += o * width
-    return cells
+            end = min(e + last, big)
+            # linear weights, plus one block per op for rounding up
+            area = ((i_j - e) * (ycum[end] - ycum[e]) + tcum[end] - tcum[e]) / block + ycum[end] - ycum[e]
+            ub = min(ub, e + last - a + area)
+        width[j] = max(1.0, np.floor(a + ub - last - e + BAND_TOL) + 1)
+    return width

@@ -68,18 +68,16 @@ directly (a feasibility version, "no ``y`` proves the chains cannot all end by
 ``H``", would be a binary search over ``H``); :func:`chain_lagrangian` refuses it.
 
 **Dual method.** (1) One exact pricing at ``y = 0`` (each request alone): a
-valid bound at once. (2) For total latency, the multipliers are first moved
-with *contiguous* pricing (ops in ``S .. S + O - 1``, ``O(window)`` per request
-by prefix sums): a cheap direction only, its values exclude pauses and are never
-reported. (3) The exact chain pricing continues from there; every value is a
-bound. Both phases: projected subgradient steps with Polyak's rule towards a
-target at most ``TARGET_SHARE`` above the best value (never above the
-incumbent), directions averaged as in the volume algorithm (Barahona and Anbil
-2000), rows scaled by their right-hand sides, the step halved and the iterate
-sent back to the best multipliers after ``PATIENCE`` iterations without
-improvement. Warm start ``y_t = N(t) / M``: ``N(t)`` requests in the system in
-slot ``t`` of an incumbent schedule. The deadline is checked before every
-pricing, and a pricing whose predicted time exceeds what is left is not started.
+valid bound at once. (2) Multipliers constant on blocks of ``B`` slots, coarse
+to fine (:mod:`kvsched.csp.bounds.chain_blocks`): a restriction of the dual, so
+every value is a bound, and the exact price at such multipliers costs about
+``B`` times less. (3) The exact chain pricing on single slots continues from the
+best block point; every value is a bound. Every phase runs the projected
+subgradient of :mod:`kvsched.csp.bounds._ascent` (Polyak steps, volume-style
+averaging, resets to the best point). Warm start ``y_t = N(t) / M``: ``N(t)``
+requests in the system in slot ``t`` of an incumbent schedule. The deadline is
+checked before every pricing, and a pricing whose predicted time exceeds what is
+left is not started.
 """
 
 from __future__ import annotations
@@ -91,6 +89,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvsched.costmodel import UnitCost
+from kvsched.csp.bounds._ascent import Ascent
+from kvsched.csp.bounds.chain_blocks import block_ascent, block_spans
 from kvsched.csp.certificate import Bound, Scope
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import make_policy, simulate
@@ -106,16 +106,12 @@ OBJECTIVES = {"total-latency": LATENCY, "sum-ttft": TTFT}
 WARM_POLICIES = ("sarathi", "vllm")
 #: Slack on rounding the bound up to the next integer number of slots (float round-off).
 ROUND_TOL = 1e-6
-#: The Polyak target lies at most this share above the best bound so far.
-TARGET_SHARE = 0.05
-#: Iterations without improvement before the step factor is halved (and the iterate reset).
-PATIENCE = 15
-#: Weight of the new subgradient in the averaged direction (volume algorithm); the rest is the old one.
-SMOOTHING = 0.4
-#: Share of the time left that the contiguous pricing may spend moving the multipliers first.
-CONTIGUOUS_SHARE = 0.4
+#: Share of the time left that the block-constant multipliers (:mod:`.chain_blocks`) may take first.
+BLOCK_SHARE = 0.85
 #: Dynamic-programme cells per second assumed for a first chain pricing (measured ~3.7e8 on 2 loaded cores).
 CELLS_PER_SECOND = 2.5e8
+#: States per second assumed for a first block pricing (an under-estimate on 2 loaded cores).
+BLOCK_STATES_PER_SECOND = 5e7
 #: Extra slots of dual horizon past the incumbent's makespan (share of it).
 HORIZON_MARGIN = 0.05
 
@@ -223,11 +219,15 @@ def _kernels():
 
 
 def compiled_kernels(objective: str = "total-latency") -> list:
-    """The numba kernels :func:`chain_lagrangian` calls for ``objective`` (see :func:`kvsched.jit.use_compiled`)."""
+    """The numba kernels :func:`chain_lagrangian` calls for ``objective`` (see :func:`kvsched.jit.use_compiled`).
+
+    ``price_contiguous`` is left out: only a call without a block phase (``spans=()``) seeds
+    the slot pricing's bands with it.
+    """
+    from kvsched.csp.bounds import _block_kernels
+
     k = _kernels()
-    return [k.price_chains, k.chain_loads, k.price_contiguous, k.contiguous_loads] + (
-        [] if objective == "total-latency" else [k.band_cells]
-    )
+    return [k.price_chains, k.chain_loads, k.band_widths, _block_kernels.price_blocks]
 
 
 def evaluate(
@@ -313,8 +313,9 @@ def chain_lagrangian(
     *,
     incumbent: Trace | None = None,
     deadline: Deadline | None = None,
-    max_iterations: int = 300,
+    max_iterations: int = 5000,
     y0: np.ndarray | None = None,
+    spans: tuple[int, ...] | None = None,
 ) -> ChainLagrangian:
     """The best chain-Lagrangian bound reached by the stabilised subgradient within ``deadline``.
 
@@ -334,6 +335,9 @@ def chain_lagrangian(
         Pricing calls at most.
     y0
         Warm-start memory multipliers (default ``N(t) / M``); truncated or padded to the horizon.
+    spans
+        Block lengths of the block-constant phase, coarse to fine, each dividing the previous
+        (default :func:`kvsched.csp.bounds.chain_blocks.block_spans`; ``()``: slots only).
     """
     wall = time.perf_counter()
     deadline = deadline or Deadline.never()
@@ -363,27 +367,36 @@ def chain_lagrangian(
     zero = evaluate(data, np.zeros(horizon), np.zeros_like(z))
     best, best_y, best_z, iterations = zero.value, np.zeros(horizon), np.zeros_like(z), 1
     record(best)
-    if data.objective == LATENCY and not deadline.expired():
-        # Phase 1: move y with the cheap contiguous pricing (its values are not bounds).
-        fast = _Ascent(data, upper, _contiguous_pricer(data))
-        fast.run(y, z, deadline.share(CONTIGUOUS_SHARE), max_iterations)
-        y, z = fast.best_y, fast.best_z
+    spans = block_spans(horizon) if spans is None else spans
+    factor, first_cost, chains = 1.0, (lambda y, z: _predict(data, y, z)), None
+    if spans and not deadline.expired():
+        # Phase 1: multipliers constant on blocks, coarse to fine: each pricing is a block length
+        # cheaper, and every value is a bound.
+        blocks = block_ascent(
+            data, y, z, upper, deadline.share(BLOCK_SHARE), spans=spans,
+            iterations=max_iterations - iterations, on_improve=record, floor=best,
+            first_cost=lambda y, z: _predict_blocks(data, y, spans[0]), until=deadline,
+        )  # fmt: skip
+        iterations += blocks.iterations
+        y, z, factor, chains = blocks.y, blocks.z, blocks.factor, blocks.chains
+        if blocks.value > best:
+            best, best_y, best_z = blocks.value, blocks.y, blocks.z
+        # The block programme's work shrinks at most in proportion to the block length, and the slot
+        # kernel is the faster per cell: the last block pricing's time, scaled, over-estimates a slot one.
+        first_cost = lambda y, z, cost=blocks.cost * spans[-1]: cost  # noqa: E731
+    elif not deadline.expired():
         # A chain pricing at large multipliers has wide bands: shrink them until one fits the time left
         # (a convex combination with y = 0, whose value is already known, loses little).
         for _ in range(8):
             if not deadline.bounded or _predict(data, y, z) < deadline.remaining():
                 break
             y, z = 0.7 * y, 0.7 * z
-    # Phase 2: the exact chain pricing; every value is a bound.
-    exact = _Ascent(
-        data,
-        upper,
-        _chain_pricer(data),
-        on_improve=record,
-        floor=best,
-        first_cost=lambda y, z: _predict(data, y, z),
-    )
-    exact.run(y, z, deadline, max_iterations)
+    # Phase 2: the exact chain pricing on single slots; every value is a bound.
+    exact = Ascent(
+        data, upper, _chain_pricer(data, chains), on_improve=record, floor=best, first_cost=first_cost,
+        factor=factor,
+    )  # fmt: skip
+    exact.run(y, z, deadline, max_iterations - iterations)
     iterations += exact.iterations
     if exact.best > best:
         best, best_y, best_z = exact.best, exact.best_y, exact.best_z
@@ -412,121 +425,39 @@ def _contiguous(data: ChainData, y: np.ndarray, z: np.ndarray) -> tuple[np.ndarr
 def _predict(data: ChainData, y: np.ndarray, z: np.ndarray) -> float:
     """Seconds a chain pricing at ``(y, z)`` seeded with contiguous chains may take (band cells)."""
     if data.objective != LATENCY:
-        cells = _kernels().band_cells(
-            data.earliest, data.output, data.prompt, data.arrival, data.block, y, data.objective
-        )
-        return float(cells) / CELLS_PER_SECOND
+        return float(np.sum(_widths(data, y))) / CELLS_PER_SECOND
     price, _ = _contiguous(data, y, z)
     width = np.maximum(1.0, np.floor(data.arrival + price - data.output - data.earliest) + 1)
     return float(np.sum(data.output * width)) / CELLS_PER_SECOND
 
 
-def _chain_pricer(data: ChainData):
-    """Exact chain pricing; last call's chains (or, cold, the contiguous optimum) narrow the bands."""
-    prev: list[np.ndarray | None] = [None]
+def _widths(data: ChainData, y: np.ndarray) -> np.ndarray:
+    """Each request's band width at ``y`` from its contiguous-from-earliest chain (``O(1)`` each)."""
+    return _kernels().band_widths(
+        data.earliest, data.output, data.prompt, data.arrival, data.block, y, data.objective
+    )
+
+
+def _predict_blocks(data: ChainData, y: np.ndarray, span: int) -> float:
+    """Seconds a block pricing (block length ``span``) at slot multipliers ``y`` may take.
+
+    Per request, ``(O + width) / span`` blocks of at most ``min(width, O)`` states, plus ``O(O + width)``.
+    """
+    width = _widths(data, y)
+    out = data.output if data.objective == LATENCY else np.ones_like(data.output)
+    states = (out + width) / span * np.minimum(width, out) + out + width
+    return float(np.sum(states)) / BLOCK_STATES_PER_SECOND
+
+
+def _chain_pricer(data: ChainData, chains: np.ndarray | None = None):
+    """Exact chain pricing; last call's chains (first ``chains``, or the contiguous optimum) narrow the bands."""
+    prev: list[np.ndarray | None] = [chains]
 
     def price(y: np.ndarray, z: np.ndarray, reset: bool) -> tuple[float, np.ndarray, np.ndarray]:
-        if reset or prev[0] is None:
+        if (reset and chains is None) or prev[0] is None:
             prev[0] = _contiguous(data, y, z)[1] if data.objective == LATENCY else None
         pricing = evaluate(data, y, z, prev=prev[0])
         prev[0] = pricing.chains
         return pricing.value, pricing.load, pricing.tokens
 
     return price
-
-
-def _contiguous_pricer(data: ChainData):
-    """Contiguous pricing (pauses excluded: a direction, not a bound); keeps last call's starts."""
-    prev: list[np.ndarray | None] = [None]
-
-    def price(y: np.ndarray, z: np.ndarray, reset: bool) -> tuple[float, np.ndarray, np.ndarray]:
-        kernels = _kernels()
-        use = prev[0] is not None and not reset
-        start_prev = prev[0] if use else np.zeros(1, dtype=np.int64)
-        price_j, start = kernels.price_contiguous(
-            data.earliest, data.output, data.prompt, data.arrival, data.block, y, z, start_prev, use
-        )
-        prev[0] = start
-        load, tokens = kernels.contiguous_loads(
-            data.output, data.prompt, data.block, start, y.size, z.size > 0
-        )
-        value = float(price_j.sum() - data.capacity * y.sum())
-        if z.size:
-            value -= float(data.budget) * float(z.sum())
-        return value, load, tokens
-
-    return price
-
-
-class _Ascent:
-    """Projected subgradient ascent with Polyak steps, volume-style averaging and resets to the best point."""
-
-    def __init__(
-        self,
-        data: ChainData,
-        upper: float,
-        price,
-        on_improve=None,
-        floor: float = -math.inf,
-        first_cost=lambda y, z: 0.0,
-    ):
-        self.data, self.upper, self.price, self.on_improve = data, upper, price, on_improve
-        self.best, self.best_y, self.best_z = -math.inf, None, None
-        self.floor = floor  # the best value known from elsewhere (a target never below it)
-        self.iterations = 0
-        self.first_cost = first_cost  # predicted seconds of the first pricing at y
-
-    def run(self, y: np.ndarray, z: np.ndarray, deadline: Deadline, max_iterations: int) -> None:
-        data = self.data
-        self.best_y, self.best_z = y.copy(), z.copy()
-        factor, streak, reset = 1.0, 0, True
-        dir_y = dir_z = None
-        last_cost = 0.0
-        for _ in range(max_iterations):
-            # A pricing cannot be interrupted: do not start one the deadline cannot fit.
-            predicted = 1.2 * last_cost if self.iterations else self.first_cost(y, z)
-            if deadline.expired() or deadline.remaining() < predicted:
-                break
-            tic = time.perf_counter()
-            value, load, tokens = self.price(y, z, reset)
-            last_cost = time.perf_counter() - tic
-            self.iterations += 1
-            reset = False
-            if value > self.best:
-                gained = value - self.best
-                self.best, self.best_y, self.best_z = value, y.copy(), z.copy()
-                if self.on_improve is not None:
-                    self.on_improve(value)
-                streak = 0 if gained > 1e-6 * max(1.0, abs(value)) else streak + 1
-            else:
-                streak += 1
-            if streak >= PATIENCE:
-                factor *= 0.5
-                streak, reset = 0, True
-                y, z = self.best_y.copy(), self.best_z.copy()
-                dir_y = dir_z = None
-                if factor < 1e-3:
-                    break
-                continue
-            # Volume-style direction: the new subgradient averaged with the old direction. Steps are
-            # taken in the multipliers of the rows divided by their right-hand sides (M y and C z),
-            # so that memory and token rows move at comparable rates.
-            g_y = load / data.capacity - 1.0
-            g_z = tokens / float(data.budget) - 1.0 if z.size else z
-            dir_y = g_y if dir_y is None else (1 - SMOOTHING) * dir_y + SMOOTHING * g_y
-            dir_z = g_z if dir_z is None else (1 - SMOOTHING) * dir_z + SMOOTHING * g_z
-            # Components at 0 pushed further down do not move: leave them out of the norm.
-            move_y = np.where((y > 0) | (dir_y > 0), dir_y, 0.0)
-            move_z = np.where((z > 0) | (dir_z > 0), dir_z, 0.0)
-            norm = float(move_y @ move_y + move_z @ move_z)
-            if norm <= 0.0:
-                break  # a zero subgradient: y is optimal
-            # Polyak towards the incumbent's value, but no further than TARGET_SHARE above the best
-            # value: a poor incumbent would otherwise make every step overshoot.
-            best = max(self.best, self.floor)
-            target = min(self.upper, best + TARGET_SHARE * max(1.0, abs(best)))
-            target = max(target, best + 1e-4 * max(1.0, abs(best)))
-            step = factor * (target - value) / norm
-            y = np.maximum(0.0, y + step * move_y / data.capacity)
-            if z.size:
-                z = np.maximum(0.0, z + step * move_z / float(data.budget))

@@ -1,0 +1,207 @@
+"""The chain Lagrangian with block-constant multipliers: the same bound, priced ``B`` times faster.
+
+Any multipliers ``y, z >= 0`` give a valid chain-Lagrangian bound
+(:mod:`kvsched.csp.bounds.chain`), in particular multipliers constant on blocks
+of ``B`` consecutive slots. At such multipliers the exact chain price is a
+programme over blocks with a sliding-window minimum
+(:mod:`kvsched.csp.bounds._block_kernels`), ``O(states)`` per block instead of
+``O(states x B)``: many more subgradient iterations fit in the same time. The
+ascent runs on coarse blocks first and then on finer ones (a block's multiplier
+is copied to its halves, so the value carries over), down to single slots; the
+best value of every level is a bound.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kvsched.csp.bounds._ascent import Ascent
+from kvsched.stop import Deadline
+
+if TYPE_CHECKING:
+    from kvsched.csp.bounds.chain import ChainData
+
+#: The coarsest level has about this many blocks over the dual horizon.
+COARSE_BLOCKS = 32
+#: Each level's blocks are this many times shorter than the previous level's.
+REFINE = 4
+#: A level ends the ladder when the next one could not price this many times in the time left.
+FEW_PRICINGS = 8
+#: The finest block length: below it the slot-level kernel prices faster (measured break-even near 4).
+FINEST = 8
+#: Share of the time left that a level other than the last may take.
+LEVEL_SHARE = 0.5
+#: A level other than the last ends once its step factor has been halved below this (it has stalled).
+LEVEL_MIN_FACTOR = 1 / 16
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BlockAscent:
+    """The best value (slots) over the levels, its slot multipliers, and the pricings spent."""
+
+    value: float
+    y: np.ndarray
+    z: np.ndarray
+    iterations: int
+    factor: float  # the step factor the last level reached
+    cost: float  # seconds of the last pricing
+    chains: np.ndarray | None  # the last pricing's chains (flat slots)
+
+
+def block_spans(horizon: int) -> tuple[int, ...]:
+    """The default ladder: a power of two near ``horizon / COARSE_BLOCKS`` (at least 2), then shorter by
+    ``REFINE`` while at least ``FINEST`` (short horizons get one level of 2-slot blocks: cheap either way)."""
+    span = 1 << max(1, math.floor(math.log2(max(1.0, horizon / COARSE_BLOCKS))))
+    out = [span]
+    while span // REFINE >= FINEST:
+        span //= REFINE
+        out.append(span)
+    return tuple(out)
+
+
+def _block_kernels():
+    """The block pricing kernel, imported on first use (numba's import is slow)."""
+    from kvsched.csp.bounds import _block_kernels
+
+    return _block_kernels
+
+
+def _chain_kernels():
+    from kvsched.csp.bounds import _chain_kernels
+
+    return _chain_kernels
+
+
+def _block_kernels():
+    """The block pricing kernel, imported on first use (numba's import is slow)."""
+    from kvsched.csp.bounds import _block_kernels
+
+    return _block_kernels
+
+
+def evaluate_blocks(
+    data: ChainData,
+    span: int,
+    y: np.ndarray,
+    z: np.ndarray | None = None,
+    *,
+    prev: np.ndarray | None = None,
+):
+    """``L(y, z)`` at block-constant multipliers (``y[b]`` on slots ``[b span, (b + 1) span)``).
+
+    Returns the value (slots), the chains (flat slots), the prompt slots and the
+    memory and token loads summed per block.
+    """
+    y = np.ascontiguousarray(y, dtype=np.float64)
+    z = np.zeros(0) if z is None or data.budget is None else np.ascontiguousarray(z, dtype=np.float64)
+    use_prev = prev is not None
+    prev = prev if prev is not None else np.zeros(1, dtype=np.int64)
+    price, chains, pslot = _block_kernels().price_blocks(
+        data.release, data.earliest, data.output, data.prompt, data.arrival, data.offset, data.block, span,
+        y, z, data.objective, prev, use_prev,
+    )  # fmt: skip
+    load, tokens = _chain_kernels().chain_loads(
+        data.output, data.prompt, data.offset, data.block, chains, pslot, y.size * span, z.size > 0
+    )
+    value = float(price.sum() - data.capacity * span * y.sum())
+    if z.size:
+        value -= float(data.budget) * span * float(z.sum())
+        tokens = tokens.reshape(-1, span).sum(axis=1)
+    return value, chains, pslot, load.reshape(-1, span).sum(axis=1), tokens
+
+
+def block_pricer(data: ChainData, span: int, prev: np.ndarray | None = None):
+    """Block pricing for :class:`kvsched.csp.bounds._ascent.Ascent`; last call's chains narrow the bands."""
+    last: list[np.ndarray | None] = [prev]
+
+    def price(y: np.ndarray, z: np.ndarray, reset: bool):
+        value, chains, _, load, tokens = evaluate_blocks(data, span, y, z, prev=last[0])
+        last[0] = chains
+        return value, load, tokens
+
+    price.last = last  # type: ignore[attr-defined]
+    return price
+
+
+def block_ascent(
+    data: ChainData,
+    y: np.ndarray,
+    z: np.ndarray,
+    upper: float,
+    deadline: Deadline,
+    *,
+    spans: tuple[int, ...],
+    iterations: int = 5000,
+    on_improve=None,
+    floor: float = -math.inf,
+    first_cost=lambda y, z: 0.0,
+    until: Deadline | None = None,
+    log=None,
+) -> BlockAscent:
+    """Subgradient ascent on block-constant multipliers, coarse to fine.
+
+    ``y`` and ``z`` are slot multipliers (the warm start); each level averages
+    them over its blocks, ascends (at most ``LEVEL_SHARE`` of the time left, and
+    until it stalls, but for the last level) and hands its best point, slot by
+    slot, to the next level. ``spans`` must each divide the previous one. At most
+    ``iterations`` pricings in all; the deadline is checked before each, and a
+    pricing is not started when its predicted time exceeds what is left:
+    ``first_cost(y, z)`` (slot multipliers) for the first, the last one's time for
+    the next, and a level's first at the previous level's last time scaled by the
+    ratio of block lengths (the block programme's work is at most inversely
+    proportional to the block length). ``until`` (default ``deadline``) is the
+    caller's own deadline: where the next level, or after the last the slot pricing,
+    could not price ``FEW_PRICINGS`` times before it, the level goes on to it.
+    """
+    # Every level's blocks tile the same padded horizon, so a coarse point is exactly a fine one: the
+    # value carries over from level to level.
+    horizon = -(-y.size // spans[0]) * spans[0]
+    y = np.concatenate([y, np.zeros(horizon - y.size)])
+    z = np.concatenate([z, np.zeros(horizon - z.size)]) if z.size else z
+    best, best_y, best_z, used = -math.inf, y, z, 0
+    prev = None
+    factor = 1.0  # a finer level starts at the step its coarser one had reached (the value carries over)
+    cost = first_cost(y, z)  # predicted seconds of the level's first pricing
+    for level, span in enumerate(spans):
+        last = level == len(spans) - 1
+        blocks = horizon // span
+        yb = best_y.reshape(blocks, span).mean(axis=1)
+        zb = best_z.reshape(blocks, span).mean(axis=1) if z.size else z
+        pricer = block_pricer(data, span, prev)
+        if level:  # the previous level's last pricing, scaled
+            cost *= spans[level - 1] / span
+        ascent = Ascent(
+            data, upper, pricer, on_improve=on_improve, floor=max(best, floor), span=span,
+            min_factor=1e-3 if last else factor * LEVEL_MIN_FACTOR, factor=factor,
+            first_cost=lambda y, z, cost=cost: cost,
+        )  # fmt: skip
+        tic = time.perf_counter()
+        ascent.run(yb, zb, deadline if last else deadline.share(LEVEL_SHARE), iterations - used)
+        outer = until or deadline
+        if outer.bounded and not outer.expired():
+            # A finer level (after the last, the slot pricing) that cannot price a few times in the time
+            # left would only stall: stay on this one, to the end of ``until``.
+            done = ascent.iterations
+            ahead = (ascent.last_cost if done else cost) * span / (1 if last else spans[level + 1])
+            if ahead * FEW_PRICINGS > outer.remaining():
+                ascent.min_factor = 1e-3
+                ascent.run(ascent.best_y, ascent.best_z, outer, iterations - used - done)
+                last = True
+        used += ascent.iterations
+        prev = pricer.last[0]
+        factor = ascent.factor
+        cost = ascent.last_cost if ascent.iterations else cost
+        if log is not None:
+            log(span, ascent.iterations, ascent.best, time.perf_counter() - tic)
+        if ascent.best > best:
+            best = ascent.best
+            best_y = np.repeat(ascent.best_y, span)
+            best_z = np.repeat(ascent.best_z, span) if z.size else z
+        if last or deadline.expired() or used >= iterations:
+            break
+    return BlockAscent(best, best_y, best_z, used, factor, cost, prev)

@@ -1,0 +1,98 @@
+"""Block-constant multipliers for the chain Lagrangian: the same prices, so the same valid bound."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kvsched.csp.bounds import _block_kernels, chain_lagrangian
+from kvsched.csp.bounds.chain import ChainData, evaluate
+from kvsched.csp.bounds.chain_blocks import block_spans, evaluate_blocks
+from kvsched.csp.objectives import OBJECTIVES
+from kvsched.schedule.validate import replay
+from tests.brute import brute_force
+from tests.strategies import SETTINGS, instances, legal_schedules
+
+CHAIN_OBJECTIVES = ("total-latency", "sum-ttft")
+TOL = 1e-9
+
+
+def _random_blocks(rng: np.random.Generator, blocks: int, budget: bool) -> tuple[np.ndarray, np.ndarray]:
+    y = rng.exponential(0.3, blocks) * (rng.random(blocks) < 0.7)
+    z = rng.exponential(0.3, blocks) * (rng.random(blocks) < 0.5) if budget else np.zeros(0)
+    return y, z
+
+
+@settings(max_examples=40, deadline=None, derandomize=True, database=None)
+@given(
+    instances(max_requests=5, cost="unit"),
+    st.integers(0, 2**31),
+    st.integers(1, 5),
+    st.sampled_from(CHAIN_OBJECTIVES),
+)
+def test_block_pricing_is_the_slot_pricing_at_block_constant_multipliers(inst, seed, span, objective):
+    """Compiled block programme = slot programme at the expanded multipliers = plain-Python reference."""
+    data = ChainData.from_instance(inst, objective)
+    rng = np.random.default_rng(seed)
+    y, z = _random_blocks(rng, int(rng.integers(1, 10)), data.budget is not None)
+    value, chains, pslot, load, tokens = evaluate_blocks(data, span, y, z)
+    slots = evaluate(data, np.repeat(y, span), np.repeat(z, span) if z.size else None)
+    assert value == pytest.approx(slots.value, abs=1e-9)
+    reference = _block_kernels.price_blocks_python(
+        data.release, data.earliest, data.output, data.prompt, data.arrival, data.block, span, y,
+        z if data.budget is not None else np.zeros(0), data.objective,
+    )  # fmt: skip
+    assert value == pytest.approx(reference.sum() - data.capacity * span * y.sum() - (
+        data.budget * span * z.sum() if z.size else 0.0), abs=1e-9)  # fmt: skip
+    # The chains are chains (increasing slots from the earliest), their loads are summed per block,
+    # and re-pricing from them narrows the bands only.
+    for j in range(data.n):
+        own = chains[data.offset[j] : data.offset[j] + data.output[j]]
+        assert own[0] >= data.earliest[j]
+        if objective == "total-latency":
+            assert np.all(np.diff(own) > 0)
+            assert data.release[j] <= pslot[j] <= own[0]
+    assert load.size == y.size
+    assert tokens.size == (y.size if z.size else 0)
+    again = evaluate_blocks(data, span, y, z, prev=chains)
+    assert again[0] == pytest.approx(value, abs=1e-9)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(instances(max_requests=4, cost="unit"), st.integers(0, 2**31), st.sampled_from(CHAIN_OBJECTIVES))
+def test_span_one_is_the_exact_pricing(inst, seed, objective):
+    data = ChainData.from_instance(inst, objective)
+    rng = np.random.default_rng(seed)
+    y, z = _random_blocks(rng, int(rng.integers(1, 30)), data.budget is not None)
+    assert evaluate_blocks(data, 1, y, z)[0] == pytest.approx(evaluate(data, y, z).value, abs=1e-9)
+
+
+tiny = instances(max_requests=3, max_prompt=3, max_output=3, cost="unit")
+
+
+@settings(max_examples=15, deadline=None, derandomize=True, database=None)
+@given(tiny, st.sampled_from(CHAIN_OBJECTIVES), st.sampled_from([(2,), (4, 2), (8, 4, 1)]))
+def test_block_bound_below_the_brute_force_optimum(inst, objective, spans):
+    """With and without budgets and arrivals, evictions allowed."""
+    opt = brute_force(inst, objective, allow_eviction=True)
+    result = chain_lagrangian(inst, objective, max_iterations=40, spans=spans)
+    assert result.bound.value <= opt + TOL * max(1.0, opt)
+
+
+@settings(SETTINGS, max_examples=30)
+@given(legal_schedules(instances(max_requests=6, cost="unit")), st.sampled_from([(2,), (4, 1), (16, 4)]))
+def test_block_bound_below_every_legal_schedule(built, spans):
+    """Random legal schedules: chunks, pauses, evictions, idle slots, real-valued arrivals."""
+    trace = replay(built.instance, built.schedule)
+    for objective in CHAIN_OBJECTIVES:
+        value = OBJECTIVES[objective](trace)
+        bound = chain_lagrangian(built.instance, objective, max_iterations=30, spans=spans).bound.value
+        assert bound <= value + TOL * max(1.0, value)
+
+
+def test_block_ladder():
+    assert block_spans(100) == (2,)
+    assert block_spans(17_000) == (512, 128, 32, 8)
+    assert all(a % b == 0 for a, b in zip(block_spans(150_000), block_spans(150_000)[1:], strict=False))
