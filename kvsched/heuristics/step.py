@@ -28,6 +28,7 @@ several engines by time, cutting runs at the next dispatch (``horizon``).
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 
 from kvsched.costmodel import CostModel
@@ -298,6 +299,10 @@ class Stepper:
         n = state.n
         num_batches = self.num_batches
         now = 0.0
+        # The loop makes no reference cycles (arrays, tuples, records): the cyclic collector's passes
+        # over the growing trace cost 3-5% of it and free nothing, so it pauses until the loop ends.
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             while state.num_done < n:
                 clock = state.clock
@@ -340,6 +345,8 @@ class Stepper:
                             on_record(run_record)
         finally:
             self.num_batches = num_batches
+            if collecting:
+                gc.enable()
 
 
 __all__ = ["BATCHES_PER_TOKEN", "Entry", "Record", "Stepper", "batch_limit"]
