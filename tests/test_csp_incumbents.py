@@ -8,12 +8,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvsched.csp.incumbents import Incumbent, decide, greedy, kv_area
-from kvsched.csp.incumbents.best import best_incumbent
+from kvsched.csp.incumbents.best import best_incumbent, variant_kind
 from kvsched.csp.incumbents.lns import improve
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
-from kvsched.schedule.validate import replay
+from kvsched.schedule.validate import instance_cost_model, replay
 from kvsched.stop import Deadline
 from tests.brute import brute_force
 
@@ -262,3 +262,77 @@ def test_lns_never_worsens_and_keeps_its_deadline():
     assert better.value <= start.value
     assert better.value == _value(inst, better)
     assert better.stats["evaluations"] > 0
+
+
+# ------------------------------------------------------------------ token budgets: refill weight, chunks
+def _budget_instance(rng: np.random.Generator, n: int) -> Instance:
+    """Unit time, long prompts against a small budget, tight KV: refills take several batches."""
+    reqs = [
+        (int(rng.integers(1, 40)), int(rng.integers(1, 20)), float(rng.integers(0, 30))) for _ in range(n)
+    ]
+    peak = max(i + o - 1 for i, o, _ in reqs)
+    block = int(rng.choice([1, 1, 4]))
+    m = max(-(-peak // block) * block, int(rng.integers(peak, 2 * peak)))
+    c = int(rng.integers(6, 20))
+    return _inst(reqs, m, c, c if rng.random() < 0.5 else None, block=block)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_budget_options_run_the_same_in_both_kernels_and_replay(seed):
+    rng = np.random.default_rng(200 + seed)
+    inst = _budget_instance(rng, int(rng.integers(5, 40)))
+    for preempt in (True, False):
+        for weight, chunk, fit in ((4.0, 0, False), (0.0, 8, False), (0.0, 0, True), (64.0, 5, True)):
+            kw = {"preempt": preempt, "refill_weight": weight, "min_chunk": chunk, "fit_chunk": fit}
+            fast = greedy(inst, "remaining-area", **kw)  # replayed strictly inside: legal and complete
+            slow = greedy(inst, "remaining-area", jit=False, **kw)
+            assert fast.schedule.same_as(slow.schedule)
+            assert fast.value == slow.value == _value(inst, fast)
+            other = greedy(inst, "remaining-output", **kw)
+            assert other.value == _value(inst, other)
+
+
+def test_options_off_change_nothing():
+    inst = _budget_instance(np.random.default_rng(7), 30)
+    plain = greedy(inst, "remaining-area")
+    off = greedy(inst, "remaining-area", refill_weight=0.0, min_chunk=0, fit_chunk=False)
+    assert plain.schedule.same_as(off.schedule) and plain.name == off.name
+
+
+def test_min_chunk_starts_no_prompt_on_a_sliver_of_budget():
+    rng = np.random.default_rng(12)
+    inst = _budget_instance(rng, 40)
+    c = inst.limits.max_batch_tokens
+    chunk = min(8, c)
+    prompt = np.array([r.prompt for r in inst.requests])
+    log = decide(inst, "remaining-area", min_chunk=chunk)
+    first = (log.context == 0) & (log.phases == 0)  # a request's first prefill chunk
+    assert first.any()
+    assert (log.tokens[first] >= np.minimum(prompt[log.requests[first]], chunk)).all()
+    # Larger than the budget it is clamped to it: every request still starts.
+    assert greedy(inst, "remaining-area", min_chunk=10 * c).value == _value(
+        inst, greedy(inst, "remaining-area", min_chunk=10 * c)
+    )
+
+
+def test_refill_weight_evicts_the_cheap_refill_first():
+    # M = 14, C = P = 4. A (I 8, O 4) and B (I 2, O 6) both hold KV when C (I 3, O 1) arrives at 3 with
+    # a smaller key than either. Plain remaining area evicts A (the larger key), whose refill of 9+
+    # tokens takes 3 batches of budget; with a refill weight A ranks first and B (one chunk) goes instead.
+    inst = _inst([(8, 4, 0), (2, 6, 0), (3, 1, 3)], 14, c=4, p=4)
+    assert decide(inst, "remaining-area").evicted.tolist() == [0]
+    assert decide(inst, "remaining-area", refill_weight=4.0).evicted.tolist() == [1]
+    assert greedy(inst, "remaining-area", refill_weight=4.0).value == _value(
+        inst, greedy(inst, "remaining-area", refill_weight=4.0)
+    )
+
+
+def test_unit_time_with_a_budget_gets_the_budget_variants():
+    budget = _inst([(5, 3, 0), (4, 2, 1)], 12, c=4, p=4)
+    free = _inst([(5, 3, 0), (4, 2, 1)], 12)
+    linear = _inst([(5, 3, 0), (4, 2, 1)], 12, c=4, p=4, time_model="infermax-linear")
+    kinds = [variant_kind(i, instance_cost_model(i)) for i in (budget, free, linear)]
+    assert kinds == ["budget", "free", "costly"]
+    best = best_incumbent(budget, policies=())
+    assert len(best.stats["tried"]) > 1
+    assert best.value == min(best.stats["tried"].values())

@@ -6,7 +6,14 @@
 """
 
 from kvsched.csp.incumbents.base import Incumbent
-from kvsched.csp.incumbents.best import FAST_POLICIES, VARIANTS, best_incumbent, eviction_is_free
+from kvsched.csp.incumbents.best import (
+    FAST_POLICIES,
+    VARIANTS,
+    Variant,
+    best_incumbent,
+    eviction_is_free,
+    variant_kind,
+)
 from kvsched.csp.incumbents.greedy import decide, greedy
 from kvsched.csp.incumbents.lns import improve
 from kvsched.csp.incumbents.log import BatchLog
@@ -18,6 +25,7 @@ __all__ = [
     "VARIANTS",
     "BatchLog",
     "Incumbent",
+    "Variant",
     "best_incumbent",
     "decide",
     "eviction_is_free",
@@ -25,4 +33,5 @@ __all__ = [
     "improve",
     "kv_area",
     "rule_keys",
+    "variant_kind",
 ]

@@ -14,11 +14,12 @@ Array layout (``n`` requests; rows of 2-D arrays):
 
 * ``ia`` int64 (7, n): prompt I, output O, generated G, KV held m, phase, done, evictions;
 * ``fa`` float64 (2, n): arrival, static key;
-* ``lim`` int64 (10,): KV blocks, block size, C, P, max_running (-1: none), rule,
-  preempt, fast, whether ``clock[1]`` is every batch's duration, admission lookahead (tokens);
+* ``lim`` int64 (12,): KV blocks, block size, C, P, max_running (-1: none), rule,
+  preempt, fast, whether ``clock[1]`` is every batch's duration, admission lookahead (tokens),
+  smallest first chunk of an admission (tokens), whether a started prefill shrinks its chunk to fit;
 * ``sc`` int64 (9,): arrival pointer, waiting, holders, batches, items, evictions,
   completed, pending inserts, (unused);
-* ``clock`` float64 (2,): the next batch's earliest start, the constant duration;
+* ``clock`` float64 (3,): the next batch's earliest start, the constant duration, the refill weight;
 * ``ib`` int64 (8, n): waiting list (worst first), holders, next holders, pending, arrival
   order, marks, scratch, per span of :data:`SPAN` entries the smallest first item in blocks;
 * ``fb`` float64 (4, n): waiting keys, holder keys, pending keys, scratch;
@@ -68,6 +69,7 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
     budget_p = lim[3] if lim[3] >= 0 else _BIG
     budget_r = lim[4] if lim[4] >= 0 else _BIG
     rule, preempt, fast, const, lookahead = lim[5], lim[6], lim[7], lim[8], lim[9]
+    min_chunk, fit_chunk = lim[10], lim[11]
     order_ptr, wlen, hlen, nbat, nit, nev_log, ndone, plen = (
         sc[0],
         sc[1],
@@ -79,6 +81,8 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
         sc[7],
     )
     t = clock[0]
+    refill_weight = clock[2]
+    refill_chunk = min(budget_c, budget_p)  # the most a refill can process per batch
     cap_b, cap_i, cap_e = bf.shape[1], it.shape[1], ev.shape[0]
     status = DONE
     decided = 0
@@ -163,6 +167,16 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
                 hkey[k] = rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem
             else:
                 hkey[k] = output[r] - gen[r]
+            if refill_weight > 0.0 and held[r] > 0:
+                # What evicting r would cost: refilling its KV m takes ceil(m / C) batches of the token
+                # budget, all but the last holding KV without generating (with no budget, one batch that
+                # generates). In the rule's own units: batches for remaining output, m per batch for the
+                # area keys (r's remaining area moves by about m per batch it generates).
+                chunks = (held[r] + refill_chunk - 1) // refill_chunk
+                if rule == REMAINING_OUTPUT:
+                    hkey[k] -= refill_weight * chunks
+                else:
+                    hkey[k] -= refill_weight * held[r] * chunks
         # Holders were left in last batch's priority order, which their new keys mostly keep:
         # a stable insertion sort is linear on such input (same order as a stable sort).
         for k in range(1, hlen):
@@ -189,6 +203,10 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
                     tok = 1 if tok_left >= 1 else 0
                 else:
                     tok = min(prompt[r] + gen[r] - m, tok_left, pre_left)
+                    if fit_chunk != 0 and (m + tok + bs - 1) // bs > free:
+                        # A started prefill or refill goes on with what the KV left holds, rather than
+                        # pausing on all it already holds.
+                        tok = min(tok, free * bs - m)
                 need = (m + tok + bs - 1) // bs
                 if tok >= 1 and run_left >= 1 and need <= free:
                     it[0, nit], it[1, nit], it[2, nit], it[3, nit] = r, tok, m, phase[r]
@@ -225,7 +243,10 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
             # (and itself), so that the next batches' decodes do not evict what was just prefilled;
             # the first item of a batch needs no room beyond its own (a batch is never empty).
             room = 0 if nit == first_item else lookahead * (nit - first_item + 1)
-            if need + room <= free:
+            # With ``min_chunk`` a request starts only with a first chunk that large (or its whole
+            # prompt): a sliver of budget left at the end of a batch would start a long prompt that
+            # then holds KV for batches before it generates.
+            if need + room <= free and tok >= min(prompt[r] + gen[r], min_chunk):
                 it[0, nit], it[1, nit], it[2, nit] = r, tok, 0
                 it[3, nit] = PREFILL if gen[r] == 0 else REFILL
                 nit += 1

@@ -4,41 +4,85 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from kvsched.costmodel.base import CostModel
 from kvsched.costmodel.unit import UnitCost
+from kvsched.csp.incumbents._kernel import advance_jit
 from kvsched.csp.incumbents.base import Incumbent
 from kvsched.csp.incumbents.greedy import greedy
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance
+from kvsched.jit import is_compiled
 from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline
 
-#: Greedy variants (rule, preempt, lookahead) when eviction is free (unit time, no token budget):
-#: the first always runs. Notes 005 Sec. 2: smallest remaining area first, preemptive, is best there.
-FREE_EVICTION_VARIANTS: tuple[tuple[str, bool, int], ...] = (
-    ("remaining-area", True, 0),
-    ("remaining-area", False, 0),
-    ("area", True, 0),
-    ("area", False, 0),
-    ("remaining-output", True, 0),
-    ("fcfs", False, 0),
+
+@dataclass(frozen=True, slots=True)
+class Variant:
+    """One greedy configuration: the keyword arguments of :func:`~kvsched.csp.incumbents.greedy.greedy`."""
+
+    rule: str
+    preempt: bool
+    lookahead: int = 0
+    refill_weight: float = 0.0
+    min_chunk: int = 0
+    fit_chunk: bool = False
+
+    def kwargs(self) -> dict[str, Any]:
+        return {
+            "preempt": self.preempt,
+            "lookahead": self.lookahead,
+            "refill_weight": self.refill_weight,
+            "min_chunk": self.min_chunk,
+            "fit_chunk": self.fit_chunk,
+        }
+
+
+#: Greedy variants when eviction is free (unit time, no token budget): the first always runs.
+#: Notes 005 Sec. 2: smallest remaining area first, preemptive, is best there.
+FREE_EVICTION_VARIANTS: tuple[Variant, ...] = (
+    Variant("remaining-area", True),
+    Variant("remaining-area", False),
+    Variant("area", True),
+    Variant("area", False),
+    Variant("remaining-output", True),
+    Variant("fcfs", False),
 )
-#: ... and when an eviction costs (a refill takes budget tokens or time): admissions keep room for the
+#: ... and when an eviction costs time (seconds-based cost models): admissions keep room for the
 #: running requests' next decodes (measured: a lookahead of 64 tokens takes 28-45% off total latency
 #: on 1k ShareGPT under infermax-linear with C = 512, against none).
-COSTLY_EVICTION_VARIANTS: tuple[tuple[str, bool, int], ...] = (
-    ("remaining-area", True, 64),
-    ("remaining-area", True, 0),
-    ("remaining-area", False, 16),
-    ("remaining-area", True, 256),
-    ("area", False, 64),
-    ("remaining-area", False, 0),
+COSTLY_EVICTION_VARIANTS: tuple[Variant, ...] = (
+    Variant("remaining-area", True, 64),
+    Variant("remaining-area", True, 0),
+    Variant("remaining-area", False, 16),
+    Variant("remaining-area", True, 256),
+    Variant("area", False, 64),
+    Variant("remaining-area", False, 0),
 )
-#: The variants for an instance, first one first.
-VARIANTS = {"free": FREE_EVICTION_VARIANTS, "costly": COSTLY_EVICTION_VARIANTS}
+#: ... and under unit time with a token budget, where a refill of m tokens takes ceil(m / C) batches of
+#: budget: holders are ranked by what evicting them costs (``refill_weight``), long prompts start only
+#: with a real first chunk and started ones go on with what the KV holds (docs/bounds.md, *Certified
+#: regret at scale*). The costly variants follow, for the instances where they are best.
+BUDGET_VARIANTS: tuple[Variant, ...] = (
+    Variant("remaining-area", True, 0, 256.0, 256, True),
+    Variant("remaining-area", False, 0, 64.0, 256, True),
+    Variant("remaining-area", False, 0, 0.0, 256, True),
+    Variant("remaining-area", True, 0, 64.0, 256, True),
+    Variant("remaining-area", False, 0),
+    Variant("remaining-area", True, 64),
+    Variant("remaining-area", False, 16),
+    Variant("remaining-area", True, 0, 16.0, 256, True),
+    Variant("remaining-area", False, 0, 256.0, 256, True),
+    Variant("remaining-area", True, 0),
+    Variant("remaining-area", True, 256),
+    Variant("area", False, 64),
+)
+#: The variants for an instance, first one first (:func:`variant_kind`).
+VARIANTS = {"free": FREE_EVICTION_VARIANTS, "costly": COSTLY_EVICTION_VARIANTS, "budget": BUDGET_VARIANTS}
 
 
 def eviction_is_free(instance: Instance, cost_model: CostModel) -> bool:
@@ -53,6 +97,17 @@ def eviction_is_free(instance: Instance, cost_model: CostModel) -> bool:
     )
 
 
+def variant_kind(instance: Instance, cost_model: CostModel) -> str:
+    """Which :data:`VARIANTS` an instance gets.
+
+    ``free`` where eviction is free (:func:`eviction_is_free`), ``budget`` under unit time with a token
+    or prefill budget, ``costly`` under seconds-based cost models.
+    """
+    if eviction_is_free(instance, cost_model):
+        return "free"
+    return "budget" if isinstance(cost_model, UnitCost) else "costly"
+
+
 #: Registered policies cheap enough to try (each is one simulation through the core).
 FAST_POLICIES: tuple[str, ...] = ("mcsf", "sarathi", "vllm-v1", "rank-o", "sarathi-ef")
 #: A policy simulation is priced at this many times the greedy's build and replay (it steps the core too).
@@ -64,14 +119,13 @@ def best_incumbent(
     objective: str = "total-latency",
     deadline: Deadline | None = None,
     *,
-    variants: Sequence[tuple[str, bool, int]] | None = None,
+    variants: Sequence[Variant] | None = None,
     policies: Sequence[str] = FAST_POLICIES,
     cost_model: CostModel | None = None,
 ) -> Incumbent:
     """The best validated schedule of the greedy variants and ``policies``, with its value and name.
 
-    ``variants`` defaults to :data:`FREE_EVICTION_VARIANTS` or :data:`COSTLY_EVICTION_VARIANTS`
-    (see :func:`eviction_is_free`). The first variant always runs (it is the first schedule of every time-limited solve; past
+    ``variants`` defaults to the instance's :data:`VARIANTS` (see :func:`variant_kind`). The first variant always runs (it is the first schedule of every time-limited solve; past
     the deadline it finishes in its cheapest mode). Each further candidate runs only if its
     estimated time, priced from the first variant's measured time, fits in what is left, so the
     deadline is kept without interrupting a policy mid-simulation. ``stats`` of the result
@@ -81,35 +135,40 @@ def best_incumbent(
     measure = objective_function(objective)
     cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
     if variants is None:
-        variants = VARIANTS["free" if eviction_is_free(instance, cost_model) else "costly"]
+        variants = VARIANTS[variant_kind(instance, cost_model)]
     tried: dict[str, float] = {}
     skipped: list[str] = []
-    (rule, preempt, lookahead), *others = variants
+    first, *others = variants
+    cold = not is_compiled(advance_jit)
     t0 = time.perf_counter()
     best = greedy(
         instance,
-        rule,
-        preempt=preempt,
-        lookahead=lookahead,
+        first.rule,
+        **first.kwargs(),
         objective=objective,
         deadline=deadline,
         cost_model=cost_model,
     )
     greedy_cost = time.perf_counter() - t0
+    if cold and is_compiled(advance_jit):
+        # The first run compiled the kernel (seconds): price the others from its build and replay instead
+        # (deciding takes less than those two), then from the runs themselves.
+        greedy_cost = 2.0 * (best.stats["build_s"] + best.stats["replay_s"])
     tried[best.name] = best.value
-    for rule, preempt, lookahead in others:
+    for variant in others:
         if deadline.remaining() < 1.5 * greedy_cost:
-            skipped.append(f"greedy:{rule}")
+            skipped.append(f"greedy:{variant.rule}")
             continue
+        started = time.perf_counter()
         cand = greedy(
             instance,
-            rule,
-            preempt=preempt,
-            lookahead=lookahead,
+            variant.rule,
+            **variant.kwargs(),
             objective=objective,
             deadline=deadline,
             cost_model=cost_model,
         )
+        greedy_cost = max(greedy_cost, time.perf_counter() - started)
         tried[cand.name] = cand.value
         best = min(best, cand, key=lambda inc: inc.value)
     policy_cost = POLICY_COST_FACTOR * (best.stats["build_s"] + best.stats["replay_s"])

@@ -69,6 +69,9 @@ def decide(
     preempt: bool = True,
     priority: np.ndarray | None = None,
     lookahead: int = 0,
+    refill_weight: float = 0.0,
+    min_chunk: int = 0,
+    fit_chunk: bool = False,
     deadline: Deadline | None = None,
     cost_model: CostModel | None = None,
     jit: bool = True,
@@ -87,6 +90,18 @@ def decide(
         Admit a waiting request only if, after it, the KV left covers ``lookahead`` more tokens
         for every request run in the batch so far: fewer admissions that the next decodes evict
         again, which pays where eviction is not free (token budgets, seconds-based cost models).
+    refill_weight
+        Price of evicting a holder, in units of what its refill costs: its key is lowered by
+        ``refill_weight`` times the refill's batches ``ceil(m / min(C, P))`` (times its KV m under the
+        area rules), so that holders whose refill is long are ranked ahead, paused or evicted last,
+        and preempted only by requests that much smaller. With a token budget a refill of m > C tokens
+        spans several batches that hold KV without generating and take budget from prefills (0: off).
+    min_chunk
+        Start a waiting request only with a first chunk of at least this many tokens (or its whole
+        prompt): no long prompt is started on the budget's last few tokens (clamped to C and P).
+    fit_chunk
+        A started prefill or refill whose next chunk does not fit the KV left runs a smaller one
+        that does, rather than pausing on what it holds.
     deadline
         Once it expires the kernel stops first-fit search and preemption: it finishes
         the schedule with the cheapest rule it has (holders first, waiting list walked
@@ -129,6 +144,14 @@ def decide(
             0,
             int(const),
             int(lookahead),
+            # Clamped to the budgets, so that the first item of a batch is always admissible.
+            min(
+                [
+                    int(min_chunk),
+                    *(b for b in (lim.max_batch_tokens, lim.max_prefill_tokens) if b is not None),
+                ]
+            ),
+            int(fit_chunk),
         ],
         dtype=np.int64,
     )
@@ -136,7 +159,9 @@ def decide(
     ib = np.zeros((8, n), dtype=np.int64)
     ib[4] = np.argsort(fa[0], kind="stable")
     fb = np.zeros((4, n), dtype=np.float64)
-    clock = np.array([float(fa[0].min()) if n else 0.0, cost_model.slot if const else np.nan])
+    clock = np.array(
+        [float(fa[0].min()) if n else 0.0, cost_model.slot if const else np.nan, float(refill_weight)]
+    )
     cap_b = max(1024, 2 * int(ia[1].max(initial=1)))
     bf = np.zeros((2, cap_b))
     bi = np.zeros((2, cap_b + 1), dtype=np.int64)
@@ -226,6 +251,9 @@ def greedy(
     preempt: bool = True,
     priority: np.ndarray | None = None,
     lookahead: int = 0,
+    refill_weight: float = 0.0,
+    min_chunk: int = 0,
+    fit_chunk: bool = False,
     objective: str = "total-latency",
     deadline: Deadline | None = None,
     cost_model: CostModel | None = None,
@@ -260,15 +288,25 @@ def greedy(
         preempt=preempt,
         priority=priority,
         lookahead=lookahead,
+        refill_weight=refill_weight,
+        min_chunk=min_chunk,
+        fit_chunk=fit_chunk,
         deadline=deadline,
         cost_model=cost_model,
         jit=jit,
     )
     t1 = time.perf_counter()
-    label = name or ("greedy:priority" if priority is not None else f"greedy:{rule}") + (
-        "" if preempt else "/no-preempt"
-    ) + (f"/lookahead={lookahead}" if lookahead else "")
+    label = name or (
+        ("greedy:priority" if priority is not None else f"greedy:{rule}")
+        + ("" if preempt else "/no-preempt")
+        + (f"/lookahead={lookahead}" if lookahead else "")
+        + (f"/refill-weight={refill_weight:g}" if refill_weight else "")
+        + (f"/min-chunk={min_chunk}" if min_chunk else "")
+        + ("/fit-chunk" if fit_chunk else "")
+    )
     params = {"rule": rule, "preempt": preempt, "lookahead": lookahead}
+    if refill_weight or min_chunk or fit_chunk:  # the original three alone where these are off
+        params.update(refill_weight=float(refill_weight), min_chunk=int(min_chunk), fit_chunk=bool(fit_chunk))
     schedule = log.to_schedule({"policy": label, "params": params})
     t2 = time.perf_counter()
     trace = replay(instance, schedule, cost_model)
