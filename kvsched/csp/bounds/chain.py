@@ -90,7 +90,7 @@ import numpy as np
 
 from kvsched.costmodel import UnitCost
 from kvsched.csp.bounds._ascent import Ascent
-from kvsched.csp.bounds.chain_blocks import block_ascent, block_spans
+from kvsched.csp.bounds.chain_blocks import block_ascent, block_spans, ray_search
 from kvsched.csp.certificate import Bound, Scope
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import make_policy, simulate
@@ -106,6 +106,8 @@ OBJECTIVES = {"total-latency": LATENCY, "sum-ttft": TTFT}
 WARM_POLICIES = ("sarathi", "vllm")
 #: Slack on rounding the bound up to the next integer number of slots (float round-off).
 ROUND_TOL = 1e-6
+#: Share of the time left that the warm start's scaling may take (a few coarse pricings).
+START_SHARE = 0.15
 #: Share of the time left that the block-constant multipliers (:mod:`.chain_blocks`) may take first.
 BLOCK_SHARE = 0.85
 #: Dynamic-programme cells per second assumed for a first chain pricing (measured ~3.7e8 on 2 loaded cores).
@@ -298,6 +300,14 @@ def warm_incumbent(instance: Instance) -> Trace:
     return simulate(instance, make_policy(WARM_POLICIES[-1])).trace
 
 
+def not_done(data: ChainData, trace: Trace, horizon: int) -> np.ndarray:
+    """R(t): requests not complete by slot ``t < horizon`` of ``trace`` (arrived or not)."""
+    done = np.ceil(trace.state.completion / data.slot - 1e-9).astype(np.int64)
+    count = np.zeros(horizon + 1)
+    np.add.at(count, np.clip(done, 0, horizon), 1.0)
+    return data.n - np.cumsum(count)[:horizon]
+
+
 def in_system(data: ChainData, trace: Trace, horizon: int) -> np.ndarray:
     """N(t): requests arrived and not complete in each slot ``t < horizon`` of ``trace``."""
     done = np.ceil(trace.state.completion / data.slot - 1e-9).astype(np.int64)
@@ -372,6 +382,16 @@ def chain_lagrangian(
     if spans and not deadline.expired():
         # Phase 1: multipliers constant on blocks, coarse to fine: each pricing is a block length
         # cheaper, and every value is a bound.
+        if y0 is None:
+            # Two warm-start shapes, N(t) / M and R(t) / M, each scaled along its ray to the best value
+            # (L is concave, so along a ray it is unimodal): which one is nearer the dual optimum
+            # depends on the instance (the ascent would take many steps to turn one into the other).
+            shapes = (y, not_done(data, trace, horizon) / data.capacity)
+            start = ray_search(data, shapes, spans[0], deadline.share(START_SHARE), on_value=record)
+            iterations += start.iterations
+            y, z = start.y, np.zeros(start.y.size if z.size else 0)  # searched at z = 0
+            if start.value > best:
+                best, best_y, best_z = start.value, y, z
         blocks = block_ascent(
             data, y, z, upper, deadline.share(BLOCK_SHARE), spans=spans,
             iterations=max_iterations - iterations, on_improve=record, floor=best,

@@ -128,6 +128,72 @@ def block_pricer(data: ChainData, span: int, prev: np.ndarray | None = None):
     return price
 
 
+@dataclass(frozen=True, slots=True, eq=False)
+class RayStart:
+    """The best scaled warm start: its value (slots), slot multipliers (``z = 0``) and the pricings spent."""
+
+    value: float
+    y: np.ndarray
+    iterations: int
+
+
+def ray_search(
+    data: ChainData,
+    shapes: tuple[np.ndarray, ...],
+    span: int,
+    deadline: Deadline,
+    *,
+    on_value=None,
+    rounds: int = 12,
+) -> RayStart:
+    """The best of ``alpha x shape`` over each shape's ray, priced at blocks of ``span`` slots.
+
+    ``L`` is concave, so ``alpha -> L(alpha y)`` is unimodal: from ``alpha = 1`` the
+    search doubles (or halves) while the value rises, then tries the geometric
+    midpoints on either side of the best. Every value is a bound (``on_value``
+    sees each). The deadline is checked before each pricing, against the last
+    one's time. Returns the first shape unscaled when nothing was priced.
+    """
+    horizon = -(-shapes[0].size // span) * span
+    best = RayStart(-math.inf, shapes[0], 0)
+    cost, used = 0.0, 0
+    cache: dict[tuple[int, float], float] = {}
+
+    def value(k: int, alpha: float) -> float:
+        nonlocal cost, used, best
+        if (k, alpha) in cache:
+            return cache[(k, alpha)]
+        if deadline.expired() or deadline.remaining() < 1.2 * cost:
+            return -math.inf
+        padded = np.zeros(horizon)
+        padded[: shapes[k].size] = alpha * shapes[k]
+        tic = time.perf_counter()
+        v = evaluate_blocks(data, span, padded.reshape(-1, span).mean(axis=1), None)[0]  # z = 0
+        cost, used = time.perf_counter() - tic, used + 1
+        cache[(k, alpha)] = v
+        if on_value is not None:
+            on_value(v)
+        if v > best.value:
+            best = RayStart(v, np.repeat(padded.reshape(-1, span).mean(axis=1), span), used)
+        return v
+
+    for k in range(len(shapes)):
+        if not np.any(shapes[k] > 0):
+            continue
+        alpha, here = 1.0, value(k, 1.0)
+        for factor in (2.0, 0.5):
+            steps = 0
+            while steps < rounds and value(k, alpha * factor) > here:
+                alpha *= factor
+                here = value(k, alpha)
+                steps += 1
+            if steps:
+                break
+        for factor in (2**0.5, 2**-0.5):
+            value(k, alpha * factor)
+    return RayStart(best.value, best.y, used)
+
+
 def block_ascent(
     data: ChainData,
     y: np.ndarray,
