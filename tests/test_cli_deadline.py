@@ -45,16 +45,17 @@ def test_the_solve_keeps_the_output_time_but_at_most_half_the_limit(capsys):
     assert solve_deadline(Deadline.never(), large) == Deadline.never()
 
 
+def _count_request_metrics(monkeypatch, calls: list) -> None:
+    """Count every computation of the per-request columns (``request_columns``, or a whole ``request_metrics``)."""
+    columns, frame = metrics.request_columns, metrics.request_metrics
+    monkeypatch.setattr(metrics, "request_columns", lambda *a, **k: calls.append(1) or columns(*a, **k))
+    monkeypatch.setattr(metrics, "request_metrics", lambda *a, **k: calls.append(1) or frame(*a, **k))
+    monkeypatch.setattr(serving, "request_metrics", lambda *a, **k: calls.append(1) or frame(*a, **k))
+
+
 def test_solve_computes_the_request_metrics_once(tmp_path, monkeypatch):
-    calls = []
-    original = metrics.request_metrics
-
-    def counted(trace):
-        calls.append(trace)
-        return original(trace)
-
-    monkeypatch.setattr(metrics, "request_metrics", counted)
-    monkeypatch.setattr(serving, "request_metrics", counted)
+    calls: list = []
+    _count_request_metrics(monkeypatch, calls)
     out = tmp_path / "r.json"
     assert main(["solve", FIG15, "--time-limit", "10", "--json", str(out)]) == 0
     assert len(calls) == 1  # the summary table and the JSON document read one frame
@@ -65,10 +66,8 @@ def test_solve_computes_the_request_metrics_once(tmp_path, monkeypatch):
 
 
 def test_simulate_computes_the_request_metrics_once(tmp_path, monkeypatch):
-    calls = []
-    original = metrics.request_metrics
-    monkeypatch.setattr(metrics, "request_metrics", lambda trace: calls.append(1) or original(trace))
-    monkeypatch.setattr(serving, "request_metrics", lambda trace: calls.append(1) or original(trace))
+    calls: list = []
+    _count_request_metrics(monkeypatch, calls)
     args = ["simulate", FIG15, "-p", "vllm", "--json", str(tmp_path / "s.json")]
     assert main([*args, "--requests-csv", str(tmp_path / "r.csv")]) == 0
     assert len(calls) == 1
