@@ -27,37 +27,36 @@ engine iterations (a coalesced run of k decode batches counts k) and
 
 Figures (issue #16), ``sarathi``, CPU seconds. *7987e18*: before the issue,
 measured while the shared 2-core machine was heavily loaded (load 7-11, so
-only CPU seconds are comparable). *f103559* and *now* (commit after 89d604e):
-2026-11-26 on the same machine at load 0.7-1.0, back to back (100k: f103559 at 03:24, now at
-04:50, one run), the loop best of 3; the peak is
-the command's own (``VmHWM``; until this date the column read the child's
-``ru_maxrss``, which Linux inflates with the forking benchmark's own size: the
-2411 MB at 100k was partly that).
+only CPU seconds are comparable). *f103559*: 2026-11-26 at load 0.7-1.0.
+*now* (f21972b): the same day at load 2.7-3.7, back to back
+with be5aec4 (the start of the second pass, whose figures are in
+``docs/simulation.md``); the loop best of 3, 100k one run; the peak is the
+command's own (``VmHWM``; until this date the column read the child's
+``ru_maxrss``, which Linux inflates with the forking benchmark's own size).
 
 =====================  =========  =======  ========================  =========================  ==================
 case                   batches    entries  loop CPU s                command CPU s              peak MB
                                            7987e18 / f103559 / now   7987e18 / f103559 / now    f103559 / now
 =====================  =========  =======  ========================  =========================  ==================
-azure-1k               38,265     5,829    2.54 / 0.36 / 0.24        6.51 / 1.27 / 1.18         110 / 103
-azure-10k              356,917    60,931   24.2 / 3.92 / 2.57        54.7 / 6.25 / 4.04         312 / 226
-azure-100k             3,674,563  596,517  - / 39.0 / 27.0           - / 60.3 / 32.5            2293 / 985
-sharegpt-10k-t0 (unit) 15,331     13,864   1.86 / 1.36 / 1.05        4.86 / 3.25 / 2.38         363 / 297
-all 36 on azure-1k     1,446,140  131,951  300 / 9.85 / 7.20         -                          -
+azure-1k               38,265     5,829    2.54 / 0.36 / 0.19        6.51 / 1.27 / 0.61         110 / 57
+azure-10k              356,917    60,931   24.2 / 3.92 / 2.05        54.7 / 6.25 / 2.85         312 / 156
+azure-100k             3,674,563  596,517  - / 39.0 / 20.8           - / 60.3 / 28.9            2293 / 914
+sharegpt-10k-t0 (unit) 15,331     13,864   1.86 / 1.36 / 0.94        4.86 / 3.25 / 1.83         363 / 239
+all 36 on azure-1k     1,446,140  131,951  300 / 9.85 / 6.09         -                          -
 =====================  =========  =======  ========================  =========================  ==================
 
 Issue #16's targets and where this stands. Met: all 36 policies on azure-1k
-<= 10 s (7.2 CPU s); azure-10k peak <= 300 MB (226 MB); azure-100k peak <= 1 GB
-(985 MB). Missed: azure-10k loop <= 1 s and command <= 2 s (2.6 and 4.0 CPU s),
-azure-100k command <= 15 s (32.5 CPU s), sharegpt-10k-t0 command <= 1 s (2.4 CPU
-s). What is left is the loop: azure-10k makes about 45,000 policy calls (a run
-cannot cross an arrival, a completion or a prompt chunk; each Azure prompt takes
-two or three mixed batches at C = 512) at about 15 us of policy plus 15 us of
-core each, and 16,000 runs at about 25 us: a floor of about 2-2.5 s for this
-design in Python. Reaching 1 s needs fewer calls (runs of mixed prefill-chunk
-batches in the IR) or a compiled loop; sharegpt-10k-t0's 15,331 batches hold
-about 240 items each, so numpy already does real work there. Outside the loop a
-command spends about 0.3 s importing, 0.1-0.2 s loading the trace and 0.5 s (10k)
-to 4 s (100k) on metrics. Where each change came from: ``docs/simulation.md``.
+<= 10 s (6.1 CPU s); azure-10k peak <= 300 MB (156 MB); azure-100k peak <= 1 GB
+(914 MB). Missed: azure-10k loop <= 1 s and command <= 2 s (2.05 and 2.85 CPU
+s), azure-100k command <= 15 s (28.9 CPU s), sharegpt-10k-t0 command <= 1 s
+(1.83 CPU s). What is left is mostly the loop: azure-10k makes about 45,000
+policy calls (a run cannot cross an arrival, a completion or a prompt chunk;
+each Azure prompt takes two or three mixed batches at C = 512) and 16,000 runs,
+about 45 us each with the core's step and record on ~7-item batches, where each
+numpy call costs 0.3-1 us. Outside the loop a fresh command spends about 0.3 s
+importing (numpy alone 0.1 s), 0.04 s loading a 10k trace (no pandas, no
+pydantic) and 0.3 s (10k) to 3 s (100k) on the token statistics. Where each
+change came from: ``docs/simulation.md``.
 
 Identical results: every run of ``schedule_fingerprint.py --check`` against the
 pre-issue fingerprints gave 288/288 unchanged.
