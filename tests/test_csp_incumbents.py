@@ -336,3 +336,33 @@ def test_unit_time_with_a_budget_gets_the_budget_variants():
     best = best_incumbent(budget, policies=())
     assert len(best.stats["tried"]) > 1
     assert best.value == min(best.stats["tried"].values())
+
+
+def test_unit_scales_reproduce_the_rule_and_scales_move_requests():
+    inst = _budget_instance(np.random.default_rng(21), 30)
+    n = len(inst)
+    for rule in ("remaining-area", "remaining-output", "area"):
+        plain = greedy(inst, rule, refill_weight=2.0)
+        ones = greedy(inst, rule, refill_weight=2.0, scale=np.ones(n))
+        assert plain.schedule.same_as(ones.schedule)
+    # A tiny scale puts a request first in every batch it is live in.
+    output = np.array([r.output for r in inst.requests])
+    late = int(np.argmax(output))
+    scale = np.ones(n)
+    scale[late] = 1e-9
+    moved = greedy(inst, "remaining-area", scale=scale)
+    assert moved.value == _value(inst, moved)
+    assert moved.trace.state.completion[late] <= greedy(inst, "remaining-area").trace.state.completion[late]
+    with pytest.raises(InputError):
+        greedy(inst, scale=-np.ones(n))
+
+
+def test_lns_searches_key_scales_of_a_dynamic_greedy():
+    inst = _budget_instance(np.random.default_rng(22), 40)
+    start = greedy(inst, "remaining-area", preempt=False, refill_weight=4.0, min_chunk=4, fit_chunk=True)
+    t0 = time.monotonic()
+    better = improve(inst, start, Deadline.after(1.5), window=6)
+    assert time.monotonic() - t0 < 1.5 + 0.5
+    assert better.value <= start.value
+    assert better.value == _value(inst, better)
+    assert better.stats["evaluations"] > 0

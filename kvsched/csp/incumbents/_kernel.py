@@ -13,7 +13,7 @@ the replay is what proves it.
 Array layout (``n`` requests; rows of 2-D arrays):
 
 * ``ia`` int64 (7, n): prompt I, output O, generated G, KV held m, phase, done, evictions;
-* ``fa`` float64 (2, n): arrival, static key;
+* ``fa`` float64 (2, n): arrival, static key (a dynamic rule's per-request scale: 1 for the rule itself);
 * ``lim`` int64 (12,): KV blocks, block size, C, P, max_running (-1: none), rule,
   preempt, fast, whether ``clock[1]`` is every batch's duration, admission lookahead (tokens),
   smallest first chunk of an admission (tokens), whether a started prefill shrinks its chunk to fit;
@@ -105,9 +105,9 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
                     pkey[k] = skey[r]
                 elif rule == REMAINING_AREA:
                     rem = output[r] - gen[r]
-                    pkey[k] = rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem
+                    pkey[k] = (rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem) * skey[r]
                 else:
-                    pkey[k] = output[r] - gen[r]
+                    pkey[k] = (output[r] - gen[r]) * skey[r]
             perm = np.argsort(pkey[:plen], kind="mergesort")
             low = wlen  # lowest index whose entry changed
             if plen > BULK:
@@ -164,9 +164,9 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
                 hkey[k] = skey[r]
             elif rule == REMAINING_AREA:
                 rem = output[r] - gen[r]
-                hkey[k] = rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem
+                hkey[k] = (rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem) * skey[r]
             else:
-                hkey[k] = output[r] - gen[r]
+                hkey[k] = (output[r] - gen[r]) * skey[r]
             if refill_weight > 0.0 and held[r] > 0:
                 # What evicting r would cost: refilling its KV m takes ceil(m / C) batches of the token
                 # budget, all but the last holding KV without generating (with no budget, one batch that

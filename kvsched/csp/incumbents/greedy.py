@@ -68,6 +68,7 @@ def decide(
     *,
     preempt: bool = True,
     priority: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
     lookahead: int = 0,
     refill_weight: float = 0.0,
     min_chunk: int = 0,
@@ -86,6 +87,8 @@ def decide(
         Let waiting requests evict lower-priority holders (else holders always go first).
     priority
         External per-request keys (smallest first), overriding ``rule``.
+    scale
+        Per-request positive factors on the rule's keys (see :func:`~kvsched.csp.incumbents.rules.rule_keys`).
     lookahead
         Admit a waiting request only if, after it, the KV left covers ``lookahead`` more tokens
         for every request run in the batch so far: fewer admissions that the next decodes evict
@@ -119,7 +122,7 @@ def decide(
         jit = use_compiled([K.advance_jit], deadline, interpreted_seconds=interpreted_seconds(instance))
     cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
     n = len(instance)
-    code, skey = rule_keys(instance, rule, priority)
+    code, skey = rule_keys(instance, rule, priority, scale)
     lim = instance.limits
     ia = np.zeros((7, n), dtype=np.int64)
     ia[0] = [r.prompt for r in instance.requests]
@@ -250,6 +253,7 @@ def greedy(
     *,
     preempt: bool = True,
     priority: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
     lookahead: int = 0,
     refill_weight: float = 0.0,
     min_chunk: int = 0,
@@ -287,6 +291,7 @@ def greedy(
         rule,
         preempt=preempt,
         priority=priority,
+        scale=scale,
         lookahead=lookahead,
         refill_weight=refill_weight,
         min_chunk=min_chunk,

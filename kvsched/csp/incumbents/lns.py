@@ -54,6 +54,80 @@ def _moves(
         yield rng.permutation(window)
 
 
+#: Factors a window of per-request key scales is multiplied by (earlier, later, a little, a lot).
+SCALE_MOVES = (0.5, 2.0, 0.8, 1.25, 0.2, 5.0)
+_DYNAMIC_RULES = ("remaining-area", "remaining-output")
+
+
+def _dynamic_params(incumbent: Incumbent) -> dict | None:
+    """The greedy keyword arguments of an incumbent made by the greedy under a dynamic rule, else None."""
+    params = incumbent.schedule.meta.get("params") if incumbent.schedule.meta else None
+    if not isinstance(params, dict) or params.get("rule") not in _DYNAMIC_RULES:
+        return None
+    if not str(incumbent.schedule.meta.get("policy", "")).startswith("greedy:"):
+        return None
+    keys = ("rule", "preempt", "lookahead", "refill_weight", "min_chunk", "fit_chunk")
+    return {k: params[k] for k in keys if k in params}
+
+
+def _scaled_search(
+    instance: Instance,
+    best: Incumbent,
+    params: dict,
+    deadline: Deadline,
+    *,
+    order: np.ndarray,
+    window: int,
+    rng: np.random.Generator,
+    cost_model: CostModel,
+    max_passes: int,
+    run_s: list[float],
+) -> tuple[Incumbent, int, int]:
+    """Windows of the completion order re-weighted: the greedy's own moving key times a per-request scale.
+
+    A move multiplies the scales of one window (requests adjacent in completion order) by a factor of
+    :data:`SCALE_MOVES`, moving them earlier or later while their keys still shrink as they generate;
+    it is kept when the replayed schedule is strictly better. Returns the best incumbent and the
+    numbers of candidates simulated and kept.
+    """
+    n = len(instance)
+    scale = np.ones(n, dtype=np.float64)
+    value = best.value
+    evaluations = accepted = 0
+    name = f"lns({best.name})"
+
+    def fits() -> bool:
+        return deadline.remaining() > run_s[0]
+
+    step = max(1, window // 2)
+    for _ in range(max_passes):
+        improved = False
+        starts = np.arange(0, max(1, n - 1), step)
+        for lo in rng.permutation(starts):
+            members = order[lo : lo + window]
+            for factor in SCALE_MOVES:
+                if not fits():
+                    break
+                trial = scale.copy()
+                trial[members] *= factor
+                started = time.perf_counter()
+                cand = greedy(
+                    instance, scale=trial, objective=best.objective, deadline=deadline,
+                    cost_model=cost_model, name=name, **params,
+                )  # fmt: skip
+                run_s[0] = max(run_s[0], time.perf_counter() - started)
+                evaluations += 1
+                if cand.value < value - 1e-9:
+                    scale, value, improved = trial, cand.value, True
+                    best, accepted = cand, accepted + 1
+                    break  # the next window
+            if not fits():
+                break
+        if not improved or not fits():
+            break
+    return best, evaluations, accepted
+
+
 def improve(
     instance: Instance,
     incumbent: Incumbent,
@@ -83,6 +157,9 @@ def improve(
     max_passes
         Passes over the whole order (a pass without improvement also ends the search).
 
+    Where ``incumbent`` is the greedy's under a dynamic rule (its schedule's meta says so) and no
+    ``keys`` are given, half the time first goes to windows of per-request scales on that rule's key
+    (:func:`_scaled_search`, in the incumbent's own greedy mode), the rest to the static orders.
     ``stats`` counts the candidates simulated (``evaluations``) and kept (``accepted``).
     """
     deadline = deadline or Deadline.never()
@@ -117,6 +194,16 @@ def improve(
         run_s[0] = max(run_s[0], time.perf_counter() - started)
         return cand
 
+    dynamic = _dynamic_params(incumbent) if keys is None else None
+    if n >= 2 and dynamic is not None and fits():
+        # The incumbent is a greedy under a moving key: search per-request scales of that key first,
+        # with half the time (its schedules start where the incumbent is; a static order starts far off).
+        half = Deadline.after(deadline.remaining() / 2)
+        best, evals, kept = _scaled_search(
+            instance, best, dynamic, half, order=completion_order(instance, incumbent), window=window,
+            rng=rng, cost_model=cost_model, max_passes=max_passes, run_s=run_s,
+        )  # fmt: skip
+        evaluations, accepted = evaluations + evals, accepted + kept
     if n >= 2 and fits():
         if keys is None:
             order = completion_order(instance, incumbent)

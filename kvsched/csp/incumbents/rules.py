@@ -3,9 +3,9 @@
 A rule is either *static* (one key per request, fixed for the whole run: total KV
 area, output length, arrival, or keys given from outside such as a relaxation's
 alpha-points) or *dynamic* (the key moves as the request generates: remaining KV
-area, remaining output). Dynamic keys only change when a request generates a
-token, so a waiting request's key is frozen while it waits; the kernel relies on
-that to keep the waiting list sorted once.
+area, remaining output; optionally scaled per request). Dynamic keys only change
+when a request generates a token, so a waiting request's key is frozen while it
+waits; the kernel relies on that to keep the waiting list sorted once.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def _static(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]):
 
 def _dynamic(code: int):
     def keys(instance: Instance) -> tuple[int, np.ndarray]:
-        return code, np.zeros(len(instance), dtype=np.float64)
+        return code, np.ones(len(instance), dtype=np.float64)  # per-request scales of the moving key
 
     return keys
 
@@ -60,7 +60,9 @@ RULES: dict[str, Callable[[Instance], tuple[int, np.ndarray]]] = {
 }
 
 
-def rule_keys(instance: Instance, rule: str, priority: np.ndarray | None = None) -> tuple[int, np.ndarray]:
+def rule_keys(
+    instance: Instance, rule: str, priority: np.ndarray | None = None, scale: np.ndarray | None = None
+) -> tuple[int, np.ndarray]:
     """The kernel's rule code and static keys for ``rule``, or for external ``priority`` keys.
 
     Parameters
@@ -70,13 +72,24 @@ def rule_keys(instance: Instance, rule: str, priority: np.ndarray | None = None)
     priority
         One finite key per request, smallest first (e.g. alpha-points or start times
         of a relaxation): the hook through which relaxations guide the greedy.
+    scale
+        One positive factor per request on a dynamic rule's key (the key still moves as the
+        request generates): how the local search moves requests earlier or later under a
+        dynamic rule. A static rule's keys are multiplied by it too.
     """
     if priority is not None:
         keys = np.asarray(priority, dtype=np.float64).reshape(-1)
         if keys.size != len(instance) or not np.isfinite(keys).all():
             raise InputError(f"priority: expected {len(instance)} finite keys, got {keys.size}")
-        return STATIC, keys.copy()
-    try:
-        return RULES[rule](instance)
-    except KeyError:
-        raise InputError(f"greedy rule {rule!r} is unknown (known: {', '.join(RULES)})") from None
+        code, base = STATIC, keys.copy()
+    else:
+        try:
+            code, base = RULES[rule](instance)
+        except KeyError:
+            raise InputError(f"greedy rule {rule!r} is unknown (known: {', '.join(RULES)})") from None
+    if scale is not None:
+        factors = np.asarray(scale, dtype=np.float64).reshape(-1)
+        if factors.size != len(instance) or not (np.isfinite(factors) & (factors > 0)).all():
+            raise InputError(f"scale: expected {len(instance)} positive finite factors, got {factors.size}")
+        base = base * factors
+    return code, base
