@@ -265,8 +265,8 @@ def test_lns_never_worsens_and_keeps_its_deadline():
 
 
 # ------------------------------------------------------------------ token budgets: refill weight, chunks
-def _budget_instance(rng: np.random.Generator, n: int) -> Instance:
-    """Unit time, long prompts against a small budget, tight KV: refills take several batches."""
+def _budget_instance(rng: np.random.Generator, n: int, time_model: str = "unit") -> Instance:
+    """Long prompts against a small budget, tight KV: refills take several batches."""
     reqs = [
         (int(rng.integers(1, 40)), int(rng.integers(1, 20)), float(rng.integers(0, 30))) for _ in range(n)
     ]
@@ -274,13 +274,13 @@ def _budget_instance(rng: np.random.Generator, n: int) -> Instance:
     block = int(rng.choice([1, 1, 4]))
     m = max(-(-peak // block) * block, int(rng.integers(peak, 2 * peak)))
     c = int(rng.integers(6, 20))
-    return _inst(reqs, m, c, c if rng.random() < 0.5 else None, block=block)
+    return _inst(reqs, m, c, c if rng.random() < 0.5 else None, block=block, time_model=time_model)
 
 
 @pytest.mark.parametrize("seed", range(6))
 def test_budget_options_run_the_same_in_both_kernels_and_replay(seed):
     rng = np.random.default_rng(200 + seed)
-    inst = _budget_instance(rng, int(rng.integers(5, 40)))
+    inst = _budget_instance(rng, int(rng.integers(5, 40)), "unit" if seed % 3 else "infermax-linear")
     for preempt in (True, False):
         for weight, chunk, fit in ((4.0, 0, False), (0.0, 8, False), (0.0, 0, True), (64.0, 5, True)):
             kw = {"preempt": preempt, "refill_weight": weight, "min_chunk": chunk, "fit_chunk": fit}
