@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from kvsched.errors import InputError
+from kvsched.instances.csvtrace import number_or_text
 from kvsched.instances.model import Instance, Limits, TimeModel
 from kvsched.stop import Deadline
 
@@ -233,12 +234,7 @@ def parse_value(text: str) -> object:
         return None
     if low in ("true", "false"):
         return low == "true"
-    for kind in (int, float):
-        try:
-            return kind(text)
-        except ValueError:
-            pass
-    return text
+    return number_or_text(text)
 
 
 def param_pairs(pairs: Sequence[str] | None, what: str = "--param") -> dict[str, object]:

@@ -114,8 +114,9 @@ def csv_columns(path: Path, text: str, header: list[str], at: list[int]) -> list
     return [np.array(v, dtype=np.float64) for v in values]
 
 
-def _cell(text: str) -> Any:
-    """A CSV cell as the number it spells (int before float), else the text: what an error message shows."""
+def number_or_text(text: str) -> Any:
+    """``text`` as the number it spells (int before float), else the text itself (a CSV cell in an error
+    message, a ``--param`` value)."""
     for kind in (int, float):
         try:
             return kind(text)
@@ -131,7 +132,7 @@ def first_bad_row(
     at = [(header.index(name), name, ok) for name, ok in checks.items() if name in header]
     for line, row in _rows(path, text, len(header)):
         for i, name, ok in at:
-            value = _cell(row[i].strip()) if i < len(row) else ""
+            value = number_or_text(row[i].strip()) if i < len(row) else ""
             if not ok(value):
                 return InputError(f"{path}: line {line}: {name}: {value!r} is not a valid value")
     return InputError(f"{path}: not a readable CSV file")  # not reached: some value failed its check

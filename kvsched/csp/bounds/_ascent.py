@@ -50,9 +50,8 @@ class Ascent:
         factor: float = 1.0,
     ):
         self.data, self.upper, self.price, self.on_improve = data, upper, price, on_improve
-        self.span = float(
-            span
-        )  # slots per multiplier (block-constant multipliers: their loads are block sums)
+        # Slots per multiplier (block-constant multipliers: their loads are block sums).
+        self.span = float(span)
         self.best, self.best_y, self.best_z = -math.inf, None, None
         self.floor = floor  # the best value known from elsewhere (a target never below it)
         self.iterations = 0

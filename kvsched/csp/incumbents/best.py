@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from kvsched.costmodel.base import CostModel
@@ -33,13 +33,7 @@ class Variant:
     fit_chunk: bool = False
 
     def kwargs(self) -> dict[str, Any]:
-        return {
-            "preempt": self.preempt,
-            "lookahead": self.lookahead,
-            "refill_weight": self.refill_weight,
-            "min_chunk": self.min_chunk,
-            "fit_chunk": self.fit_chunk,
-        }
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rule"}
 
 
 #: Greedy variants when eviction is free (unit time, no token budget): the first always runs.
@@ -129,8 +123,9 @@ def best_incumbent(
 ) -> Incumbent:
     """The best validated schedule of the greedy variants and ``policies``, with its value and name.
 
-    ``variants`` defaults to the instance's :data:`VARIANTS` (see :func:`variant_kind`). The first variant always runs (it is the first schedule of every time-limited solve; past
-    the deadline it finishes in its cheapest mode). Each further candidate runs only if its
+    ``variants`` defaults to the instance's :data:`VARIANTS` (see :func:`variant_kind`). The first
+    variant always runs (it is the first schedule of every time-limited solve; past the deadline it
+    finishes in its cheapest mode). Each further candidate runs only if its
     estimated time, priced from the first variant's measured time, fits in what is left, so the
     deadline is kept without interrupting a policy mid-simulation. ``stats`` of the result
     lists every candidate tried (``tried``: name -> value) and those skipped for time.
