@@ -72,16 +72,11 @@ def _block_kernels():
 
 
 def _chain_kernels():
+    """The slot kernels (their chain loads), imported on first use; chain.py imports this module, so
+    its own accessor cannot be imported here."""
     from kvsched.csp.bounds import _chain_kernels
 
     return _chain_kernels
-
-
-def _block_kernels():
-    """The block pricing kernel, imported on first use (numba's import is slow)."""
-    from kvsched.csp.bounds import _block_kernels
-
-    return _block_kernels
 
 
 def evaluate_blocks(
