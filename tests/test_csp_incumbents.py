@@ -366,3 +366,14 @@ def test_lns_searches_key_scales_of_a_dynamic_greedy():
     assert better.value <= start.value
     assert better.value == _value(inst, better)
     assert better.stats["evaluations"] > 0
+
+
+def test_lns_without_a_deadline_searches_key_scales_and_ends():
+    """No deadline: the scaled search's half of the time is unbounded too (it once built a Deadline from
+    an infinite remainder and refused it as a bad --time-limit), and the passes still end."""
+    inst = _budget_instance(np.random.default_rng(23), 12)
+    start = greedy(inst, "remaining-area", preempt=False, refill_weight=4.0, min_chunk=4, fit_chunk=True)
+    better = improve(inst, start, window=4, max_passes=1)
+    assert better.value <= start.value
+    assert better.value == _value(inst, better)
+    assert better.stats["evaluations"] > 0

@@ -201,7 +201,7 @@ def improve(
     if n >= 2 and dynamic is not None and fits():
         # The incumbent is a greedy under a moving key: search per-request scales of that key first,
         # with half the time (its schedules start where the incumbent is; a static order starts far off).
-        half = Deadline.after(deadline.remaining() / 2)
+        half = deadline.share(0.5)
         best, evals, kept = _scaled_search(
             instance, best, dynamic, half, order=completion_order(instance, incumbent), window=window,
             rng=rng, cost_model=cost_model, max_passes=max_passes, run_s=run_s,
