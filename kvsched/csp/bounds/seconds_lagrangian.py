@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvsched.costmodel import CalibratedCost, CostModel, HingeCost, InfermaxLinear, StaircaseCost
+from kvsched.csp.bounds._ascent import Signed, Subgradient
 from kvsched.csp.bounds.separable import SAFETY, Separable, separable_forms
 from kvsched.csp.certificate import Bound, Scope
 from kvsched.errors import InputError
@@ -74,18 +75,15 @@ WINDOWS = 1500
 SPAN = 4.0
 #: Extra horizon past the incumbent's makespan (share of it).
 HORIZON_MARGIN = 0.05
-#: Polyak target at most this share above the best value; steps halved after PATIENCE misses.
-TARGET_SHARE = 0.05
+#: The ascent (:class:`kvsched.csp.bounds._ascent.Subgradient`) halves its step after this many
+#: iterations without improvement.
 PATIENCE = 10
-SMOOTHING = 0.4
 #: Start and step of the share mixture (1: the incumbent's requests in the system share a batch's fixed
 #: part; 0: the items share it by the KV they hold).
 ALPHA0 = 0.5
 #: Warm start of the first form's machine prices: this share of the requests in the incumbent's system.
 WARM = 0.0
 ALPHA_STEP = 0.1
-#: Dynamic-programme cells per second assumed for a pricing before one has been timed.
-CELLS_PER_SECOND = 1.5e8
 
 
 def _kernels():
@@ -441,61 +439,35 @@ def seconds_lagrangian(
     y = np.zeros(nw)
     z = np.zeros(nw if data.budget is not None else 0)
     alpha = np.full(nw, ALPHA0)
-    best = -math.inf
-    best_mu, best_y, best_z, best_alpha = mu.copy(), y.copy(), z.copy(), alpha.copy()
     history: list[tuple[float, float]] = []
-    prev = data.prev
-    factor, streak, iterations, last_cost = 1.0, 0, 0, 0.0
-    d_mu = d_y = d_z = None
-    cells = float(np.sum(data.output * np.maximum(1, data.life - data.earliest + 1)))
-    for _ in range(max_iterations):
-        predicted = 1.2 * last_cost if iterations else cells / CELLS_PER_SECOND
-        if deadline.expired() or (iterations and deadline.remaining() < predicted):
-            break
-        tic = time.perf_counter()
-        got = evaluate(data, mu, y, z, alpha, prev=prev)
-        last_cost = time.perf_counter() - tic
-        iterations += 1
-        prev = got.chains
-        if got.value > best:
-            gained = got.value - best
-            best, best_mu, best_y, best_z, best_alpha = got.value, mu.copy(), y.copy(), z.copy(), alpha.copy()
-            history.append((time.perf_counter() - wall, _to_bound(best)))
-            streak = 0 if gained > 1e-6 * max(1.0, abs(best)) else streak + 1
-        else:
-            streak += 1
-        if streak >= PATIENCE:
-            factor *= 0.5
-            streak = 0
-            mu, y, z, alpha = best_mu.copy(), best_y.copy(), best_z.copy(), best_alpha.copy()
-            d_mu = d_y = d_z = None
-            if factor < 1e-3:
-                break
-            continue
+    prev: list[np.ndarray | None] = [data.prev]
+    scale_mu, scale_y = data.delta * sizes, data.capacity * sizes
+    scale_z = float(data.budget) * sizes if data.budget is not None else sizes
+
+    def price(x: tuple[np.ndarray, ...], reset: bool) -> tuple[float, tuple[np.ndarray, ...]]:
+        mu, y, z, alpha = x
+        got = evaluate(data, mu, y, z, alpha, prev=prev[0])
+        prev[0] = got.chains
         # Subgradients of the rows divided by their right-hand sides.
         m = mu.sum(axis=0)
         o = np.where(m > np.append(m[1:], 0.0), data.t_max, 0.0)  # o_W after window W
-        g_mu = (got.machine - data.delta * sizes - o + np.concatenate([[0.0], o[:-1]])) / (data.delta * sizes)
-        g_y = got.memory / (data.capacity * sizes) - 1.0
-        g_z = got.tokens / (float(data.budget) * sizes) - 1.0 if z.size else z
-        d_mu = g_mu if d_mu is None else (1 - SMOOTHING) * d_mu + SMOOTHING * g_mu
-        d_y = g_y if d_y is None else (1 - SMOOTHING) * d_y + SMOOTHING * g_y
-        d_z = g_z if d_z is None else (1 - SMOOTHING) * d_z + SMOOTHING * g_z
-        mv_mu = np.where((mu > 0) | (d_mu > 0), d_mu, 0.0)
-        mv_y = np.where((y > 0) | (d_y > 0), d_y, 0.0)
-        mv_z = np.where((z > 0) | (d_z > 0), d_z, 0.0)
-        norm = float((mv_mu * mv_mu).sum() + mv_y @ mv_y + mv_z @ mv_z)
-        if norm <= 0.0:
-            break
-        target = min(data.upper, best + TARGET_SHARE * max(1.0, abs(best)))
-        target = max(target, best + 1e-4 * max(1.0, abs(best)))
-        step = factor * (target - got.value) / norm
-        mu = np.maximum(0.0, mu + step * mv_mu / (data.delta * sizes))
-        y = np.maximum(0.0, y + step * mv_y / (data.capacity * sizes))
-        if z.size:
-            z = np.maximum(0.0, z + step * mv_z / (float(data.budget) * sizes))
-        # The share mixture: any alpha in [0, 1] is valid; move it towards the side that prices more.
-        alpha = np.clip(alpha + ALPHA_STEP * factor * np.sign(got.d_alpha), 0.0, 1.0)
+        g_mu = (got.machine - data.delta * sizes - o + np.concatenate([[0.0], o[:-1]])) / scale_mu
+        g_y = got.memory / scale_y - 1.0
+        g_z = got.tokens / scale_z - 1.0 if z.size else z
+        return got.value, (g_mu, g_y, g_z, got.d_alpha)
+
+    def improved(value: float) -> None:
+        history.append((time.perf_counter() - wall, _to_bound(value)))
+
+    # The share mixture: any alpha in [0, 1] is valid; it moves towards the side that prices more.
+    ascent = Subgradient(
+        data.upper, price, (scale_mu, scale_y, scale_z, 1.0), on_improve=improved, patience=PATIENCE,
+        signed={3: Signed(ALPHA_STEP, 0.0, 1.0)},
+    )  # fmt: skip
+    ascent.run((mu, y, z, alpha), deadline, max_iterations)
+    best = ascent.best
+    best_mu, best_y, best_z, _ = ascent.best_x
+    iterations = ascent.iterations
     return SecondsLagrangian(
         bound=Bound(_to_bound(best), SOURCE, Scope.ALL),
         mu=best_mu,
