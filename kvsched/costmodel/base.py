@@ -86,3 +86,33 @@ def decode_run_times(model: CostModel, context: np.ndarray, k: int) -> np.ndarra
     ones = np.ones(ctx.size, dtype=np.int64)
     phases = np.full(ctx.size, DECODE, dtype=np.int8)
     return np.array([model.batch_time(BatchView(ones, ctx + j, phases)) for j in range(k)], dtype=np.float64)
+
+
+def chunk_run_times(
+    model: CostModel, context: np.ndarray, chunk_context: int, chunk_tokens: int, chunk_phase: int, k: int
+) -> np.ndarray:
+    """Durations of ``k`` back-to-back mixed batches (a coalesced run with a prompt chunk).
+
+    Batch ``j`` (0-based) decodes one token for each request of ``context`` (which
+    holds ``context + j`` KV tokens before it) and then processes ``chunk_tokens``
+    tokens of one prefill or refill (code ``chunk_phase``) that holds
+    ``chunk_context + j * chunk_tokens`` KV tokens before it: the items in that
+    order, as :meth:`~kvsched.schedule.ir.Run.items` lays them out. A model may
+    define ``chunk_run_times(context, chunk_context, chunk_tokens, k)`` with a
+    closed form (or a loop on Python floats); it must return exactly (bit for bit)
+    what ``batch_time`` gives for each batch. Otherwise each batch is priced on its own.
+    """
+    fast = getattr(model, "chunk_run_times", None)
+    if fast is not None:
+        return fast(context, chunk_context, chunk_tokens, k)
+    ctx = np.asarray(context, dtype=np.int64)
+    n = int(ctx.size)
+    tokens = np.ones(n + 1, dtype=np.int64)
+    tokens[n] = chunk_tokens
+    phases = np.full(n + 1, DECODE, dtype=np.int8)
+    phases[n] = chunk_phase
+    out = np.empty(k, dtype=np.float64)
+    for j in range(k):
+        kv = np.append(ctx + j, chunk_context + j * chunk_tokens)
+        out[j] = model.batch_time(BatchView(tokens, kv, phases))
+    return out

@@ -10,7 +10,9 @@ paper's algorithm is defined by reservations (InferMax, seed 003 Sec. 3.1).
 Coalesced decode runs: a policy may opt in by defining ``repeat_decodes`` (see
 :class:`SteadyDecodes`); the simulator then asks it, after a decode-only batch,
 how many times in a row it would return that same batch, and the core applies
-them as one run. A policy without the method is stepped batch by batch.
+them as one run. A policy without the method is stepped batch by batch. Mixed
+runs (decodes plus one prompt chunk, repeated) are a second opt-in,
+``repeat_chunks`` (:class:`SteadyChunks`).
 
 True output lengths are hindsight. The view hands them out only to policies
 that declare ``uses_true_output = True`` (eviction-free reservation, Rank_O);
@@ -261,3 +263,33 @@ class SteadyDecodes(Protocol):
 def steady_decodes(policy: Policy) -> SteadyDecodes | None:
     """``policy`` if it opted in to coalesced decode runs, else ``None`` (the default "no")."""
     return cast(SteadyDecodes, policy) if callable(getattr(policy, "repeat_decodes", None)) else None
+
+
+@runtime_checkable
+class SteadyChunks(Protocol):
+    """The opt-in contract of mixed runs: decodes plus one prompt chunk, repeated (default "no").
+
+    After the policy returned ``decision`` (one token for each of its requests but
+    the last, then a chunk of ``c`` prompt or refill tokens of the last, no
+    evictions) and the simulator applied it, the chunk not finishing the prompt
+    and nothing completing, the simulator calls :meth:`repeat_chunks` once
+    instead of calling :meth:`Policy.next_batch` again and again.
+    """
+
+    def repeat_chunks(self, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """How many more times in a row (0 to ``limit``) :meth:`Policy.next_batch` would return ``decision``.
+
+        As :meth:`SteadyDecodes.repeat_decodes`, for the stretch the simulator
+        guarantees: within the ``limit`` batches no request arrives, none completes
+        before the last of them, each decodes one token for each decode of
+        ``decision`` and processes ``c`` more tokens of the chunk's request, which
+        does not reach the end of its prompt (or refill) in any of them; nothing
+        else changes. The policy updates its own bookkeeping as if it had been
+        called that many times. A smaller answer is safe, a larger one is a bug.
+        """
+        ...
+
+
+def steady_chunks(policy: Policy) -> SteadyChunks | None:
+    """``policy`` if it opted in to mixed runs, else ``None`` (the default "no")."""
+    return cast(SteadyChunks, policy) if callable(getattr(policy, "repeat_chunks", None)) else None

@@ -365,9 +365,41 @@ class InferMax:
         m + 1, which grows with its KV; the run lasts while all of them fit (beyond
         that a decode would evict). Eviction-free reservations never grow.
         """
+        return self._grow_decodes(view, np.asarray(decision.requests, dtype=np.int64), limit)
+
+    def repeat_chunks(self, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """Mixed runs (:class:`~kvsched.heuristics.base.SteadyChunks`): SARATHI's steady state while a
+        long prompt is chunked (decode priority, chunked prefill, hybrid batches).
+
+        ``decision`` is every running decode D, then a chunk of c tokens of one
+        request p that did not finish its prompt, filling the batch to P (n + c =
+        P: a chunk is min(S - m, P - tokens), and S - m > c). Through the run
+        nothing arrives, completes or is evicted and p never finishes its prompt
+        (the simulator's guarantee), so: the groups and their order hold (KV grows
+        equally for every decode; p stays mid-prefill); every decode is admitted
+        first as long as its reservation of m + 1 fits, exactly as in
+        :meth:`repeat_decodes`; p comes first among the running mid-prefill
+        requests (any other one before it in priority would have taken the chunk
+        in ``decision``: its chunk min(S - m, P - n) >= 1 fits C and P), needs no
+        memory (its whole input was reserved when it started) and again gets
+        min(S - m, P - n) = c; the batch is then full at P, so no other prefill
+        and no waiting request joins. Other flag sets answer 0 (batch by batch).
+        """
+        if self.priority != "decode" or not self.chunked:
+            return 0
+        req = np.asarray(decision.requests, dtype=np.int64)
+        n = int(req.size) - 1
+        if n and not self.hybrid:
+            return 0
+        if n + int(decision.tokens[-1]) != self._P or len(decision.evict):
+            return 0
+        return self._grow_decodes(view, req[:-1], limit) if n else limit
+
+    def _grow_decodes(self, view: SchedulerView, req: np.ndarray, limit: int) -> int:
+        """The batches (at most ``limit``) for which the decodes ``req`` keep fitting their reservations
+        of m + 1, taken as if each batch had been decided (the reservations grown to the last one)."""
         if self.reserve == "peak":
             return limit
-        req = np.asarray(decision.requests, dtype=np.int64)
         kv = view.kv[req]  # each batch j = 1, 2, ... of the run wants kv + j reserved
         alloc = self._alloc[req]
         free = self._capacity - self._reserved

@@ -148,7 +148,7 @@ _Segment = tuple[int, np.ndarray, np.ndarray | None]
 def _segments(entries: Sequence[Batch | Run]) -> tuple[np.ndarray, list[_Segment]]:
     """Every batch's start, and each entry as (the index after its last batch, requests, tokens).
 
-    A run's tokens are ``None`` (one per request in every batch).
+    A decode-only run's tokens are ``None`` (one per request in every batch).
     """
     starts: list[np.ndarray] = []
     segments: list[_Segment] = []
@@ -157,7 +157,11 @@ def _segments(entries: Sequence[Batch | Run]) -> tuple[np.ndarray, list[_Segment
         if type(e) is Run:
             starts.append(e.starts())
             end += e.repeat
-            segments.append((end, e.requests, None))
+            if e.chunk is None:
+                segments.append((end, e.requests, None))
+            else:
+                req, tok, _ = e.items()  # the decodes, then the chunk
+                segments.append((end, req, tok))
         else:
             starts.append(np.array([e.start]))
             end += 1

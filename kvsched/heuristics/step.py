@@ -13,7 +13,12 @@ policy that opted in (:func:`~kvsched.heuristics.base.steady_decodes`) says how
 many times in a row it would return that batch again, up to the next event (an
 arrival, a completion, the KV capacity: :meth:`EngineState.run_limit`). Those
 batches become one :class:`~kvsched.schedule.ir.Run`, checked and applied by the
-core in one step (:meth:`EngineState.step_run`). The batches are exactly those
+core in one step (:meth:`EngineState.step_run`). Mixed runs likewise: after a
+batch of decodes followed by one prompt (or refill) chunk that did not finish
+its prompt, with no eviction and no completion, a policy that opted in
+(:func:`~kvsched.heuristics.base.steady_chunks`) says how many times in a row it
+would return that batch again, up to the next event (the same ones, and the
+prompt's last chunk, which the run leaves out). The batches are exactly those
 of batch-by-batch stepping; only their storage is shorter.
 
 :class:`Stepper` splits the loop into its two moves, so that every driver runs
@@ -34,10 +39,10 @@ from collections.abc import Callable
 from kvsched.costmodel import CostModel
 from kvsched.costmodel.small import SMALL
 from kvsched.errors import KvschedError
-from kvsched.heuristics.base import Decision, Policy, SchedulerView, SteadyDecodes, steady_decodes
+from kvsched.heuristics.base import Decision, Policy, SchedulerView, steady_chunks, steady_decodes
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL, BatchRecord, EngineState
-from kvsched.schedule.ir import Batch, Run, batch_starts
+from kvsched.schedule.ir import Batch, Phase, Run, batch_starts
 from kvsched.schedule.records import RunRecord, expand_records
 
 #: Batches allowed per token of work (sum of I + O) before a run counts as an eviction loop.
@@ -45,6 +50,9 @@ BATCHES_PER_TOKEN = 50
 
 Entry = Batch | Run
 Record = BatchRecord | RunRecord
+#: What a policy's run offer is: ``repeat_decodes`` or ``repeat_chunks`` (view, decision, limit) -> k.
+Ask = Callable[[SchedulerView, Decision, int], int]
+_DECODE = int(Phase.DECODE)
 
 
 def batch_limit(instance: Instance) -> int:
@@ -86,24 +94,40 @@ def _may_repeat(record: BatchRecord, batch: Batch, num_batches: int, limit: int)
     )
 
 
+def _chunk_of(record: BatchRecord, batch: Batch) -> int:
+    """The chunk a mixed run may repeat of ``batch`` (just applied, no eviction, nothing completed):
+    its last item's tokens when the others are decodes and that one is a prompt or refill chunk that
+    did not finish (generated nothing); else 0."""
+    if (
+        record.num_decodes == record.num_items - 1
+        and record.generated.size == record.num_decodes
+        and batch.phases[-1] != _DECODE
+    ):
+        return int(batch.tokens[-1])
+    return 0
+
+
 def _repeat(
     state: EngineState,
     view: SchedulerView,
-    policy: SteadyDecodes,
+    ask: Ask,
     decision: Decision,
     batch: Batch,
     horizon: float | None = None,
+    chunk: int = 0,
 ) -> Run | None:
-    """The run of repeats of decode-only ``batch`` (just applied) that ``policy`` would ask for next.
+    """The run of repeats of ``batch`` (just applied) that the policy would ask for next (``ask``).
 
-    ``view`` still reads at the decision's time. The run stops before the first
+    ``batch`` is decode-only (``chunk`` 0, ``ask`` the policy's ``repeat_decodes``)
+    or decodes then a chunk of ``chunk`` tokens (``repeat_chunks``). ``view`` still
+    reads at the decision's time. The run stops before the first
     batch that starts once the next request has arrived (the policy would see it)
     and, with a ``horizon``, keeps only batches that start before ``horizon`` and
     end by it (as the lock-step run decides and commits them; both within
     :data:`TIME_TOL`). ``None`` when no batch is left.
     """
     req = batch.requests
-    limit, durations = state.plan_run(req)
+    limit, durations = state.plan_run(req, chunk)
     if not limit:
         return None
     upcoming = view.next_arrival()  # the first request the policy has not seen (view.now is the decision's)
@@ -136,10 +160,10 @@ def _repeat(
             limit = min(limit, int(starts.searchsorted(upcoming, "left")))
         if not limit:
             return None
-    k = policy.repeat_decodes(view, decision, limit)
+    k = ask(view, decision, limit)
     if not k:
         return None
-    return state.make_run(state.clock, req, k)
+    return state.make_run(state.clock, req, k, chunk)
 
 
 class Stepper:
@@ -184,9 +208,14 @@ class Stepper:
         self.records: list[Record] = []
         self.num_batches = 0
         self.limit = batch_limit(instance)
-        self.steady = steady_decodes(policy) if coalesce else None
+        steady = steady_decodes(policy) if coalesce else None
+        chunks = steady_chunks(policy) if coalesce else None
+        # The policy's run offers (None: it did not opt in), bound once.
+        self.steady: Ask | None = steady.repeat_decodes if steady is not None else None
+        self.chunks: Ask | None = chunks.repeat_chunks if chunks is not None else None
         self._decided: tuple[Decision, Batch] | None = None  # the last batch decide built
-        self._repeatable: tuple[Decision, Batch] | None = None  # a committed batch a run may repeat
+        # A committed batch a run may repeat: its decision, the batch, the offer and the chunk's tokens.
+        self._repeatable: tuple[Decision, Batch, Ask, int] | None = None
 
     @property
     def batches(self) -> list[Batch]:
@@ -228,7 +257,8 @@ class Stepper:
         repeatable = self._repeatable
         if repeatable is not None:
             self._repeatable = None
-            run = _repeat(self.state, view, self.steady, *repeatable, horizon)  # type: ignore[arg-type]
+            decision, batch, ask, chunk = repeatable
+            run = _repeat(self.state, view, ask, decision, batch, horizon, chunk)
             if run is not None:
                 return run
         self.view._advance(now)
@@ -261,12 +291,18 @@ class Stepper:
             self.num_batches += 1
             decided = self._decided
             if (
-                self.steady is not None
-                and decided is not None
+                decided is not None
                 and decided[1] is entry
-                and _may_repeat(rec, entry, self.num_batches, self.limit)  # type: ignore[arg-type]
+                and not entry.evicted.size  # type: ignore[union-attr]
+                and not rec.completed.size  # type: ignore[union-attr]
+                and self.num_batches < self.limit
             ):
-                self._repeatable = decided
+                if self.steady is not None and _may_repeat(rec, entry, self.num_batches, self.limit):  # type: ignore[arg-type]
+                    self._repeatable = (*decided, self.steady, 0)
+                elif self.chunks is not None:
+                    chunk = _chunk_of(rec, entry)  # type: ignore[arg-type]
+                    if chunk:
+                        self._repeatable = (*decided, self.chunks, chunk)
         self._decided = None
         self.entries.append(entry)
         self.records.append(record)
@@ -286,7 +322,7 @@ class Stepper:
             requests remain and none is still to arrive.
         """
         state, view, policy = self.state, self.view, self.policy
-        steady, limit = self.steady, self.limit
+        steady, chunks, limit = self.steady, self.chunks, self.limit
         # Bound once: this loop runs once per policy call (tens of thousands of times).
         next_batch, make_batch, step, step_run = (
             policy.next_batch,
@@ -327,15 +363,20 @@ class Stepper:
                 num_batches += 1
                 if on_record is not None:
                     on_record(record)
-                # _may_repeat, inlined (once per policy call).
-                if (
-                    steady is not None
-                    and record.num_decodes == record.num_items
-                    and not batch.evicted.size
-                    and not record.completed.size
-                    and num_batches < limit
-                ):
-                    run = _repeat(state, view, steady, decision, batch)
+                # _may_repeat and _chunk_of, inlined (once per policy call).
+                if not batch.evicted.size and not record.completed.size and num_batches < limit:
+                    num_decodes, num_items = record.num_decodes, record.num_items
+                    run = None
+                    if num_decodes == num_items:
+                        if steady is not None:
+                            run = _repeat(state, view, steady, decision, batch)
+                    elif (
+                        chunks is not None
+                        and num_decodes == num_items - 1
+                        and record.generated.size == num_decodes
+                        and batch.phases[-1] != _DECODE
+                    ):
+                        run = _repeat(state, view, chunks, decision, batch, None, int(batch.tokens[-1]))
                     if run is not None:
                         run_record = step_run(run)
                         add_entry(run)

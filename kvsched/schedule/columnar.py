@@ -3,7 +3,10 @@
 A simulated trace of 10,000 requests has hundreds of thousands of batches; as
 JSON that is tens of megabytes and seconds to write. This format stores the
 same schedule as a handful of flat numpy arrays in one ``.npz`` (no pickles),
-with a :class:`~kvsched.schedule.ir.Run` stored once with its durations.
+with a :class:`~kvsched.schedule.ir.Run` stored once with its durations: its
+items are its decodes and, in a mixed run, its prompt chunk as the last item
+(the only non-decode item a run may have; files without mixed runs read as
+before).
 :func:`kvsched.schedule.io.save_schedule` and ``load_schedule`` pick it by the
 ``.npz`` extension.
 
@@ -22,8 +25,8 @@ name               dtype   meaning
 ``evicted_count``  i8      per entry: evictions before the batch (0 for a run)
 ``repeat``         i8      per entry: batches (1 for a batch, k for a run)
 ``item_request``   i8      per item, entries concatenated: request position
-``item_tokens``    i8      per item: tokens (1 in a run)
-``item_phase``     i1      per item: phase code (decode in a run)
+``item_tokens``    i8      per item: tokens (1 for a run's decodes)
+``item_phase``     i1      per item: phase code (decode for a run's decodes)
 ``evicted``        i8      evicted request positions, entries concatenated
 ``run_durations``  f8      the k durations of each run, runs concatenated
 =================  ======  ============================================================
@@ -40,7 +43,7 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
-from kvsched.schedule.ir import Batch, Phase, Run, Schedule
+from kvsched.schedule.ir import Batch, Chunk, Phase, Run, Schedule
 
 FORMAT = "kvsched.schedule.columnar/1"
 _INT = np.int64
@@ -63,15 +66,24 @@ def schedule_columns(schedule: Schedule, instance: Instance) -> dict[str, np.nda
     dur_parts: list[np.ndarray] = []
     for k, entry in enumerate(entries):
         start[k] = entry.start
-        items[k] = entry.requests.size
-        req_parts.append(entry.requests)
         if type(entry) is Run:
             kind[k] = 1
             repeat[k] = entry.repeat
-            tok_parts.append(np.ones(entry.requests.size, dtype=_INT))
-            phase_parts.append(np.full(entry.requests.size, Phase.DECODE, dtype=np.int8))
+            if entry.chunk is None:
+                items[k] = entry.requests.size
+                req_parts.append(entry.requests)
+                tok_parts.append(np.ones(entry.requests.size, dtype=_INT))
+                phase_parts.append(np.full(entry.requests.size, Phase.DECODE, dtype=np.int8))
+            else:  # the decodes, then the chunk as the last item
+                run_req, run_tok, run_phase = entry.items()
+                items[k] = run_req.size
+                req_parts.append(run_req)
+                tok_parts.append(run_tok)
+                phase_parts.append(run_phase)
             dur_parts.append(entry.durations)
         else:
+            items[k] = entry.requests.size
+            req_parts.append(entry.requests)
             duration[k] = entry.duration
             ev_count[k] = entry.evicted.size
             tok_parts.append(entry.tokens)
@@ -171,22 +183,33 @@ def schedule_from_columns(cols: dict[str, Any], instance: Instance, source: str 
         or np.any(duration[~is_run] < 0)
     ):
         raise InputError(f"{source}: start or duration not a finite time")
+    item_end = np.cumsum(items)
+    chunked = np.zeros(e, dtype=bool)  # runs whose last item is a prompt chunk (mixed runs)
     if np.any(is_run):
+        last = item_end - 1
+        chunked = is_run & (items > 0)
+        chunked[chunked] = phase[last[chunked]] != Phase.DECODE
+        if np.any(tok[last[chunked]] < 1):
+            raise InputError(f"{source}: a run's chunk must have at least one token")
         run_items = np.repeat(is_run, items)
+        run_items[last[chunked]] = False
         if np.any(tok[run_items] != 1) or np.any(phase[run_items] != Phase.DECODE):
-            raise InputError(f"{source}: a run's items must be one-token decodes")
+            raise InputError(f"{source}: a run's items must be one-token decodes and at most one last chunk")
     for arr in (req, tok, evicted, run_durations):
         arr.flags.writeable = False
     phase = phase.astype(np.int8)
     phase.flags.writeable = False
-    item_end = np.cumsum(items).tolist()
+    item_end = item_end.tolist()
     ev_end = np.cumsum(ev_count).tolist()
     dur_end = np.cumsum(np.where(is_run, repeat, 0)).tolist()
     out: list[Batch | Run] = []
     i0 = e0 = d0 = 0
     for k in range(e):
         i1, e1, d1 = item_end[k], ev_end[k], dur_end[k]
-        if is_run[k]:
+        if chunked[k]:
+            chunk = Chunk(int(req[i1 - 1]), int(tok[i1 - 1]), int(phase[i1 - 1]))
+            out.append(Run.of(float(start[k]), run_durations[d0:d1], req[i0 : i1 - 1], chunk))
+        elif is_run[k]:
             out.append(Run.of(float(start[k]), run_durations[d0:d1], req[i0:i1]))
         else:
             out.append(

@@ -3,6 +3,9 @@
 Everything that runs or checks a schedule goes through :class:`EngineState`:
 the simulator steps it, the validator replays through it, solver results are
 decoded into batches and replayed through it, and the executor follows it.
+Its run half, :class:`~kvsched.schedule.runs.RunSteps` (inherited), says what a
+coalesced run of ``k`` identical batches does (decodes, and in a mixed run one
+prompt chunk that never finishes its prompt) and checks it in one step.
 
 Rules (InferMax accounting, seed 003 Sec. 2 and 5)
 --------------------------------------------------
@@ -33,13 +36,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvsched.costmodel.base import CostModel, decode_run_times, time_of_counts
+from kvsched.costmodel.base import CostModel, time_of_counts
 from kvsched.costmodel.small import SMALL, count, fmax, imax, imin, isum, nonzero
 from kvsched.instances.model import Instance
 from kvsched.schedule.data import ProblemData
 from kvsched.schedule.ir import Batch, Phase, Run
 from kvsched.schedule.records import BatchRecord, Rule, RunRecord, ScheduleError, Violation
-from kvsched.schedule.search import last_fitting
+from kvsched.schedule.runs import NOT_STEADY, STEADY_CHUNK, STEADY_DECODES, RunSteps
 from kvsched.schedule.violations import DURATION_RTOL, TIME_TOL, full_check
 
 _PREFILL, _DECODE, _REFILL = int(Phase.PREFILL), int(Phase.DECODE), int(Phase.REFILL)
@@ -86,7 +89,7 @@ class _Legal:
     new_holders: int  # items whose request held no KV before the batch
 
 
-class EngineState:
+class EngineState(RunSteps):
     """Mutable state of every request of an instance, and the rules that change it.
 
     Parameters
@@ -141,11 +144,12 @@ class EngineState:
         self.num_done = 0
         self.num_batches = 0
         self._made: _Made | None = None  # last make_batch result
-        self._planned: tuple[int, np.ndarray, int, np.ndarray] | None = None  # last plan_run
+        self._planned: tuple[int, np.ndarray, int, int, np.ndarray] | None = None  # last plan_run
         self._made_run: tuple[Run, int] | None = None  # last make_run result
-        # The positions of the last batch the quick path accepted, the batch count after it, and
-        # whether it was decode-only and completed nothing (its items are decodes again).
-        self._applied: tuple[np.ndarray, int, bool] | None = None
+        # The positions of the last batch the quick path accepted, the batch count after it, and what
+        # a run may repeat of it (runs.STEADY_*): decode-only, or decodes then a chunk that did not
+        # finish its prompt, having completed nothing (its items are a run's items again).
+        self._applied: tuple[np.ndarray, int, int] | None = None
         self._mark = np.zeros(n, dtype=bool)  # scratch for membership tests; all False between calls
         self._slot = np.zeros(n, dtype=np.int64)  # scratch for the duplicate test
         self._arange = np.arange(n, dtype=np.int64)
@@ -578,159 +582,16 @@ class EngineState:
         )
         self.clock = max(self.clock, end)
         self.num_batches += 1
-        self._applied = (req, self.num_batches, decode_only and not completed.size)
-        return record
-
-    # -------------------------------------------------------------- decode runs
-    def run_limit(self, requests: np.ndarray) -> int:
-        """The most decode-only batches of ``requests`` in a row the rules allow from now.
-
-        Each batch decodes one token for every one of ``requests`` (distinct, held
-        decodes, arrived by now); KV grows by one per request per batch. The limit
-        is the first completion (that batch may end a run) and the KV capacity; the
-        token budget and ``max_running`` do not change through a run. 0 if the
-        requests cannot decode now.
-        """
-        req = requests
-        n = int(req.size)
-        # The (read-only) positions of the batch just applied were found in range and distinct by the quick path.
-        applied = self._applied
-        checked = applied is not None and applied[0] is req and applied[1] == self.num_batches
-        if not (checked and not req.flags.writeable) and (
-            not n or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)
-        ):
-            return 0
-        # A live decode has exactly its last token left (a finished request none): known of the items
-        # of a decode-only batch just applied that completed nothing.
-        if not (checked and applied[2]) and (  # type: ignore[index]
-            _count(self._phase[req] != _DECODE_CODE) or _count(self._left[req] != _ONE)
-        ):
-            return 0
-        lim = self.instance.limits
-        if lim.max_batch_tokens is not None and n > lim.max_batch_tokens:
-            return 0
-        if lim.max_running is not None and self.num_holding > lim.max_running:
-            return 0
-        limit = imin(self.output[req] - self.generated[req])
-        free = self.kv_block_capacity - self.kv_blocks
-        if self.block_size == 1:
-            return max(0, min(limit, free // n))
-        kv = self.kv[req]
-        base = isum(self._blocks(kv))
-
-        def grown(j: int) -> int:
-            return isum(self._blocks(kv + j)) - base
-
-        return last_fitting(grown, free, limit)
-
-    def plan_run(self, requests: np.ndarray) -> tuple[int, np.ndarray]:
-        """:meth:`run_limit` and the durations of that many batches (kept for :meth:`make_run`)."""
-        if self.cost_model is None:
-            raise ValueError("plan_run needs a cost model")
-        limit = self.run_limit(requests)
-        durations = decode_run_times(self.cost_model, self.kv[requests], limit) if limit else np.zeros(0)
-        durations.flags.writeable = False  # a run of all of them keeps the array itself
-        self._planned = (self.num_batches, requests, limit, durations)
-        return limit, durations
-
-    def planned_durations(self) -> np.ndarray | None:
-        """The batch durations :meth:`plan_run` planned in this state (None: no plan since the last batch)."""
-        planned = self._planned
-        return planned[3] if planned is not None and planned[0] == self.num_batches else None
-
-    def make_run(self, start: float, requests: np.ndarray, k: int) -> Run:
-        """The run of the first ``k`` batches planned by :meth:`plan_run` for ``requests``, from ``start``."""
-        planned = self._planned
-        if planned is None or planned[0] != self.num_batches or planned[1] is not requests:
-            raise ValueError("make_run needs a plan_run of the same requests in this state")
-        if not 1 <= k <= planned[2]:
-            raise ValueError(f"a run of {k} batches is outside the plan's 1..{planned[2]}")
-        durations = planned[3]
-        if k < durations.size:  # a copy, not a view: a run keeps no more than its own k durations
-            durations = durations[:k].copy()
-            durations.flags.writeable = False
-        run = Run.of(start, durations, requests)
-        self._made_run = (run, self.num_batches)
-        return run
-
-    def check_run(self, run: Run, index: int | None = None) -> list[Violation]:
-        """Every rule ``run`` breaks if applied now: O(items + k), state unchanged.
-
-        A run that fails the closed-form test is spelled out on a copy of the state,
-        so its violations are worded and located exactly as for single batches.
-        """
-        if self._run_ok(run):
-            return []
-        first = self.num_batches if index is None else index
-        probe = self.__copy__()
-        out: list[Violation] = []
-        for j, batch in enumerate(run.batches()):
-            out += probe.check(batch, first + j)
-            probe.apply(batch)
-        return out
-
-    def _run_ok(self, run: Run) -> bool:
-        start, dur, req = run.start, run.durations, run.requests
-        if not (math.isfinite(start) and start >= self.clock - TIME_TOL):
-            return False
-        made = self._made_run
-        if made is not None and made[0] is run and made[1] == self.num_batches:
-            # make_run took its length and durations from this very state: only the start is new.
-            return not (
-                start + TIME_TOL < self._last_arrival and _count(self.arrival[req] > start + TIME_TOL)
-            )
-        if not (np.isfinite(dur).all() and _min(dur) >= 0):
-            return False
-        if self.run_limit(req) < run.repeat:
-            return False
-        if start + TIME_TOL < self._last_arrival and _max(self.arrival[req]) > start + TIME_TOL:
-            return False
-        if self.cost_model is not None:
-            expected = decode_run_times(self.cost_model, self.kv[req], run.repeat)
-            if _count(np.abs(dur - expected) > DURATION_RTOL * np.maximum(1.0, np.abs(expected))):
-                return False
-        return True
-
-    def apply_run(self, run: Run) -> RunRecord:
-        """Apply a legal ``run`` (checked by :meth:`check_run`) in one step: O(items)."""
-        req, k = run.requests, run.repeat
-        n = int(req.size)
-        kv_before = self.kv[req]
-        record_kv, record_blocks, running = self.kv_tokens, self.kv_blocks, self.num_holding
-        kv_after = kv_before + k
-        self.kv[req] = kv_after
-        generated = self.generated[req] + k
-        self.generated[req] = generated
-        self.kv_tokens += n * k
-        self.kv_blocks += (
-            n * k if self.block_size == 1 else isum(self._blocks(kv_after) - self._blocks(kv_before))
-        )
-        finished = generated >= self.output[req]
-        completed = req[finished] if _count(finished) else _NO_EVICTIONS
         if completed.size:
-            kv_c = self.kv[completed]
-            self.kv_tokens -= isum(kv_c)
-            self.kv_blocks -= isum(self._blocks(kv_c))
-            self.num_holding -= int(completed.size)
-            self.kv[completed] = 0
-            self._dropped[completed] += kv_c
-            self._left[completed] = 0
-            self.done[completed] = True
-            self.completion[completed] = run.end
-            self.num_done += int(completed.size)
-        record = RunRecord(
-            self.num_batches, run, kv_before, record_kv, record_blocks, self.block_size, running, completed
-        )
-        self.clock = max(self.clock, run.end)
-        self.num_batches += k
+            steady = NOT_STEADY
+        elif decode_only:
+            steady = STEADY_DECODES
+        elif num_decodes == size - 1 and gen.size == num_decodes and batch.phases[-1] != _DECODE_CODE:
+            steady = STEADY_CHUNK  # decodes, then a chunk that did not finish its prompt
+        else:
+            steady = NOT_STEADY
+        self._applied = (req, self.num_batches, steady)
         return record
-
-    def step_run(self, run: Run) -> RunRecord:
-        """Check ``run`` and apply it; raise :class:`ScheduleError` if it is illegal."""
-        violations = self.check_run(run)
-        if violations:
-            raise ScheduleError(violations)
-        return self.apply_run(run)
 
     def finish(self) -> list[Violation]:
         """Violations of the end state: every request must have completed."""

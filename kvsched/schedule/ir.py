@@ -5,9 +5,12 @@ token counts and phase codes, so that schedules of millions of items stay cheap.
 :meth:`Batch.items` gives the readable view. Files refer to requests by id;
 in memory they are positions in :attr:`Instance.requests`.
 
-A :class:`Run` is ``k`` back-to-back decode-only batches of the same requests
-(one token each, no evictions): the stretches between events that make up most
-of a trace, stored once with the ``k`` durations. :attr:`Schedule.entries`
+A :class:`Run` is ``k`` back-to-back batches of the same items, no evictions:
+one-token decodes of the same requests and, in a *mixed* run, one
+:class:`Chunk` of ``c`` prompt (or refill) tokens of the same request in every
+batch, never its last (Sarathi's steady state while a long prompt is chunked).
+These stretches between events make up most of a trace; a run is stored once
+with its ``k`` durations. :attr:`Schedule.entries`
 holds batches and runs; :attr:`Schedule.batches` expands the runs (exactly the
 batches they stand for) for code that wants one batch at a time.
 """
@@ -17,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -159,13 +162,28 @@ def batch_starts(start: float, durations: np.ndarray) -> np.ndarray:
     return np.add.accumulate(np.concatenate(([float(start)], durations[:-1])))
 
 
+class Chunk(NamedTuple):
+    """The prompt chunk of a mixed :class:`Run`: ``tokens`` tokens of ``request`` in every batch.
+
+    ``phase`` is :attr:`Phase.PREFILL` or :attr:`Phase.REFILL` (the request's phase
+    before the run; a chunk that is never the last of its prompt keeps it).
+    """
+
+    request: int
+    tokens: int
+    phase: int
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class Run:
-    """``k`` back-to-back decode-only batches of the same requests (a coalesced run).
+    """``k`` back-to-back batches of the same items, no evictions (a coalesced run).
 
     Batch ``j`` starts when batch ``j - 1`` ends (``start`` plus the durations
     before it, added one by one as an engine clock would) and decodes one token
-    for each of ``requests``; none is evicted. Build with :meth:`of`.
+    for each of ``requests``; in a mixed run it then processes ``chunk.tokens``
+    tokens of ``chunk.request`` (the batch's last item), which must not finish
+    that request's prompt or refill in any of the ``k`` batches. None is evicted.
+    Build with :meth:`of`.
 
     Parameters
     ----------
@@ -174,19 +192,27 @@ class Run:
     durations
         Duration of each of the ``k`` batches (read-only float array).
     requests
-        Positions of the requests decoded in every batch (read-only).
+        Positions of the requests decoded in every batch (read-only; may be
+        empty in a mixed run).
     end
         End of the last batch (derived by :meth:`of`).
+    chunk
+        The prompt chunk of every batch, or ``None`` (a decode-only run).
     """
 
     start: float
     durations: np.ndarray
     requests: np.ndarray
     end: float
+    chunk: Chunk | None = None
 
     @classmethod
     def of(
-        cls, start: float, durations: Sequence[float] | np.ndarray, requests: Sequence[int] | np.ndarray
+        cls,
+        start: float,
+        durations: Sequence[float] | np.ndarray,
+        requests: Sequence[int] | np.ndarray,
+        chunk: Chunk | tuple[int, int, int] | None = None,
     ) -> Run:
         if _is_frozen(durations, np.float64) and durations.base is None:  # type: ignore[union-attr]
             dur = durations  # read-only and owning its data: nobody can change it, so no copy
@@ -196,7 +222,11 @@ class Run:
             raise ValueError("a run has at least one batch")
         dur.flags.writeable = False
         req = requests if _is_frozen_int(requests) else _frozen(requests)
-        return cls(float(start), dur, req, _end(float(start), dur))
+        if chunk is not None:
+            chunk = Chunk(int(chunk[0]), int(chunk[1]), int(chunk[2]))
+            if chunk.tokens < 1 or chunk.phase == Phase.DECODE:
+                raise ValueError("a run's chunk is one or more prompt or refill tokens")
+        return cls(float(start), dur, req, _end(float(start), dur), chunk)
 
     @property
     def repeat(self) -> int:
@@ -205,8 +235,14 @@ class Run:
 
     @property
     def size(self) -> int:
-        """Items per batch."""
-        return int(self.requests.size)
+        """Items per batch (the decodes, and the chunk if any)."""
+        return int(self.requests.size) + (self.chunk is not None)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens per batch."""
+        chunk = self.chunk
+        return int(self.requests.size) + (chunk.tokens if chunk is not None else 0)
 
     @property
     def duration(self) -> float:
@@ -216,13 +252,23 @@ class Run:
         """Start of each batch (exactly the clock of batch-by-batch execution)."""
         return batch_starts(self.start, self.durations)
 
+    def items(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Requests, tokens and phase codes of every batch of the run (read-only arrays)."""
+        n = self.requests.size
+        chunk = self.chunk
+        if chunk is None:
+            tokens = np.broadcast_to(_ONE, (n,)) if n else _EMPTY
+            return self.requests, tokens, np.broadcast_to(_DECODE_CODE, (n,))
+        req = _frozen([*self.requests.tolist(), chunk.request])
+        tok = _frozen([1] * n + [chunk.tokens])
+        phases = _frozen([int(Phase.DECODE)] * n + [chunk.phase], np.int8)
+        return req, tok, phases
+
     def batches(self) -> Iterator[Batch]:
         """The ``k`` batches this run stands for."""
-        n = self.requests.size
-        tokens = np.broadcast_to(_ONE, (n,)) if n else _EMPTY
-        phases = np.broadcast_to(_DECODE_CODE, (n,)) if n else _frozen([], np.int8)
+        req, tok, phases = self.items()
         for s, d in zip(self.starts().tolist(), self.durations.tolist(), strict=True):
-            yield Batch(s, d, self.requests, tokens, phases, _EMPTY)
+            yield Batch(s, d, req, tok, phases, _EMPTY)
 
 
 def _end(start: float, durations: np.ndarray) -> float:

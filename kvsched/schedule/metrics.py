@@ -250,33 +250,33 @@ def _record_columns(recs: list[BatchRecord]) -> dict[str, np.ndarray]:
 def _run_columns(runs: list[RunRecord]) -> dict[str, np.ndarray]:
     """The per-batch columns of every batch of ``runs``, laid out with numpy."""
     k = np.fromiter((r.repeat for r in runs), dtype=np.int64, count=len(runs))
-    n = np.fromiter((r.requests.size for r in runs), dtype=np.int64, count=len(runs))
     owner = np.repeat(np.arange(len(runs)), k)
     step = np.arange(int(k.sum()), dtype=np.int64) - np.repeat(np.cumsum(k) - k, k) + 1  # 1-based in its run
-    items = n[owner]
 
     def per_run(get: Callable[[RunRecord], int]) -> np.ndarray:
         return np.fromiter((get(r) for r in runs), dtype=np.int64, count=len(runs))[owner]
 
+    decodes = per_run(lambda r: r.requests.size)
+    chunk = per_run(lambda r: r.chunk_tokens)  # a mixed run's prompt tokens per batch (else 0)
+    tokens = decodes + chunk
     starts = np.concatenate([r.run.starts() for r in runs])
     if all(r.block_size == 1 for r in runs):
-        kv_blocks = per_run(lambda r: r.kv_blocks) + items * step
+        kv_blocks = per_run(lambda r: r.kv_blocks) + tokens * step
     else:
         kv_blocks = np.concatenate([r.kv_blocks_during() for r in runs])
-    zeros = np.zeros(step.size, dtype=np.int64)
     return {
         "index": per_run(lambda r: r.index) + step - 1,
         "start": starts,
         "end": starts + np.concatenate([r.run.durations for r in runs]),
-        "num_items": items,
-        "num_tokens": items,
-        "prefill_tokens": zeros,
-        "num_decodes": items,
-        "kv_tokens": per_run(lambda r: r.kv_tokens) + items * step,
+        "num_items": decodes + (chunk > 0),
+        "num_tokens": tokens,
+        "prefill_tokens": chunk,
+        "num_decodes": decodes,
+        "kv_tokens": per_run(lambda r: r.kv_tokens) + tokens * step,
         "kv_blocks": kv_blocks,
         "num_running": per_run(lambda r: r.num_running),
-        "num_evicted": zeros,
-        "num_generated": items,
+        "num_evicted": np.zeros(step.size, dtype=np.int64),
+        "num_generated": decodes,
     }
 
 
@@ -398,22 +398,23 @@ def _batch_totals(trace: Trace, clock: BatchClock) -> _BatchTotals:
     if runs:
         k = lengths[is_run]
         n = np.fromiter((r.requests.size for r in runs), dtype=np.int64, count=len(runs))
+        chunk = np.fromiter((r.chunk_tokens for r in runs), dtype=np.int64, count=len(runs))
         if all(r.block_size == 1 for r in runs):
-            # Batch j (0-based) of a run holds its blocks before plus (j + 1) n: step j over every
-            # run longer than j (the runs sorted by length), as BatchClock lays out their ends.
+            # Batch j (0-based) of a run holds its blocks before plus (j + 1) (n + c): step j over
+            # every run longer than j (the runs sorted by length), as BatchClock lays out their ends.
             order = np.argsort(-k, kind="stable")
             k_sorted, first = k[order], offsets[is_run][order]
             base = np.fromiter((r.kv_blocks for r in runs), dtype=np.int64, count=len(runs))[order]
-            n_sorted = n[order]
+            n_sorted = (n + chunk)[order]
             active = np.searchsorted(-k_sorted, -np.arange(int(k_sorted[0])), side="left")
             for j, m in enumerate(active.tolist()):
                 blocks[first[:m] + j] = base[:m] + n_sorted[:m] * (j + 1)
         else:
             for r, at in zip(runs, offsets[is_run].tolist(), strict=True):
                 blocks[at : at + r.repeat] = r.kv_blocks_during()
-        decoded = int((k * n).sum())  # every item of a run decodes (and generates) in each batch
-        items += decoded
-        processed += decoded
+        decoded = int((k * n).sum())  # every decode of a run generates in each batch, the chunk never
+        items += decoded + int(k[chunk > 0].sum())
+        processed += decoded + int((k * chunk).sum())
         generated += decoded
     np.multiply(blocks, lim.block_size, out=blocks)
     util = np.true_divide(blocks, lim.kv_capacity)  # blocks x block size / M, as batch_metrics' kv_util

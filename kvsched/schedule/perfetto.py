@@ -57,7 +57,7 @@ def _item_rows(schedule: Schedule) -> tuple[np.ndarray, ...]:
     req, phase, tok, start, end = [], [], [], [], []
     for e in schedule.entries:
         n = e.requests.size
-        if not n:
+        if not n and (type(e) is not Run or e.chunk is None):
             continue
         req.append(e.requests)
         start.append(np.full(n, e.start))
@@ -65,6 +65,12 @@ def _item_rows(schedule: Schedule) -> tuple[np.ndarray, ...]:
         if type(e) is Run:
             phase.append(np.full(n, _DECODE, dtype=np.int64))
             tok.append(np.full(n, e.repeat, dtype=np.int64))
+            if e.chunk is not None:  # the chunk's request: one row of its k chunks
+                req.append(np.array([e.chunk.request], dtype=np.int64))
+                start.append(np.full(1, e.start))
+                end.append(np.full(1, e.end))
+                phase.append(np.full(1, e.chunk.phase, dtype=np.int64))
+                tok.append(np.full(1, e.chunk.tokens * e.repeat, dtype=np.int64))
         else:
             phase.append(e.phases.astype(np.int64))
             tok.append(e.tokens)
@@ -172,11 +178,11 @@ def _engine_events(instance: Instance, schedule: Schedule, us: float) -> list[di
     for k, e in enumerate(schedule.entries):
         if type(e) is Run:
             rec = state.apply_run(e)
-            n = e.size
+            n, per_batch = e.size, e.num_tokens
             for j, s in enumerate(e.starts().tolist()):
-                kv(s, rec.kv_tokens + (j + 1) * n)
-            name = f"decode x{e.repeat}"
-            args: dict[str, Any] = {"batches": e.repeat, "requests": n, "tokens": n * e.repeat}
+                kv(s, rec.kv_tokens + (j + 1) * per_batch)
+            name = f"decode x{e.repeat}" if e.chunk is None else f"decode + chunk x{e.repeat}"
+            args: dict[str, Any] = {"batches": e.repeat, "requests": n, "tokens": per_batch * e.repeat}
         else:
             rec = state.apply(e)
             kv(e.start, rec.kv_tokens)

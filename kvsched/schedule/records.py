@@ -42,6 +42,7 @@ class Rule(StrEnum):
     MAX_RUNNING = "max-running"
     KV_CAPACITY = "kv-capacity"
     INCOMPLETE = "incomplete"
+    BAD_RUN = "bad-run"  # legal batches that a run cannot stand for (its chunk finishes a prompt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,22 +95,24 @@ class BatchRecord:
 
 @dataclass(frozen=True, slots=True, eq=False)
 class RunRecord:
-    """What happened in one applied :class:`~kvsched.schedule.ir.Run` of ``k`` decode batches.
+    """What happened in one applied :class:`~kvsched.schedule.ir.Run` of ``k`` batches.
 
     Everything a :class:`BatchRecord` says about each of the ``k`` batches follows
     from these fields (:meth:`records` spells them out): batch ``j`` (0-based)
-    holds ``kv_tokens + (j + 1) n`` KV tokens, every item generates a token, and
-    only the last batch completes requests.
+    holds ``kv_tokens + (j + 1) (n + c)`` KV tokens (``n`` decodes, ``c`` the
+    chunk's tokens, 0 without one), every decode generates a token, the chunk
+    never does, and only the last batch completes requests.
     """
 
     index: int  # index of the first batch
     run: Run
-    kv_before: np.ndarray  # KV each item's request held before the run
+    kv_before: np.ndarray  # KV each decode's request held before the run
     kv_tokens: int  # KV tokens held before the run
     kv_blocks: int  # KV blocks held before the run
     block_size: int
-    num_running: int  # requests holding KV (constant through a run)
+    num_running: int  # requests holding KV during the run (constant through it)
     completed: np.ndarray  # positions that completed in the last batch
+    chunk_kv: int = 0  # KV the chunk's request held before the run
 
     @property
     def repeat(self) -> int:
@@ -125,7 +128,14 @@ class RunRecord:
 
     @property
     def requests(self) -> np.ndarray:
+        """The decodes' requests: each generates a token in every batch."""
         return self.run.requests
+
+    @property
+    def chunk_tokens(self) -> int:
+        """Prompt (or refill) tokens per batch: the chunk's, 0 without one."""
+        chunk = self.run.chunk
+        return chunk.tokens if chunk is not None else 0
 
     def ends(self) -> np.ndarray:
         """End of each batch."""
@@ -136,14 +146,20 @@ class RunRecord:
         k, kv, bs = self.repeat, self.kv_before, self.block_size
         steps = np.arange(1, k + 1, dtype=np.int64)
         if bs == 1:
-            return self.kv_blocks + kv.size * steps
+            return self.kv_blocks + (kv.size + self.chunk_tokens) * steps
         base = -(-kv // bs)
         grown = (-(-(kv[None, :] + steps[:, None]) // bs) - base[None, :]).sum(axis=1)
+        chunk = self.run.chunk
+        if chunk is not None:
+            m = self.chunk_kv
+            grown += -(-(m + chunk.tokens * steps) // bs) - (-(-m // bs))
         return self.kv_blocks + grown
 
     def records(self) -> Iterator[BatchRecord]:
         """The :class:`BatchRecord` of each batch, as batch-by-batch application makes them."""
-        n, k = self.run.size, self.repeat
+        n, k = self.run.requests.size, self.repeat
+        c = self.chunk_tokens
+        items, tokens = self.run.size, n + c
         blocks = self.kv_blocks_during().tolist()
         starts = self.run.starts().tolist()
         for j, (s, d) in enumerate(zip(starts, self.run.durations.tolist(), strict=True)):
@@ -151,11 +167,11 @@ class RunRecord:
                 index=self.index + j,
                 start=s,
                 end=s + d,
-                num_items=n,
-                num_tokens=n,
-                prefill_tokens=0,
+                num_items=items,
+                num_tokens=tokens,
+                prefill_tokens=c,
                 num_decodes=n,
-                kv_tokens=self.kv_tokens + (j + 1) * n,
+                kv_tokens=self.kv_tokens + (j + 1) * tokens,
                 kv_blocks=blocks[j],
                 num_running=self.num_running,
                 num_evicted=0,

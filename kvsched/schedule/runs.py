@@ -1,0 +1,337 @@
+"""The semantic core's rules for coalesced runs: what ``k`` identical batches do to the state.
+
+Part of the one semantic core (:mod:`kvsched.schedule.core`, whose
+:class:`~kvsched.schedule.core.EngineState` inherits :class:`RunSteps`): a
+:class:`~kvsched.schedule.ir.Run` is ``k`` back-to-back batches of the same
+items, none evicted:
+
+* each of its ``n`` decodes (distinct held requests whose next item is a
+  decode, arrived) processes one token per batch: its KV grows by one and it
+  generates a token; a decode may complete only in the last batch;
+* in a *mixed* run, a chunk of ``c`` tokens of one prefilling (or refilling)
+  request ``p`` follows the decodes in every batch: p's KV grows by c per batch
+  and p never finishes its prompt inside the run (``k c`` is less than what it
+  has left), so it never generates there;
+* the budgets hold in every batch (``n + c <= C``, ``c <= P``, the requests
+  holding KV, p included, within ``max_running``), and the KV held during the
+  last batch, the largest of the run, fits in M.
+
+Everything is checked and applied in time proportional to the run's items plus
+its ``k`` durations, never ``k`` times its items. Which runs a policy wants is
+the policy's concern (:mod:`kvsched.heuristics.step`); how far a run may go
+before the next arrival is the simulator's.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kvsched.costmodel.base import chunk_run_times, decode_run_times
+from kvsched.costmodel.small import imax, imin, isum, nonzero
+from kvsched.schedule.ir import Chunk, Phase, Run
+from kvsched.schedule.records import Rule, RunRecord, ScheduleError, Violation
+from kvsched.schedule.search import last_fitting
+from kvsched.schedule.violations import DURATION_RTOL, TIME_TOL
+
+if TYPE_CHECKING:
+    from kvsched.schedule.core import EngineState
+
+_PREFILL, _DECODE, _REFILL = int(Phase.PREFILL), int(Phase.DECODE), int(Phase.REFILL)
+_DECODE_CODE = np.array(_DECODE, dtype=np.int8)
+_ONE = np.array(1, dtype=np.int64)
+_NO_ITEMS = np.zeros(0, dtype=np.int64)
+_NO_ITEMS.flags.writeable = False
+_count = nonzero
+
+#: ``EngineState._applied[2]`` after a batch the quick path accepted: what a run may repeat of it.
+NOT_STEADY, STEADY_DECODES, STEADY_CHUNK = 0, 1, 2
+
+
+class RunSteps:
+    """The run half of :class:`~kvsched.schedule.core.EngineState` (its methods read and write the state)."""
+
+    # ------------------------------------------------------------- planning
+    def run_limit(self: EngineState, requests: np.ndarray, chunk: int = 0) -> int:
+        """The most batches of a run of these items the rules allow from now (0: none).
+
+        ``requests`` are the decodes' positions (distinct held decodes, arrived by
+        now); with ``chunk`` > 0 the last of ``requests`` is instead the request
+        whose next ``chunk`` tokens of prompt (or refill) every batch processes. The
+        limit is the first completion of a decode (that batch may end a run), the
+        last chunk of the prompt (excluded: the chunk never finishes it) and the KV
+        capacity; the budgets and ``max_running`` do not change through a run.
+        """
+        req = requests
+        size = int(req.size)
+        # The (read-only) positions of the batch just applied were found in range and distinct by the
+        # quick path; its flag says whether its items are a run's again (decodes, then a chunk that
+        # did not finish, nothing completed).
+        applied = self._applied
+        steady = (
+            applied[2]
+            if applied is not None and applied[0] is req and applied[1] == self.num_batches
+            else NOT_STEADY
+        )
+        checked = steady != NOT_STEADY and not req.flags.writeable
+        if not checked and (not size or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)):
+            return 0
+        if chunk:
+            p = int(req[-1])
+            dec = req[:-1]
+            if chunk < 0 or self._phase[p] == _DECODE:
+                return 0
+            return self._limit(dec, steady == STEADY_CHUNK, p, chunk)
+        return self._limit(req, steady == STEADY_DECODES, -1, 0)
+
+    def _limit(self: EngineState, dec: np.ndarray, steady: bool, p: int, c: int) -> int:
+        """:meth:`run_limit` of the decodes ``dec`` (in range, distinct) and p's chunk of c (p = -1: none)."""
+        n = int(dec.size)
+        # A live decode has exactly its last token left (a finished request none): known of the
+        # decodes of a batch just applied that completed nothing.
+        if n and not steady and (_count(self._phase[dec] != _DECODE_CODE) or _count(self._left[dec] != _ONE)):
+            return 0
+        max_tokens, max_prefill, max_running = self._budgets
+        if max_tokens is not None and n + c > max_tokens:
+            return 0
+        holding = self.num_holding
+        limit = imin(self.output[dec] - self.generated[dec]) if n else None
+        if p >= 0:
+            if max_prefill is not None and c > max_prefill:
+                return 0
+            left, m = int(self._left[p]), int(self.kv[p])
+            holding += m == 0  # p holds KV from the first batch of the run on
+            chunks = (left - 1) // c  # k c < left: the chunk never finishes p's prompt (left 0: done)
+            limit = chunks if limit is None else min(limit, chunks)
+        if limit is None or limit <= 0 or (max_running is not None and holding > max_running):
+            return 0
+        free = self.kv_block_capacity - self.kv_blocks
+        if self.block_size == 1:
+            return max(0, min(limit, free // (n + c)))
+        kv = self.kv[dec]
+        blocks = self._blocks
+        base = isum(blocks(kv))
+        if p < 0:
+
+            def grown(j: int) -> int:
+                return isum(blocks(kv + j)) - base
+
+        else:
+            bs = self.block_size
+            m = int(self.kv[p])
+            first = -(-m // bs)
+
+            def grown(j: int) -> int:
+                return (isum(blocks(kv + j)) - base if n else 0) + (-(-(m + j * c) // bs)) - first
+
+        return last_fitting(grown, free, limit)
+
+    def plan_run(self: EngineState, requests: np.ndarray, chunk: int = 0) -> tuple[int, np.ndarray]:
+        """:meth:`run_limit` and the durations of that many batches (kept for :meth:`make_run`)."""
+        if self.cost_model is None:
+            raise ValueError("plan_run needs a cost model")
+        limit = self.run_limit(requests, chunk)
+        if not limit:
+            durations = np.zeros(0)
+        elif chunk:
+            p = int(requests[-1])
+            durations = chunk_run_times(
+                self.cost_model, self.kv[requests[:-1]], int(self.kv[p]), chunk, int(self._phase[p]), limit
+            )
+        else:
+            durations = decode_run_times(self.cost_model, self.kv[requests], limit)
+        durations.flags.writeable = False  # a run of all of them keeps the array itself
+        self._planned = (self.num_batches, requests, chunk, limit, durations)
+        return limit, durations
+
+    def planned_durations(self: EngineState) -> np.ndarray | None:
+        """The batch durations :meth:`plan_run` planned in this state (None: no plan since the last batch)."""
+        planned = self._planned
+        return planned[4] if planned is not None and planned[0] == self.num_batches else None
+
+    def make_run(self: EngineState, start: float, requests: np.ndarray, k: int, chunk: int = 0) -> Run:
+        """The run of the first ``k`` batches planned by :meth:`plan_run` for these items, from ``start``."""
+        planned = self._planned
+        if (
+            planned is None
+            or planned[0] != self.num_batches
+            or planned[1] is not requests
+            or planned[2] != chunk
+        ):
+            raise ValueError("make_run needs a plan_run of the same items in this state")
+        if not 1 <= k <= planned[3]:
+            raise ValueError(f"a run of {k} batches is outside the plan's 1..{planned[3]}")
+        durations = planned[4]
+        if k < durations.size:  # a copy, not a view: a run keeps no more than its own k durations
+            durations = durations[:k].copy()
+            durations.flags.writeable = False
+        if chunk:
+            p = int(requests[-1])
+            run = Run.of(start, durations, requests[:-1], Chunk(p, chunk, int(self._phase[p])))
+        else:
+            run = Run.of(start, durations, requests)
+        self._made_run = (run, self.num_batches)
+        return run
+
+    # --------------------------------------------------------------- checks
+    def check_run(self: EngineState, run: Run, index: int | None = None) -> list[Violation]:
+        """Every rule ``run`` breaks if applied now: O(items + k), state unchanged.
+
+        A run that fails the closed-form test is spelled out on a copy of the state,
+        so its violations are worded and located exactly as for single batches.
+        """
+        if self._run_ok(run):
+            return []
+        first = self.num_batches if index is None else index
+        probe = self.__copy__()
+        out: list[Violation] = []
+        for j, batch in enumerate(run.batches()):
+            out += probe.check(batch, first + j)
+            probe.apply(batch)
+        chunk = run.chunk
+        if not out and chunk is not None:
+            # Legal batches, but the last chunk finishes the prompt (the request generates): a run's
+            # chunk never does, so apply_run would not stand for these batches.
+            p = chunk.request
+            if int(self._left[p]) == run.repeat * chunk.tokens:
+                why = (
+                    "finishes the prompt in its last batch (a run's chunk never does: store that batch alone)"
+                )
+            else:
+                why = "does not make a run the core can apply in one step"
+            out.append(
+                Violation(Rule.BAD_RUN, f"the run's chunk of {chunk.tokens} tokens {why}", first, self.ids[p])
+            )
+        return out
+
+    def _arrived(self: EngineState, run: Run) -> bool:
+        """Whether every request of ``run`` has arrived by its start."""
+        start = run.start
+        if start + TIME_TOL >= self._last_arrival:
+            return True
+        req, chunk = run.requests, run.chunk
+        if req.size and _count(self.arrival[req] > start + TIME_TOL):
+            return False
+        # (NaN never compares greater: a missing arrival counts as arrived, as for single batches.)
+        return chunk is None or not self.arrival[chunk.request] > start + TIME_TOL
+
+    def _run_ok(self: EngineState, run: Run) -> bool:
+        start, dur, req, chunk = run.start, run.durations, run.requests, run.chunk
+        if not (math.isfinite(start) and start >= self.clock - TIME_TOL):
+            return False
+        made = self._made_run
+        if made is not None and made[0] is run and made[1] == self.num_batches:
+            # make_run took its length and durations from this very state: only the start is new.
+            return self._arrived(run)
+        if not (np.isfinite(dur).all() and np.min(dur) >= 0):
+            return False
+        if chunk is None:
+            if self.run_limit(req) < run.repeat:
+                return False
+        else:
+            p, c = chunk.request, chunk.tokens
+            if not (0 <= p < self.n and c >= 1 and int(self._phase[p]) == chunk.phase != _DECODE):
+                return False
+            if req.size and (imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)):
+                return False
+            if self._limit(req, False, p, c) < run.repeat:
+                return False
+        if not self._arrived(run):
+            return False
+        if self.cost_model is not None:
+            if chunk is None:
+                expected = decode_run_times(self.cost_model, self.kv[req], run.repeat)
+            else:
+                kv_p = int(self.kv[chunk.request])
+                expected = chunk_run_times(
+                    self.cost_model, self.kv[req], kv_p, chunk.tokens, chunk.phase, run.repeat
+                )
+            if _count(np.abs(dur - expected) > DURATION_RTOL * np.maximum(1.0, np.abs(expected))):
+                return False
+        return True
+
+    # ---------------------------------------------------------------- apply
+    def apply_run(self: EngineState, run: Run) -> RunRecord:
+        """Apply a legal ``run`` (checked by :meth:`check_run`) in one step: O(items)."""
+        req, k, chunk = run.requests, run.repeat, run.chunk
+        n = int(req.size)
+        record_kv, record_blocks = self.kv_tokens, self.kv_blocks
+        chunk_kv = 0
+        if chunk is not None:
+            p, grown = chunk.request, chunk.tokens * k
+            chunk_kv = int(self.kv[p])
+            if not chunk_kv:
+                self.num_holding += 1
+                if math.isnan(self.first_scheduled[p]):
+                    self.first_scheduled[p] = run.start
+            self.kv[p] = chunk_kv + grown
+            self._left[p] -= grown  # never to 0: the chunk does not finish the prompt
+            self.kv_tokens += grown
+            bs = self.block_size
+            self.kv_blocks += (
+                grown if bs == 1 else (chunk_kv + grown + bs - 1) // bs - (chunk_kv + bs - 1) // bs
+            )
+        running = self.num_holding
+        if not n:
+            record = RunRecord(
+                self.num_batches,
+                run,
+                _NO_ITEMS,
+                record_kv,
+                record_blocks,
+                self.block_size,
+                running,
+                _NO_ITEMS,
+                chunk_kv,
+            )
+            self.clock = max(self.clock, run.end)
+            self.num_batches += k
+            return record
+        kv_before = self.kv[req]
+        kv_after = kv_before + k
+        self.kv[req] = kv_after
+        generated = self.generated[req] + k
+        self.generated[req] = generated
+        self.kv_tokens += n * k
+        self.kv_blocks += (
+            n * k if self.block_size == 1 else isum(self._blocks(kv_after) - self._blocks(kv_before))
+        )
+        finished = generated >= self.output[req]
+        completed = req[finished] if _count(finished) else _NO_ITEMS
+        if completed.size:
+            kv_c = self.kv[completed]
+            self.kv_tokens -= isum(kv_c)
+            self.kv_blocks -= isum(self._blocks(kv_c))
+            self.num_holding -= int(completed.size)
+            self.kv[completed] = 0
+            self._dropped[completed] += kv_c
+            self._left[completed] = 0
+            self.done[completed] = True
+            self.completion[completed] = run.end
+            self.num_done += int(completed.size)
+        record = RunRecord(
+            self.num_batches,
+            run,
+            kv_before,
+            record_kv,
+            record_blocks,
+            self.block_size,
+            running,
+            completed,
+            chunk_kv,
+        )
+        self.clock = max(self.clock, run.end)
+        self.num_batches += k
+        return record
+
+    def step_run(self: EngineState, run: Run) -> RunRecord:
+        """Check ``run`` and apply it; raise :class:`ScheduleError` if it is illegal."""
+        violations = self.check_run(run)
+        if violations:
+            raise ScheduleError(violations)
+        return self.apply_run(run)
+
+
+__all__ = ["NOT_STEADY", "STEADY_CHUNK", "STEADY_DECODES", "RunSteps"]
