@@ -16,14 +16,20 @@ torch are imported only by what needs them.
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = version("kvsched")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0.0.0+unknown"
+
+def _version() -> str:
+    """The installed distribution's version (``__version__``, looked up on first use: importlib.metadata
+    and its email and zipfile imports cost every command ~20 ms)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("kvsched")
+    except PackageNotFoundError:  # running from a source tree that was never installed
+        return "0.0.0+unknown"
+
 
 #: Public name -> the module that defines it (imported on first access).
 _EXPORTS: dict[str, str] = {
@@ -121,15 +127,18 @@ def example(name: str) -> Path:
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
-    if module is None:
+    if name == "__version__":
+        value: Any = _version()
+    elif module is None:
         raise AttributeError(f"module 'kvsched' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    else:
+        value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip __getattr__
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+    return sorted({*globals(), *_EXPORTS, "__version__"})
 
 
 # Spelled out (not built from _EXPORTS) so that linters and IDEs read it; a test checks they agree.
@@ -208,6 +217,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these load lazily
+    __version__: str
     from kvsched.analysis.compare import Comparison, add_regret, compare
     from kvsched.analysis.plots import plot_anytime, plot_cdfs, plot_gantt, plot_kv, save_figure
     from kvsched.analysis.report import instance_report

@@ -14,40 +14,75 @@ import time
 _STARTED = time.monotonic()  # before the heavy imports: --time-limit covers them too
 
 import argparse
+import atexit
+import contextlib
+import importlib
 import os
 import sys
+import threading
 import traceback
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
-from kvsched import __version__
-from kvsched.commands import (
-    analysis,
-    bound,
-    costmodel,
-    executor,
-    instances,
-    schedules,
-    simulate,
-    solve,
-    warmup,
-)
-from kvsched.commands.common import EXIT_ERROR, EXIT_INTERNAL
+from kvsched.commands.common import EXIT_ERROR, EXIT_INTERNAL, KEPT
 from kvsched.errors import KvschedError
 from kvsched.stop import mark_start
 
-#: Command modules, in the order ``kvsched --help`` lists them.
-COMMAND_MODULES = (instances, schedules, simulate, solve, bound, costmodel, executor, analysis, warmup)
+#: Each command and the module of :mod:`kvsched.commands` that registers it, in the order ``kvsched
+#: --help`` lists them (tests/test_cli.py checks it against what the modules register).
+COMMANDS: dict[str, str] = {
+    "generate": "instances",
+    "info": "instances",
+    "validate": "schedules",
+    "convert": "schedules",
+    "policies": "simulate",
+    "simulate": "simulate",
+    "solve": "solve",
+    "compare": "solve",
+    "bound": "bound",
+    "capacity": "costmodel",
+    "calibrate": "costmodel",
+    "replay": "executor",
+    "profile": "executor",
+    "sweep": "analysis",
+    "results": "analysis",
+    "regret": "analysis",
+    "plot": "analysis",
+    "report": "analysis",
+    "warmup": "warmup",
+}
+#: The command modules, in the same order.
+COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 
-def build_parser() -> argparse.ArgumentParser:
+class _Version(argparse._VersionAction):
+    """``--version``: the installed version, looked up only when asked (importlib.metadata costs ~20 ms)."""
+
+    def __call__(
+        self, parser: argparse.ArgumentParser, namespace: Any, values: Any, option: Any = None
+    ) -> None:
+        from kvsched import __version__
+
+        self.version = f"kvsched {__version__}"
+        super().__call__(parser, namespace, values, option)
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The ``kvsched`` parser; with ``command`` (a key of :data:`COMMANDS`), only that command's module's.
+
+    A command then imports and registers its own module only, not the other
+    eight and what they import (the full parser is for ``kvsched --help``, a
+    mistyped command and the tests).
+    """
     parser = argparse.ArgumentParser(
         prog="kvsched",
         description="Optimal schedules for LLM inference, and every practical scheduler measured against them.",
     )
-    parser.add_argument("--version", action="version", version=f"kvsched {__version__}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for module in COMMAND_MODULES:
-        module.register(sub)
+    modules = (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES
+    for name in modules:
+        importlib.import_module(f"kvsched.commands.{name}").register(sub)
     return parser
 
 
@@ -58,8 +93,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     # its deadline would count the time since the module was imported (a test collection, a notebook).
     mark_start(_STARTED if argv is None else None)
     _STARTED = None
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    # The command word comes first (the top level's only options, -h and --version, exit).
+    parser = build_parser(words[0] if words else None)
+    args = parser.parse_args(words)
+    code = _run(args)
+    if argv is None and KEPT and threading.active_count() == 1:
+        _leave(code)
+    KEPT.clear()
+    return code
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Run the parsed command: its exit code, every error as one line on stderr."""
     try:
         return int(args.func(args))
     except KvschedError as exc:
@@ -82,6 +128,20 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return EXIT_INTERNAL
+
+
+def _leave(code: int) -> NoReturn:
+    """End the process now, without freeing what the command kept (:func:`~kvsched.commands.common.keep_until_exit`).
+
+    What an exit does before that still happens: the atexit handlers run and
+    the standard streams are flushed. Only with no other thread running (an exit
+    would wait for it).
+    """
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing more to write
+            stream.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -220,6 +220,21 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
         raise
 
 
+#: What commands left to the end of the process (:func:`keep_until_exit`).
+KEPT: list[object] = []
+
+
+def keep_until_exit(*objects: object) -> None:
+    """Leave ``objects`` (a trace, its metrics, the instance) to the end of the process.
+
+    Freeing them object by object is work nobody waits for: a 100,000-request
+    trace's records take about 0.5 s. The command line
+    (:func:`kvsched.cli.main` without arguments) ends the process without it;
+    a call from Python drops them when :func:`~kvsched.cli.main` returns.
+    """
+    KEPT.extend(objects)
+
+
 def write_text_atomic(path: str | Path, text: str) -> Path:
     """Write ``text`` (UTF-8) to ``path`` atomically."""
     with atomic_output(path) as tmp:

@@ -14,6 +14,7 @@ from kvsched.commands.common import (
     add_limit_args,
     atomic_output,
     check_outputs,
+    keep_until_exit,
     load_instance_from_args,
     param_pairs,
     positive_int,
@@ -115,6 +116,7 @@ def cmd_simulate(args: argparse.Namespace) -> int:
         with atomic_output(args.requests_csv) as tmp:
             metrics.requests.to_csv(tmp)
         Console(stderr=True).print(f"wrote per-request metrics to {args.requests_csv}", highlight=False)
+    keep_until_exit(trace, metrics, schedule, instance)  # the command line leaves without freeing them
     return 0
 
 

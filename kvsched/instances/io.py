@@ -415,8 +415,8 @@ def _numeric_requests(arrivals: Any, prompts: Any, outputs: Any) -> list[Request
     if not ok:
         return None
     ids = [f"r{k}" for k in range(a.size)]
-    rows = zip(ids, a.tolist(), i.astype(np.int64).tolist(), o.astype(np.int64).tolist(), strict=True)
-    return [Request(id=r, arrival=t, prompt=pi, output=po) for r, t, pi, po in rows]
+    # Positional (id, arrival, prompt, output): map skips the keyword matching of a call per row.
+    return list(map(Request, ids, a.tolist(), i.astype(np.int64).tolist(), o.astype(np.int64).tolist()))
 
 
 def _finite(value: Any) -> bool:
