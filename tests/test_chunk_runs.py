@@ -89,11 +89,25 @@ def _coalesce(schedule: Schedule, records) -> Schedule:
                 and np.array_equal(batches[j + 1].tokens, batches[i].tokens)
             ):
                 j += 1
+        last = 0
+        if mixed(i) and j + 1 < len(batches) and not records[j].completed.size:
+            # The prompt's last chunk: the same items, the chunk's request generating.
+            b, t, r = batches[i], batches[j + 1], records[j + 1]
+            if (
+                not t.evicted.size
+                and np.array_equal(t.requests, b.requests)
+                and np.array_equal(t.tokens[:-1], b.tokens[:-1])
+                and np.array_equal(t.phases, b.phases)
+                and t.tokens[-1] <= b.tokens[-1]
+                and r.generated.size == b.size
+            ):
+                last = int(t.tokens[-1])
+                j += 1
         if j == i:
             out.append(batches[i])
         else:
             b = batches[i]
-            chunk = Chunk(int(b.requests[-1]), int(b.tokens[-1]), int(b.phases[-1]))
+            chunk = Chunk(int(b.requests[-1]), int(b.tokens[-1]), int(b.phases[-1]), last)
             durations = [batches[x].duration for x in range(i, j + 1)]
             out.append(Run.of(b.start, durations, b.requests[:-1], chunk))
         i = j + 1
@@ -113,10 +127,14 @@ def test_a_mixed_run_does_what_its_batches_do(name, policy):
     runs = [e for e in coalesced.entries if type(e) is Run]
     if policy == "sarathi":
         assert runs, "the instance has stretches of mixed batches"
+        assert any(e.chunk.last for e in runs), "... and stretches that end with a prompt's last chunk"
     assert coalesced.same_as(plain.schedule, tol=0.0)
     # The core checks and applies each run in one step (no violation, one record per run).
     fast = replay(inst, coalesced)
     assert sum(type(e) is RunRecord for e in fast.entries) == len(runs)
+    assert sum(e.tail is not None for e in fast.entries if type(e) is RunRecord) == sum(
+        e.chunk.last > 0 for e in runs
+    )
     slow = replay(inst, plain.schedule)
     assert_same_state(fast.state, slow.state)
     for a, b in zip(fast.records, slow.records, strict=True):
@@ -140,18 +158,22 @@ def test_the_core_plans_the_batch_durations_bit_for_bit(name):
     cost = instance_cost_model(inst)
     state = EngineState(inst, cost)
     batches = plain.schedule.batches
-    checked = 0
+    checked = tails = 0
     for j, b in enumerate(batches):
         if b.size and b.phases[-1] != Phase.DECODE and not b.evicted.size and j + 1 < len(batches):
             limit, durations = state.plan_run(b.requests, int(b.tokens[-1]))
-            probe = state.__copy__()
-            for x in range(min(limit, 5)):
-                made = probe.make_batch(max(probe.clock, b.start), b.requests, b.tokens)
-                assert made.duration == durations[x]
-                probe.step(made)
-                checked += 1
+            if limit:
+                run = state.make_run(state.clock, b.requests, limit, int(b.tokens[-1]))
+                np.testing.assert_array_equal(run.durations, durations)
+                probe = state.__copy__()
+                for rb in run.batches():  # the last may be the prompt's last chunk
+                    made = probe.make_batch(max(probe.clock, b.start), rb.requests, rb.tokens)
+                    assert made.duration == rb.duration
+                    probe.step(made)
+                    checked += 1
+                tails += run.chunk.last > 0
         state.step(b)
-    assert checked
+    assert checked and tails
 
 
 @pytest.mark.parametrize("model", sorted(REGISTRY))
@@ -209,31 +231,62 @@ def test_a_run_past_the_prompt_is_caught():
     assert min(v.batch for v in found) >= first
 
 
-def _two_requests() -> Instance:
-    """A decode (prompt 3, output 9) and a prompt of 8 tokens to chunk, C = 5 (unit time)."""
-    reqs = (Request("d", 0.0, 3, 9), Request("p", 0.0, 8, 2))
+def _two_requests(prompt: int = 8, output: int = 2) -> Instance:
+    """A decode (prompt 3, output 9) and a prompt to chunk, C = 5 (unit time)."""
+    reqs = (Request("d", 0.0, 3, 9), Request("p", 0.0, prompt, output))
     return Instance(reqs, Limits(100, 1, 5), TimeModel("unit"))
 
 
-def test_a_run_whose_chunk_finishes_the_prompt_is_not_a_run():
-    inst = _two_requests()
+def _decoding(inst: Instance) -> EngineState:
     state = EngineState(inst, instance_cost_model(inst))
     state.step(state.make_batch(0.0, [0], [3]))  # d's prompt: d decodes from now on
-    # Two chunks of 4 finish p's prompt of 8 in the run's last batch: legal batches, not a run.
-    durations = chunk_run_times(state.cost_model, state.kv[[0]], 0, 4, Phase.PREFILL, 2)
-    exact = Run.of(state.clock, durations, [0], Chunk(1, 4, Phase.PREFILL))
-    assert [v.rule for v in state.check_run(exact)] == [Rule.BAD_RUN]
-    assert state.run_limit(np.array([0, 1]), 4) == 1  # the planner stops before the last chunk
-    with pytest.raises(ScheduleError, match="finishes the prompt"):
-        state.__copy__().step_run(exact)
-    # One batch of it is a run, and does what its batch does.
-    one = Run.of(state.clock, durations[:1], [0], Chunk(1, 4, Phase.PREFILL))
+    return state
+
+
+def test_a_run_whose_chunk_finishes_the_prompt_says_so():
+    state = _decoding(_two_requests())
+    # Two chunks of 4 finish p's prompt of 8 in the run's last batch: legal batches, and a run only
+    # with its last chunk said (Chunk.last).
+    durations = chunk_run_times(state.cost_model, state.kv[[0]], 0, 4, Phase.PREFILL, 2, 4)
+    unsaid = Run.of(state.clock, durations, [0], Chunk(1, 4, Phase.PREFILL))
+    assert [v.rule for v in state.check_run(unsaid)] == [Rule.BAD_RUN]
+    with pytest.raises(ScheduleError, match="last chunk"):
+        state.__copy__().step_run(unsaid)
+    assert state.run_limit(np.array([0, 1]), 4) == 2  # the planner ends with the last chunk
+    said = Run.of(state.clock, durations, [0], Chunk(1, 4, Phase.PREFILL, 4))
+    assert state.check_run(said) == []
+    # A last chunk that leaves some of the prompt, or a run too short for its last chunk, is caught.
+    short = Run.of(state.clock, durations, [0], Chunk(1, 4, Phase.PREFILL, 3))
+    assert state.check_run(short)
+    with pytest.raises(ValueError):
+        Run.of(state.clock, durations[:1], [0], Chunk(1, 4, Phase.PREFILL, 4))
+
+
+@pytest.mark.parametrize(("prompt", "output"), [(7, 3), (8, 1), (9, 2)])
+def test_a_run_with_a_last_chunk_does_what_its_batches_do(prompt, output):
+    inst = _two_requests(prompt, output)
+    state = _decoding(inst)
+    req = np.array([0, 1])
+    req.flags.writeable = False
+    limit, _ = state.plan_run(req, 4)
+    assert limit == -(-prompt // 4)
+    run = state.make_run(state.clock, req, limit, 4)
+    assert run.chunk.last == prompt - 4 * (limit - 1)
     probe = state.__copy__()
-    record = state.step_run(one)
-    probe.step(next(one.batches()))
+    slow = [probe.step(b) for b in run.batches()]
+    record = state.step_run(run)
     assert_same_state(state, probe)
-    assert record.num_running == 2 and record.chunk_kv == 0
-    assert state.first_scheduled[1] == one.start
+    assert record.tail is not None and record.repeat == limit - 1
+    fast = [*record.records(), record.tail]
+    for a, b in zip(fast, slow, strict=True):
+        for field in ("index", "start", "end", "num_items", "num_tokens", "prefill_tokens", "num_decodes"):
+            assert getattr(a, field) == getattr(b, field), field
+        for field in ("kv_tokens", "kv_blocks", "num_running", "num_evicted"):
+            assert getattr(a, field) == getattr(b, field), field
+        np.testing.assert_array_equal(a.generated, b.generated)
+        np.testing.assert_array_equal(a.completed, b.completed)
+    assert state.first_token[1] == run.end
+    assert state.done[1] == (output == 1)
 
 
 def test_a_run_with_too_much_kv_is_caught():

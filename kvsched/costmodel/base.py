@@ -89,7 +89,13 @@ def decode_run_times(model: CostModel, context: np.ndarray, k: int) -> np.ndarra
 
 
 def chunk_run_times(
-    model: CostModel, context: np.ndarray, chunk_context: int, chunk_tokens: int, chunk_phase: int, k: int
+    model: CostModel,
+    context: np.ndarray,
+    chunk_context: int,
+    chunk_tokens: int,
+    chunk_phase: int,
+    k: int,
+    last: int = 0,
 ) -> np.ndarray:
     """Durations of ``k`` back-to-back mixed batches (a coalesced run with a prompt chunk).
 
@@ -97,14 +103,15 @@ def chunk_run_times(
     holds ``context + j`` KV tokens before it) and then processes ``chunk_tokens``
     tokens of one prefill or refill (code ``chunk_phase``) that holds
     ``chunk_context + j * chunk_tokens`` KV tokens before it: the items in that
-    order, as :meth:`~kvsched.schedule.ir.Run.items` lays them out. A model may
-    define ``chunk_run_times(context, chunk_context, chunk_tokens, k)`` with a
+    order, as :meth:`~kvsched.schedule.ir.Run.items` lays them out. With ``last``
+    > 0 the last batch's chunk has ``last`` tokens instead. A model may define
+    ``chunk_run_times(context, chunk_context, chunk_tokens, k, last)`` with a
     closed form (or a loop on Python floats); it must return exactly (bit for bit)
     what ``batch_time`` gives for each batch. Otherwise each batch is priced on its own.
     """
     fast = getattr(model, "chunk_run_times", None)
     if fast is not None:
-        return fast(context, chunk_context, chunk_tokens, k)
+        return fast(context, chunk_context, chunk_tokens, k, last)
     ctx = np.asarray(context, dtype=np.int64)
     n = int(ctx.size)
     tokens = np.ones(n + 1, dtype=np.int64)
@@ -114,5 +121,8 @@ def chunk_run_times(
     out = np.empty(k, dtype=np.float64)
     for j in range(k):
         kv = np.append(ctx + j, chunk_context + j * chunk_tokens)
+        if last and j == k - 1:
+            tokens = tokens.copy()
+            tokens[n] = last
         out[j] = model.batch_time(BatchView(tokens, kv, phases))
     return out

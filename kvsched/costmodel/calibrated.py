@@ -287,28 +287,31 @@ class CalibratedCost:
         return t
 
     def chunk_run_times(
-        self, context: np.ndarray, chunk_context: int, chunk_tokens: int, k: int
+        self, context: np.ndarray, chunk_context: int, chunk_tokens: int, k: int, last: int = 0
     ) -> np.ndarray:
         """:meth:`batch_time` of ``k`` mixed batches (:func:`~kvsched.costmodel.base.chunk_run_times`).
 
         Batch j: decodes with KV ``context + j`` and one chunk of c tokens on
-        m + j c. The token load n + c is constant (one token-term value); the
-        decode sum grows by n and the chunk's m by c per batch. :meth:`time_of`'s
-        float operations in its order, on the same exact integer sums (< 2**53).
+        m + j c (``last`` tokens in the last batch if ``last`` > 0). The token load
+        n + c is constant (one token-term value); the decode sum grows by n and
+        the chunk's m by c per batch. :meth:`time_of`'s float operations in its
+        order, on the same exact integer sums (< 2**53).
         """
         n = int(context.size)
-        c = int(chunk_tokens)
-        base = self._token_scalar(float(n + c))
-        kv0, m0, csq = isum(context), int(chunk_context), c * c
-        fsq = float(csq)
+        kv0, m0, step = isum(context), int(chunk_context), int(chunk_tokens)
         b0, b1, b2n = self.b0, self.b1, self.b2 * float(n)
         p0, p1, p2, p3, p4 = self.p0, self.p1, self.p2, self.p3, self.p4
         out = []
+        c = step
+        base, fsq = self._token_scalar(float(n + c)), float(c * c)
         for j in range(k):
+            if last and j == k - 1:
+                c = last
+                base, fsq = self._token_scalar(float(n + c)), float(c * c)
             t = base
             if n:
                 t += b0 + b1 * float(kv0 + n * j) + b2n
-            m = m0 + j * c
+            m = m0 + j * step
             t += p0 + p1 * (fsq + 2.0 * float(c * m)) + p2 * float(m) + p3 * 1.0 + p4 * fsq
             out.append(t)
         return np.array(out, dtype=np.float64)

@@ -383,15 +383,23 @@ class InferMax:
         in ``decision``: its chunk min(S - m, P - n) >= 1 fits C and P), needs no
         memory (its whole input was reserved when it started) and again gets
         min(S - m, P - n) = c; the batch is then full at P, so no other prefill
-        and no waiting request joins. Other flag sets answer 0 (batch by batch).
+        and no waiting request joins. The prompt's last chunk, S - m <= c, may
+        leave room: it is the same batch (D, then p's rest) only when no other
+        request could take that room, i.e. nothing waits and every running
+        request is in the batch; otherwise the run stops before it. Other flag
+        sets answer 0 (batch by batch).
         """
         if self.priority != "decode" or not self.chunked:
             return 0
         req = np.asarray(decision.requests, dtype=np.int64)
         n = int(req.size) - 1
-        if n and not self.hybrid:
+        c = int(decision.tokens[-1])
+        if (n and not self.hybrid) or n + c != self._P or len(decision.evict):
             return 0
-        if n + int(decision.tokens[-1]) != self._P or len(decision.evict):
+        chunks = (int(view.unprocessed(int(req[-1]))) - 1) // c  # full chunks before the prompt's last
+        if limit > chunks and (self._waiting or self._running.size != n + 1):
+            limit = chunks  # the last chunk would leave room to another request
+        if not limit:
             return 0
         return self._grow_decodes(view, req[:-1], limit) if n else limit
 

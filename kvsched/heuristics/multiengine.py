@@ -161,6 +161,9 @@ def _segments(entries: Sequence[Batch | Run]) -> tuple[np.ndarray, list[_Segment
                 segments.append((end, e.requests, None))
             else:
                 req, tok, _ = e.items()  # the decodes, then the chunk
+                if e.chunk.last:  # the last batch's chunk is the prompt's rest
+                    segments.append((end - 1, req, tok))
+                    tok = e.last_tokens()
                 segments.append((end, req, tok))
         else:
             starts.append(np.array([e.start]))

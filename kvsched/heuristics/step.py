@@ -306,6 +306,8 @@ class Stepper:
         self._decided = None
         self.entries.append(entry)
         self.records.append(record)
+        if type(record) is RunRecord and record.tail is not None:
+            self.records.append(record.tail)  # a run that ends with its prompt's last chunk
         return record
 
     def run(self, on_record: Callable[[Record], None] | None = None) -> None:
@@ -382,8 +384,13 @@ class Stepper:
                         add_entry(run)
                         add_record(run_record)
                         num_batches += run.repeat
+                        tail = run_record.tail  # a run that ends with its prompt's last chunk
+                        if tail is not None:
+                            add_record(tail)
                         if on_record is not None:
                             on_record(run_record)
+                            if tail is not None:
+                                on_record(tail)
         finally:
             self.num_batches = num_batches
             if collecting:

@@ -29,6 +29,8 @@ name               dtype   meaning
 ``item_phase``     i1      per item: phase code (decode for a run's decodes)
 ``evicted``        i8      evicted request positions, entries concatenated
 ``run_durations``  f8      the k durations of each run, runs concatenated
+``chunk_last``     i8      per entry: a mixed run's last chunk (``Chunk.last``), else 0;
+                           optional (files before it have none)
 =================  ======  ============================================================
 """
 
@@ -59,6 +61,7 @@ def schedule_columns(schedule: Schedule, instance: Instance) -> dict[str, np.nda
     items = np.empty(e, dtype=_INT)
     ev_count = np.zeros(e, dtype=_INT)
     repeat = np.ones(e, dtype=_INT)
+    chunk_last = np.zeros(e, dtype=_INT)
     req_parts: list[np.ndarray] = []
     tok_parts: list[np.ndarray] = []
     phase_parts: list[np.ndarray] = []
@@ -76,6 +79,7 @@ def schedule_columns(schedule: Schedule, instance: Instance) -> dict[str, np.nda
                 phase_parts.append(np.full(entry.requests.size, Phase.DECODE, dtype=np.int8))
             else:  # the decodes, then the chunk as the last item
                 run_req, run_tok, run_phase = entry.items()
+                chunk_last[k] = entry.chunk.last
                 items[k] = run_req.size
                 req_parts.append(run_req)
                 tok_parts.append(run_tok)
@@ -108,6 +112,7 @@ def schedule_columns(schedule: Schedule, instance: Instance) -> dict[str, np.nda
         "item_phase": cat(phase_parts, np.int8),
         "evicted": cat(ev_parts, _INT),
         "run_durations": cat(dur_parts, np.float64),
+        "chunk_last": chunk_last,
     }
 
 
@@ -159,6 +164,9 @@ def schedule_from_columns(cols: dict[str, Any], instance: Instance, source: str 
     req, tok, phase = get("item_request", "i"), get("item_tokens", "i"), get("item_phase", "i")
     evicted, run_durations = get("evicted", "i"), get("run_durations", "f")
     e = kind.size
+    chunk_last = get("chunk_last", "i") if "chunk_last" in cols else np.zeros(e, dtype=_INT)
+    if chunk_last.ndim != 1 or chunk_last.size != e:
+        raise InputError(f"{source}: chunk_last does not match the per-entry arrays")
     if not all(a.ndim == 1 and a.size == e for a in (start, duration, items, ev_count, repeat)):
         raise InputError(f"{source}: the per-entry arrays differ in length")
     is_run = kind == 1
@@ -193,6 +201,8 @@ def schedule_from_columns(cols: dict[str, Any], instance: Instance, source: str 
             raise InputError(f"{source}: a run's chunk must have at least one token")
         run_items = np.repeat(is_run, items)
         run_items[last[chunked]] = False
+        if np.any(chunk_last[~chunked] != 0):
+            raise InputError(f"{source}: chunk_last is set on an entry without a chunk")
         if np.any(tok[run_items] != 1) or np.any(phase[run_items] != Phase.DECODE):
             raise InputError(f"{source}: a run's items must be one-token decodes and at most one last chunk")
     for arr in (req, tok, evicted, run_durations):
@@ -207,8 +217,11 @@ def schedule_from_columns(cols: dict[str, Any], instance: Instance, source: str 
     for k in range(e):
         i1, e1, d1 = item_end[k], ev_end[k], dur_end[k]
         if chunked[k]:
-            chunk = Chunk(int(req[i1 - 1]), int(tok[i1 - 1]), int(phase[i1 - 1]))
-            out.append(Run.of(float(start[k]), run_durations[d0:d1], req[i0 : i1 - 1], chunk))
+            chunk = Chunk(int(req[i1 - 1]), int(tok[i1 - 1]), int(phase[i1 - 1]), int(chunk_last[k]))
+            try:
+                out.append(Run.of(float(start[k]), run_durations[d0:d1], req[i0 : i1 - 1], chunk))
+            except ValueError as exc:
+                raise InputError(f"{source}: entry {k}: {exc}") from None
         elif is_run[k]:
             out.append(Run.of(float(start[k]), run_durations[d0:d1], req[i0:i1]))
         else:

@@ -166,12 +166,16 @@ class Chunk(NamedTuple):
     """The prompt chunk of a mixed :class:`Run`: ``tokens`` tokens of ``request`` in every batch.
 
     ``phase`` is :attr:`Phase.PREFILL` or :attr:`Phase.REFILL` (the request's phase
-    before the run; a chunk that is never the last of its prompt keeps it).
+    before the run, kept through it). With ``last`` > 0 the run's last batch
+    processes ``last`` tokens instead (1 to ``tokens``), exactly the rest of the
+    prompt or refill: the request generates a token at the end of the run (its
+    first, for a prefill). With ``last`` 0 no chunk of the run finishes it.
     """
 
     request: int
     tokens: int
     phase: int
+    last: int = 0
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -223,9 +227,11 @@ class Run:
         dur.flags.writeable = False
         req = requests if _is_frozen_int(requests) else _frozen(requests)
         if chunk is not None:
-            chunk = Chunk(int(chunk[0]), int(chunk[1]), int(chunk[2]))
+            chunk = Chunk(*map(int, chunk))
             if chunk.tokens < 1 or chunk.phase == Phase.DECODE:
                 raise ValueError("a run's chunk is one or more prompt or refill tokens")
+            if chunk.last and not (1 <= chunk.last <= chunk.tokens and dur.size >= 2):
+                raise ValueError("a run's last chunk has 1 to `tokens` tokens, after at least one full chunk")
         return cls(float(start), dur, req, _end(float(start), dur), chunk)
 
     @property
@@ -240,7 +246,7 @@ class Run:
 
     @property
     def num_tokens(self) -> int:
-        """Tokens per batch."""
+        """Tokens per batch (but the last, with a last chunk)."""
         chunk = self.chunk
         return int(self.requests.size) + (chunk.tokens if chunk is not None else 0)
 
@@ -264,11 +270,29 @@ class Run:
         phases = _frozen([int(Phase.DECODE)] * n + [chunk.phase], np.int8)
         return req, tok, phases
 
+    def last_tokens(self) -> np.ndarray:
+        """Tokens of each item in the run's last batch (the items' tokens, but a last chunk's)."""
+        chunk = self.chunk
+        if chunk is None or not chunk.last:
+            return self.items()[1]
+        return _frozen([1] * self.requests.size + [chunk.last])
+
+    def head(self) -> Run:
+        """The run of its first ``k - 1`` batches, whose chunks do not finish the prompt (a run with a last chunk)."""
+        chunk = self.chunk
+        if chunk is None or not chunk.last:
+            raise ValueError("only a run with a last chunk has a head")
+        durations = self.durations[:-1].copy()
+        durations.flags.writeable = False
+        return Run.of(self.start, durations, self.requests, chunk._replace(last=0))
+
     def batches(self) -> Iterator[Batch]:
         """The ``k`` batches this run stands for."""
         req, tok, phases = self.items()
-        for s, d in zip(self.starts().tolist(), self.durations.tolist(), strict=True):
-            yield Batch(s, d, req, tok, phases, _EMPTY)
+        k = self.durations.size
+        last = self.chunk is not None and self.chunk.last
+        for j, (s, d) in enumerate(zip(self.starts().tolist(), self.durations.tolist(), strict=True)):
+            yield Batch(s, d, req, self.last_tokens() if last and j == k - 1 else tok, phases, _EMPTY)
 
 
 def _end(start: float, durations: np.ndarray) -> float:

@@ -70,7 +70,8 @@ def _item_rows(schedule: Schedule) -> tuple[np.ndarray, ...]:
                 start.append(np.full(1, e.start))
                 end.append(np.full(1, e.end))
                 phase.append(np.full(1, e.chunk.phase, dtype=np.int64))
-                tok.append(np.full(1, e.chunk.tokens * e.repeat, dtype=np.int64))
+                last = e.chunk.last or e.chunk.tokens
+                tok.append(np.full(1, e.chunk.tokens * (e.repeat - 1) + last, dtype=np.int64))
         else:
             phase.append(e.phases.astype(np.int64))
             tok.append(e.tokens)
@@ -179,10 +180,15 @@ def _engine_events(instance: Instance, schedule: Schedule, us: float) -> list[di
         if type(e) is Run:
             rec = state.apply_run(e)
             n, per_batch = e.size, e.num_tokens
+            tokens = per_batch * e.repeat
             for j, s in enumerate(e.starts().tolist()):
-                kv(s, rec.kv_tokens + (j + 1) * per_batch)
+                if rec.tail is not None and j == e.repeat - 1:  # the prompt's last chunk
+                    kv(s, rec.tail.kv_tokens)
+                    tokens += rec.tail.num_tokens - per_batch
+                else:
+                    kv(s, rec.kv_tokens + (j + 1) * per_batch)
             name = f"decode x{e.repeat}" if e.chunk is None else f"decode + chunk x{e.repeat}"
-            args: dict[str, Any] = {"batches": e.repeat, "requests": n, "tokens": per_batch * e.repeat}
+            args: dict[str, Any] = {"batches": e.repeat, "requests": n, "tokens": tokens}
         else:
             rec = state.apply(e)
             kv(e.start, rec.kv_tokens)

@@ -101,7 +101,9 @@ class RunRecord:
     from these fields (:meth:`records` spells them out): batch ``j`` (0-based)
     holds ``kv_tokens + (j + 1) (n + c)`` KV tokens (``n`` decodes, ``c`` the
     chunk's tokens, 0 without one), every decode generates a token, the chunk
-    never does, and only the last batch completes requests.
+    never does, and only the last batch completes requests. (The record of a
+    run whose last chunk finishes its prompt is the record of its first
+    ``k - 1`` batches, with :attr:`tail` the :class:`BatchRecord` of its last.)
     """
 
     index: int  # index of the first batch
@@ -113,6 +115,9 @@ class RunRecord:
     num_running: int  # requests holding KV during the run (constant through it)
     completed: np.ndarray  # positions that completed in the last batch
     chunk_kv: int = 0  # KV the chunk's request held before the run
+    # A run whose last chunk finishes its prompt is recorded as the run of its first k - 1 batches
+    # (``run`` is that head) and this record of its last batch: the record lists hold both, in order.
+    tail: BatchRecord | None = None
 
     @property
     def repeat(self) -> int:

@@ -32,7 +32,7 @@ import numpy as np
 from kvsched.costmodel.base import chunk_run_times, decode_run_times
 from kvsched.costmodel.small import imax, imin, isum, nonzero
 from kvsched.schedule.ir import Chunk, Phase, Run
-from kvsched.schedule.records import Rule, RunRecord, ScheduleError, Violation
+from kvsched.schedule.records import BatchRecord, Rule, RunRecord, ScheduleError, Violation
 from kvsched.schedule.search import last_fitting
 from kvsched.schedule.violations import DURATION_RTOL, TIME_TOL
 
@@ -61,9 +61,14 @@ class RunSteps:
         now); with ``chunk`` > 0 the last of ``requests`` is instead the request
         whose next ``chunk`` tokens of prompt (or refill) every batch processes. The
         limit is the first completion of a decode (that batch may end a run), the
-        last chunk of the prompt (excluded: the chunk never finishes it) and the KV
-        capacity; the budgets and ``max_running`` do not change through a run.
+        end of the prompt and the KV capacity; the budgets and ``max_running`` do
+        not change through a run. A run may end with the prompt's last chunk (then
+        of what is left, up to ``chunk`` tokens) after at least one full chunk.
         """
+        return self._plan_limit(requests, chunk)[0]
+
+    def _plan_limit(self: EngineState, requests: np.ndarray, chunk: int) -> tuple[int, int]:
+        """:meth:`run_limit`, and the tokens of the last chunk if the limit's last batch finishes the prompt (else 0)."""
         req = requests
         size = int(req.size)
         # The (read-only) positions of the batch just applied were found in range and distinct by the
@@ -77,73 +82,84 @@ class RunSteps:
         )
         checked = steady != NOT_STEADY and not req.flags.writeable
         if not checked and (not size or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)):
-            return 0
+            return 0, 0
         if chunk:
             p = int(req[-1])
-            dec = req[:-1]
             if chunk < 0 or self._phase[p] == _DECODE:
-                return 0
-            return self._limit(dec, steady == STEADY_CHUNK, p, chunk)
+                return 0, 0
+            return self._limit(req[:-1], steady == STEADY_CHUNK, p, chunk)
         return self._limit(req, steady == STEADY_DECODES, -1, 0)
 
-    def _limit(self: EngineState, dec: np.ndarray, steady: bool, p: int, c: int) -> int:
-        """:meth:`run_limit` of the decodes ``dec`` (in range, distinct) and p's chunk of c (p = -1: none)."""
+    def _limit(self: EngineState, dec: np.ndarray, steady: bool, p: int, c: int) -> tuple[int, int]:
+        """:meth:`_plan_limit` of the decodes ``dec`` (in range, distinct) and p's chunks of c (p = -1: none)."""
         n = int(dec.size)
         # A live decode has exactly its last token left (a finished request none): known of the
         # decodes of a batch just applied that completed nothing.
         if n and not steady and (_count(self._phase[dec] != _DECODE_CODE) or _count(self._left[dec] != _ONE)):
-            return 0
+            return 0, 0
         max_tokens, max_prefill, max_running = self._budgets
         if max_tokens is not None and n + c > max_tokens:
-            return 0
+            return 0, 0
         holding = self.num_holding
-        limit = imin(self.output[dec] - self.generated[dec]) if n else None
+        decodes = imin(self.output[dec] - self.generated[dec]) if n else None  # the first completion
+        left = m = chunks = 0
+        tail = False
         if p >= 0:
             if max_prefill is not None and c > max_prefill:
-                return 0
+                return 0, 0
             left, m = int(self._left[p]), int(self.kv[p])
             holding += m == 0  # p holds KV from the first batch of the run on
-            chunks = (left - 1) // c  # k c < left: the chunk never finishes p's prompt (left 0: done)
-            limit = chunks if limit is None else min(limit, chunks)
-        if limit is None or limit <= 0 or (max_running is not None and holding > max_running):
-            return 0
+            chunks = (left - 1) // c  # full chunks before the last (left 0: done, none)
+            limit = chunks if decodes is None else min(decodes, chunks)
+            # The last chunk may end the run (it generates, as a decode may complete, in its last batch).
+            tail = chunks >= 1 and (decodes is None or decodes > chunks)
+        else:
+            limit = decodes  # type: ignore[assignment]
+        if limit is None or (limit <= 0 and not tail) or (max_running is not None and holding > max_running):
+            return 0, 0
         free = self.kv_block_capacity - self.kv_blocks
-        if self.block_size == 1:
-            return max(0, min(limit, free // (n + c)))
+        bs = self.block_size
+        if bs == 1:
+            k = max(0, min(limit, free // (n + c)))
+            if tail and k == chunks and n * (chunks + 1) + left <= free:
+                return chunks + 1, left - chunks * c
+            return k, 0
         kv = self.kv[dec]
         blocks = self._blocks
         base = isum(blocks(kv))
-        if p < 0:
+        first = -(-m // bs)
 
-            def grown(j: int) -> int:
-                return isum(blocks(kv + j)) - base
+        def grown(j: int) -> int:  # blocks the run's first j batches add (p's KV: min(j c, left))
+            more = isum(blocks(kv + j)) - base if n else 0
+            return more + (-(-(m + min(j * c, left)) // bs) - first if p >= 0 else 0)
 
-        else:
-            bs = self.block_size
-            m = int(self.kv[p])
-            first = -(-m // bs)
-
-            def grown(j: int) -> int:
-                return (isum(blocks(kv + j)) - base if n else 0) + (-(-(m + j * c) // bs)) - first
-
-        return last_fitting(grown, free, limit)
+        k = last_fitting(grown, free, limit)
+        if tail and k == chunks and grown(chunks + 1) <= free:
+            return chunks + 1, left - chunks * c
+        return k, 0
 
     def plan_run(self: EngineState, requests: np.ndarray, chunk: int = 0) -> tuple[int, np.ndarray]:
         """:meth:`run_limit` and the durations of that many batches (kept for :meth:`make_run`)."""
         if self.cost_model is None:
             raise ValueError("plan_run needs a cost model")
-        limit = self.run_limit(requests, chunk)
+        limit, last = self._plan_limit(requests, chunk)
         if not limit:
             durations = np.zeros(0)
         elif chunk:
             p = int(requests[-1])
             durations = chunk_run_times(
-                self.cost_model, self.kv[requests[:-1]], int(self.kv[p]), chunk, int(self._phase[p]), limit
+                self.cost_model,
+                self.kv[requests[:-1]],
+                int(self.kv[p]),
+                chunk,
+                int(self._phase[p]),
+                limit,
+                last,
             )
         else:
             durations = decode_run_times(self.cost_model, self.kv[requests], limit)
         durations.flags.writeable = False  # a run of all of them keeps the array itself
-        self._planned = (self.num_batches, requests, chunk, limit, durations)
+        self._planned = (self.num_batches, requests, chunk, limit, durations, last)
         return limit, durations
 
     def planned_durations(self: EngineState) -> np.ndarray | None:
@@ -152,7 +168,11 @@ class RunSteps:
         return planned[4] if planned is not None and planned[0] == self.num_batches else None
 
     def make_run(self: EngineState, start: float, requests: np.ndarray, k: int, chunk: int = 0) -> Run:
-        """The run of the first ``k`` batches planned by :meth:`plan_run` for these items, from ``start``."""
+        """The run of the first ``k`` batches planned by :meth:`plan_run` for these items, from ``start``.
+
+        With a chunk, the run ends with the prompt's last chunk when ``k`` is the
+        plan's limit and the plan's last batch finishes the prompt.
+        """
         planned = self._planned
         if (
             planned is None
@@ -161,15 +181,17 @@ class RunSteps:
             or planned[2] != chunk
         ):
             raise ValueError("make_run needs a plan_run of the same items in this state")
-        if not 1 <= k <= planned[3]:
-            raise ValueError(f"a run of {k} batches is outside the plan's 1..{planned[3]}")
+        limit = planned[3]
+        if not 1 <= k <= limit:
+            raise ValueError(f"a run of {k} batches is outside the plan's 1..{limit}")
         durations = planned[4]
         if k < durations.size:  # a copy, not a view: a run keeps no more than its own k durations
             durations = durations[:k].copy()
             durations.flags.writeable = False
         if chunk:
             p = int(requests[-1])
-            run = Run.of(start, durations, requests[:-1], Chunk(p, chunk, int(self._phase[p])))
+            last = planned[5] if k == limit else 0
+            run = Run.of(start, durations, requests[:-1], Chunk(p, chunk, int(self._phase[p]), last))
         else:
             run = Run.of(start, durations, requests)
         self._made_run = (run, self.num_batches)
@@ -192,17 +214,17 @@ class RunSteps:
             probe.apply(batch)
         chunk = run.chunk
         if not out and chunk is not None:
-            # Legal batches, but the last chunk finishes the prompt (the request generates): a run's
-            # chunk never does, so apply_run would not stand for these batches.
+            # Legal batches, but not as the run says: its chunks finish the prompt without a last
+            # chunk (or a last chunk leaves some of it), so apply_run would not stand for them.
             p = chunk.request
-            if int(self._left[p]) == run.repeat * chunk.tokens:
-                why = (
-                    "finishes the prompt in its last batch (a run's chunk never does: store that batch alone)"
-                )
-            else:
-                why = "does not make a run the core can apply in one step"
             out.append(
-                Violation(Rule.BAD_RUN, f"the run's chunk of {chunk.tokens} tokens {why}", first, self.ids[p])
+                Violation(
+                    Rule.BAD_RUN,
+                    f"the run's chunks of {chunk.tokens} tokens (last {chunk.last or 'none'}) do not end "
+                    "as its last chunk says: a chunk finishes the prompt only as a run's last (Chunk.last)",
+                    first,
+                    self.ids[p],
+                )
             )
         return out
 
@@ -236,7 +258,13 @@ class RunSteps:
                 return False
             if req.size and (imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)):
                 return False
-            if self._limit(req, False, p, c) < run.repeat:
+            limit, last = self._limit(req, False, p, c)
+            # With a last chunk, exactly the planner's run that ends with it; without, none of its chunks
+            # may finish the prompt (a limit that ends with the last chunk is one batch too long).
+            if chunk.last:
+                if limit != run.repeat or last != chunk.last:
+                    return False
+            elif limit - (last > 0) < run.repeat:
                 return False
         if not self._arrived(run):
             return False
@@ -246,7 +274,7 @@ class RunSteps:
             else:
                 kv_p = int(self.kv[chunk.request])
                 expected = chunk_run_times(
-                    self.cost_model, self.kv[req], kv_p, chunk.tokens, chunk.phase, run.repeat
+                    self.cost_model, self.kv[req], kv_p, chunk.tokens, chunk.phase, run.repeat, chunk.last
                 )
             if _count(np.abs(dur - expected) > DURATION_RTOL * np.maximum(1.0, np.abs(expected))):
                 return False
@@ -254,52 +282,71 @@ class RunSteps:
 
     # ---------------------------------------------------------------- apply
     def apply_run(self: EngineState, run: Run) -> RunRecord:
-        """Apply a legal ``run`` (checked by :meth:`check_run`) in one step: O(items)."""
+        """Apply a legal ``run`` (checked by :meth:`check_run`) in one step: O(items).
+
+        A run whose last chunk finishes its prompt is recorded as its head (the
+        first ``k - 1`` batches) with the record of its last batch as ``tail``.
+        """
         req, k, chunk = run.requests, run.repeat, run.chunk
         n = int(req.size)
         record_kv, record_blocks = self.kv_tokens, self.kv_blocks
-        chunk_kv = 0
+        chunk_kv = last = p = 0
+        bs = self.block_size
         if chunk is not None:
-            p, grown = chunk.request, chunk.tokens * k
+            p, last = chunk.request, chunk.last
+            grown = chunk.tokens * (k - 1) + last if last else chunk.tokens * k
             chunk_kv = int(self.kv[p])
             if not chunk_kv:
                 self.num_holding += 1
                 if math.isnan(self.first_scheduled[p]):
                     self.first_scheduled[p] = run.start
             self.kv[p] = chunk_kv + grown
-            self._left[p] -= grown  # never to 0: the chunk does not finish the prompt
+            self._left[p] -= grown  # 0 only after a last chunk (below)
             self.kv_tokens += grown
-            bs = self.block_size
             self.kv_blocks += (
                 grown if bs == 1 else (chunk_kv + grown + bs - 1) // bs - (chunk_kv + bs - 1) // bs
             )
         running = self.num_holding
-        if not n:
-            record = RunRecord(
-                self.num_batches,
-                run,
-                _NO_ITEMS,
-                record_kv,
-                record_blocks,
-                self.block_size,
+        if n:
+            kv_before = self.kv[req]
+            kv_after = kv_before + k
+            self.kv[req] = kv_after
+            generated = self.generated[req] + k
+            self.generated[req] = generated
+            self.kv_tokens += n * k
+            self.kv_blocks += n * k if bs == 1 else isum(self._blocks(kv_after) - self._blocks(kv_before))
+            finished = generated >= self.output[req]
+            completed = req[finished] if _count(finished) else _NO_ITEMS
+        else:
+            kv_before = completed = _NO_ITEMS
+        tail = None
+        if last:
+            # The last chunk finished p's prompt: p generates at the end of the run, as a batch's item.
+            g = int(self.generated[p]) + 1
+            self.generated[p] = g
+            self._left[p] = 1  # the token just generated
+            self.refilling[p] = False
+            self._phase[p] = _DECODE
+            if g == 1:
+                self.first_token[p] = run.end
+            if g >= self.output[p]:
+                completed = np.append(completed, p)
+            head = run.head()
+            tail = BatchRecord(
+                self.num_batches + k - 1,
+                head.end,
+                run.end,
+                n + 1,
+                n + last,
+                last,
+                n,
+                self.kv_tokens,
+                self.kv_blocks,
                 running,
-                _NO_ITEMS,
-                chunk_kv,
+                0,
+                np.append(req, p),
+                completed,
             )
-            self.clock = max(self.clock, run.end)
-            self.num_batches += k
-            return record
-        kv_before = self.kv[req]
-        kv_after = kv_before + k
-        self.kv[req] = kv_after
-        generated = self.generated[req] + k
-        self.generated[req] = generated
-        self.kv_tokens += n * k
-        self.kv_blocks += (
-            n * k if self.block_size == 1 else isum(self._blocks(kv_after) - self._blocks(kv_before))
-        )
-        finished = generated >= self.output[req]
-        completed = req[finished] if _count(finished) else _NO_ITEMS
         if completed.size:
             kv_c = self.kv[completed]
             self.kv_tokens -= isum(kv_c)
@@ -313,14 +360,15 @@ class RunSteps:
             self.num_done += int(completed.size)
         record = RunRecord(
             self.num_batches,
-            run,
+            run if not last else head,
             kv_before,
             record_kv,
             record_blocks,
-            self.block_size,
+            bs,
             running,
-            completed,
+            completed if not last else _NO_ITEMS,
             chunk_kv,
+            tail,
         )
         self.clock = max(self.clock, run.end)
         self.num_batches += k

@@ -23,7 +23,8 @@ class Trace:
     """The outcome of replaying a schedule: final state, per-batch and per-run records, violations.
 
     ``entries`` holds one :class:`BatchRecord` per batch and one :class:`RunRecord`
-    per coalesced run, in order; :attr:`records` spells the runs out.
+    per coalesced run (followed by its ``tail``'s :class:`BatchRecord` when it
+    ends with its prompt's last chunk), in order; :attr:`records` spells the runs out.
     """
 
     instance: Instance
@@ -83,7 +84,10 @@ def replay(
         if type(entry) is Run:
             found = state.check_run(entry, k)
             if not found:
-                trace.entries.append(state.apply_run(entry))
+                record = state.apply_run(entry)
+                trace.entries.append(record)
+                if record.tail is not None:  # a run that ends with its prompt's last chunk
+                    trace.entries.append(record.tail)
                 k += entry.repeat
                 continue
             if strict:
