@@ -145,7 +145,7 @@ class EngineState(RunSteps):
         self.num_batches = 0
         self._made: _Made | None = None  # last make_batch result
         self._planned: tuple[int, np.ndarray, int, int, np.ndarray, int] | None = None  # last plan_run
-        self._made_run: tuple[Run, int] | None = None  # last make_run result
+        self._made_run: tuple[Run, int, bool] | None = None  # last make_run result (and "a decode completes")
         # The positions of the last batch the quick path accepted, the batch count after it, and what
         # a run may repeat of it (runs.STEADY_*): decode-only, or decodes then a chunk that did not
         # finish its prompt, having completed nothing (its items are a run's items again).

@@ -234,6 +234,13 @@ class Run:
                 raise ValueError("a run's last chunk has 1 to `tokens` tokens, after at least one full chunk")
         return cls(float(start), dur, req, _end(float(start), dur), chunk)
 
+    @classmethod
+    def _trusted(cls, start: float, durations: np.ndarray, requests: np.ndarray, chunk: Chunk | None) -> Run:
+        """:meth:`of` for the core's :meth:`~kvsched.schedule.core.EngineState.make_run`, which built every
+        argument already as :meth:`of` would (read-only owned durations, read-only positions, a checked
+        chunk): the same run without the checks."""
+        return cls(start, durations, requests, _end(start, durations), chunk)
+
     @property
     def repeat(self) -> int:
         """k: the number of batches."""

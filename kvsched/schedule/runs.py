@@ -67,8 +67,9 @@ class RunSteps:
         """
         return self._plan_limit(requests, chunk)[0]
 
-    def _plan_limit(self: EngineState, requests: np.ndarray, chunk: int) -> tuple[int, int]:
-        """:meth:`run_limit`, and the tokens of the last chunk if the limit's last batch finishes the prompt (else 0)."""
+    def _plan_limit(self: EngineState, requests: np.ndarray, chunk: int) -> tuple[int, int, int]:
+        """:meth:`run_limit`, the tokens of the last chunk if the limit's last batch finishes the prompt
+        (else 0), and the batch (1-based) in which a decode first completes (0: none does)."""
         req = requests
         size = int(req.size)
         # The (read-only) positions of the batch just applied were found in range and distinct by the
@@ -82,31 +83,31 @@ class RunSteps:
         )
         checked = steady != NOT_STEADY and not req.flags.writeable
         if not checked and (not size or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)):
-            return 0, 0
+            return 0, 0, 0
         if chunk:
             p = int(req[-1])
             if chunk < 0 or self._phase[p] == _DECODE:
-                return 0, 0
+                return 0, 0, 0
             return self._limit(req[:-1], steady == STEADY_CHUNK, p, chunk)
         return self._limit(req, steady == STEADY_DECODES, -1, 0)
 
-    def _limit(self: EngineState, dec: np.ndarray, steady: bool, p: int, c: int) -> tuple[int, int]:
+    def _limit(self: EngineState, dec: np.ndarray, steady: bool, p: int, c: int) -> tuple[int, int, int]:
         """:meth:`_plan_limit` of the decodes ``dec`` (in range, distinct) and p's chunks of c (p = -1: none)."""
         n = int(dec.size)
         # A live decode has exactly its last token left (a finished request none): known of the
         # decodes of a batch just applied that completed nothing.
         if n and not steady and (_count(self._phase[dec] != _DECODE_CODE) or _count(self._left[dec] != _ONE)):
-            return 0, 0
+            return 0, 0, 0
         max_tokens, max_prefill, max_running = self._budgets
         if max_tokens is not None and n + c > max_tokens:
-            return 0, 0
+            return 0, 0, 0
         holding = self.num_holding
         decodes = imin(self.output[dec] - self.generated[dec]) if n else None  # the first completion
         left = m = chunks = 0
         tail = False
         if p >= 0:
             if max_prefill is not None and c > max_prefill:
-                return 0, 0
+                return 0, 0, 0
             left, m = int(self._left[p]), int(self.kv[p])
             holding += m == 0  # p holds KV from the first batch of the run on
             chunks = (left - 1) // c  # full chunks before the last (left 0: done, none)
@@ -116,14 +117,14 @@ class RunSteps:
         else:
             limit = decodes  # type: ignore[assignment]
         if limit is None or (limit <= 0 and not tail) or (max_running is not None and holding > max_running):
-            return 0, 0
+            return 0, 0, 0
         free = self.kv_block_capacity - self.kv_blocks
         bs = self.block_size
         if bs == 1:
             k = max(0, min(limit, free // (n + c)))
             if tail and k == chunks and n * (chunks + 1) + left <= free:
-                return chunks + 1, left - chunks * c
-            return k, 0
+                return chunks + 1, left - chunks * c, decodes or 0
+            return k, 0, decodes or 0
         kv = self.kv[dec]
         blocks = self._blocks
         base = isum(blocks(kv))
@@ -135,14 +136,14 @@ class RunSteps:
 
         k = last_fitting(grown, free, limit)
         if tail and k == chunks and grown(chunks + 1) <= free:
-            return chunks + 1, left - chunks * c
-        return k, 0
+            return chunks + 1, left - chunks * c, decodes or 0
+        return k, 0, decodes or 0
 
     def plan_run(self: EngineState, requests: np.ndarray, chunk: int = 0) -> tuple[int, np.ndarray]:
         """:meth:`run_limit` and the durations of that many batches (kept for :meth:`make_run`)."""
         if self.cost_model is None:
             raise ValueError("plan_run needs a cost model")
-        limit, last = self._plan_limit(requests, chunk)
+        limit, last, completes = self._plan_limit(requests, chunk)
         if not limit:
             durations = np.zeros(0)
         elif chunk:
@@ -159,7 +160,7 @@ class RunSteps:
         else:
             durations = decode_run_times(self.cost_model, self.kv[requests], limit)
         durations.flags.writeable = False  # a run of all of them keeps the array itself
-        self._planned = (self.num_batches, requests, chunk, limit, durations, last)
+        self._planned = (self.num_batches, requests, chunk, limit, durations, last, completes)
         return limit, durations
 
     def planned_durations(self: EngineState) -> np.ndarray | None:
@@ -188,13 +189,15 @@ class RunSteps:
         if k < durations.size:  # a copy, not a view: a run keeps no more than its own k durations
             durations = durations[:k].copy()
             durations.flags.writeable = False
+        start = float(start)
         if chunk:
             p = int(requests[-1])
             last = planned[5] if k == limit else 0
-            run = Run.of(start, durations, requests[:-1], Chunk(p, chunk, int(self._phase[p]), last))
+            run = Run._trusted(start, durations, requests[:-1], Chunk(p, chunk, int(self._phase[p]), last))
         else:
-            run = Run.of(start, durations, requests)
-        self._made_run = (run, self.num_batches)
+            run = Run._trusted(start, durations, requests, None)
+        # Whether a decode completes in the run (in its last batch, k being the plan's first completion).
+        self._made_run = (run, self.num_batches, k == planned[6])
         return run
 
     # --------------------------------------------------------------- checks
@@ -258,7 +261,7 @@ class RunSteps:
                 return False
             if req.size and (imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)):
                 return False
-            limit, last = self._limit(req, False, p, c)
+            limit, last, _ = self._limit(req, False, p, c)
             # With a last chunk, exactly the planner's run that ends with it; without, none of its chunks
             # may finish the prompt (a limit that ends with the last chunk is one batch too long).
             if chunk.last:
@@ -311,12 +314,15 @@ class RunSteps:
             kv_before = self.kv[req]
             kv_after = kv_before + k
             self.kv[req] = kv_after
-            generated = self.generated[req] + k
-            self.generated[req] = generated
+            self.generated[req] += k  # distinct positions: one gather, add and scatter
             self.kv_tokens += n * k
             self.kv_blocks += n * k if bs == 1 else isum(self._blocks(kv_after) - self._blocks(kv_before))
-            finished = generated >= self.output[req]
-            completed = req[finished] if _count(finished) else _NO_ITEMS
+            made = self._made_run
+            if made is not None and made[0] is run and made[1] == self.num_batches and not made[2]:
+                completed = _NO_ITEMS  # make_run's plan: no decode completes within these k batches
+            else:
+                finished = self.generated[req] >= self.output[req]
+                completed = req[finished] if _count(finished) else _NO_ITEMS
         else:
             kv_before = completed = _NO_ITEMS
         tail = None
