@@ -31,20 +31,24 @@ class Variant:
     refill_weight: float = 0.0
     min_chunk: int = 0
     fit_chunk: bool = False
+    fill: bool = False
 
     def kwargs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rule"}
 
 
 #: Greedy variants when eviction is free (unit time, no token budget): the first always runs.
-#: Notes 005 Sec. 2: smallest remaining area first, preemptive, is best there.
+#: Notes 005 Sec. 2: smallest remaining area first, preemptive, is best there. Each fills its batches
+#: (``fill``): on 27 1k instances (ShareGPT, Azure conv/code; memory loads 0.9-1.1; 3 arrival seeds) each
+#: variant's total latency falls 1.3-12.6% (geometric means), the best of the six 1.35% (lower on all 27);
+#: 60 s solves of the rho = 1 rows: Azure conv 489,603 -> 464,691, ShareGPT 353,231 -> 351,391.
 FREE_EVICTION_VARIANTS: tuple[Variant, ...] = (
-    Variant("remaining-area", True),
-    Variant("remaining-area", False),
-    Variant("area", True),
-    Variant("area", False),
-    Variant("remaining-output", True),
-    Variant("fcfs", False),
+    Variant("remaining-area", True, fill=True),
+    Variant("remaining-area", False, fill=True),
+    Variant("area", True, fill=True),
+    Variant("area", False, fill=True),
+    Variant("remaining-output", True, fill=True),
+    Variant("fcfs", False, fill=True),
 )
 #: ... and when an eviction costs time (seconds-based cost models): admissions keep room for the
 #: running requests' next decodes (measured: a lookahead of 64 tokens takes 28-45% off total latency

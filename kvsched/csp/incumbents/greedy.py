@@ -73,6 +73,7 @@ def decide(
     refill_weight: float = 0.0,
     min_chunk: int = 0,
     fit_chunk: bool = False,
+    fill: bool = False,
     deadline: Deadline | None = None,
     cost_model: CostModel | None = None,
     jit: bool = True,
@@ -105,6 +106,14 @@ def decide(
     fit_chunk
         A started prefill or refill whose next chunk does not fit the KV left runs a smaller one
         that does, rather than pausing on what it holds.
+    fill
+        After each batch's first-fit walk, replace run items of the lowest priority by requests that
+        did not fit (waiting ones, holders the walk evicted) and are closer to completion, where the
+        KV left allows: one by two whose rates 1 / (O - G) sum above its own (one more item), or one
+        by a larger one with fewer tokens left (more KV used). First-fit leaves every misfit ranked
+        before a run item larger than that item plus the KV left, so no such swap keeps the priority
+        order. Where eviction is free (unit time, no token budget) a replaced holder is evicted;
+        elsewhere only admissions are replaced (they stay waiting).
     deadline
         Once it expires the kernel stops first-fit search and preemption: it finishes
         the schedule with the cheapest rule it has (holders first, waiting list walked
@@ -131,6 +140,8 @@ def decide(
     fa[0] = [r.arrival for r in instance.requests]
     fa[1] = skey
     const = isinstance(cost_model, UnitCost)
+    # A refill costs nothing only under unit time without a budget (best.eviction_is_free).
+    free_eviction = const and lim.max_batch_tokens is None and lim.max_prefill_tokens is None
 
     def budget(value: int | None) -> int:
         return -1 if value is None else int(value)
@@ -155,13 +166,14 @@ def decide(
                 ]
             ),
             int(fit_chunk),
+            (K.FILL_EVICT if free_eviction else K.FILL_ADMIT) if fill else K.FILL_OFF,
         ],
         dtype=np.int64,
     )
     sc = np.zeros(9, dtype=np.int64)
-    ib = np.zeros((8, n), dtype=np.int64)
+    ib = np.zeros((12, n), dtype=np.int64)
     ib[4] = np.argsort(fa[0], kind="stable")
-    fb = np.zeros((4, n), dtype=np.float64)
+    fb = np.zeros((6, n), dtype=np.float64)
     clock = np.array(
         [float(fa[0].min()) if n else 0.0, cost_model.slot if const else np.nan, float(refill_weight)]
     )
@@ -258,6 +270,7 @@ def greedy(
     refill_weight: float = 0.0,
     min_chunk: int = 0,
     fit_chunk: bool = False,
+    fill: bool = False,
     objective: str = "total-latency",
     deadline: Deadline | None = None,
     cost_model: CostModel | None = None,
@@ -296,6 +309,7 @@ def greedy(
         refill_weight=refill_weight,
         min_chunk=min_chunk,
         fit_chunk=fit_chunk,
+        fill=fill,
         deadline=deadline,
         cost_model=cost_model,
         jit=jit,
@@ -308,10 +322,13 @@ def greedy(
         + (f"/refill-weight={refill_weight:g}" if refill_weight else "")
         + (f"/min-chunk={min_chunk}" if min_chunk else "")
         + ("/fit-chunk" if fit_chunk else "")
+        + ("/fill" if fill else "")
     )
     params = {"rule": rule, "preempt": preempt, "lookahead": lookahead}
     if refill_weight or min_chunk or fit_chunk:  # the original three alone where these are off
         params.update(refill_weight=float(refill_weight), min_chunk=int(min_chunk), fit_chunk=bool(fit_chunk))
+    if fill:
+        params.update(fill=True)
     schedule = log.to_schedule({"policy": label, "params": params})
     t2 = time.perf_counter()
     trace = replay(instance, schedule, cost_model)

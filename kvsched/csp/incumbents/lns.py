@@ -66,7 +66,7 @@ def _dynamic_params(incumbent: Incumbent) -> dict | None:
         return None
     if not str(incumbent.schedule.meta.get("policy", "")).startswith("greedy:"):
         return None
-    keys = ("rule", "preempt", "lookahead", "refill_weight", "min_chunk", "fit_chunk")
+    keys = ("rule", "preempt", "lookahead", "refill_weight", "min_chunk", "fit_chunk", "fill")
     return {k: params[k] for k in keys if k in params}
 
 
@@ -140,6 +140,7 @@ def improve(
     window: int = 10,
     preempt: bool = True,
     lookahead: int = 0,
+    fill: bool | None = None,
     seed: int = 0,
     cost_model: CostModel | None = None,
     max_passes: int = 3,
@@ -155,8 +156,9 @@ def improve(
         used or a relaxation's alpha-points; default: the incumbent's completion order.
     window
         Requests re-ordered together.
-    preempt, lookahead
-        The greedy mode the priority vectors are simulated in (see :func:`~kvsched.csp.incumbents.greedy.decide`).
+    preempt, lookahead, fill
+        The greedy mode the priority vectors are simulated in (see :func:`~kvsched.csp.incumbents.greedy.decide`);
+        ``fill`` None: as the incumbent's greedy did (off where the incumbent is no greedy's).
     max_passes
         Passes over the whole order (a pass without improvement also ends the search).
 
@@ -180,6 +182,10 @@ def improve(
     def fits() -> bool:
         return deadline.remaining() > run_s[0]
 
+    if fill is None:
+        params = incumbent.schedule.meta.get("params") if incumbent.schedule.meta else None
+        fill = bool(params.get("fill", False)) if isinstance(params, dict) else False
+
     def simulate(order: np.ndarray) -> Incumbent:
         keys = np.empty(n, dtype=np.float64)
         keys[order] = np.arange(n, dtype=np.float64)
@@ -189,6 +195,7 @@ def improve(
             priority=keys,
             preempt=preempt,
             lookahead=lookahead,
+            fill=fill,
             objective=incumbent.objective,
             deadline=deadline,
             cost_model=cost_model,
