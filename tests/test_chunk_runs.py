@@ -183,16 +183,17 @@ def test_closed_form_chunk_run_times_equal_the_batch_times_bit_for_bit(model):
     rng = np.random.default_rng(11)
     for n in (0, 1, 5, 64, 70):
         context = rng.integers(1, 3000, n)
-        for c, phase in ((1, Phase.PREFILL), (37, Phase.REFILL), (480, Phase.PREFILL)):
+        for c, phase, last in ((1, Phase.PREFILL, 0), (37, Phase.REFILL, 5), (480, Phase.PREFILL, 480)):
             m = int(rng.integers(0, 4000))
-            fast = chunk_run_times(cost, context, m, c, int(phase), 30)
-            tokens = np.append(np.ones(n, dtype=np.int64), c)
-            phases = np.append(np.full(n, Phase.DECODE, dtype=np.int8), np.int8(phase))
-            slow = [
-                cost.batch_time(BatchView(tokens, np.append(context + j, m + j * c).astype(np.int64), phases))
-                for j in range(30)
-            ]
-            np.testing.assert_array_equal(fast, np.array(slow))
+            for k, tail in ((30, 0), (30, last), (2, last), (1, 0)):
+                fast = chunk_run_times(cost, context, m, c, int(phase), k, tail)
+                phases = np.append(np.full(n, Phase.DECODE, dtype=np.int8), np.int8(phase))
+                slow = []
+                for j in range(k):
+                    tokens = np.append(np.ones(n, dtype=np.int64), tail if tail and j == k - 1 else c)
+                    kv = np.append(context + j, m + j * c).astype(np.int64)
+                    slow.append(cost.batch_time(BatchView(tokens, kv, phases)))
+                np.testing.assert_array_equal(fast, np.array(slow))
 
 
 def _mixed_fixture():

@@ -92,3 +92,22 @@ class InfermaxLinear:
         base = self.a0 + self.a1 * float(n)
         kv = float(_sum(context)) + float(n) * np.arange(k, dtype=np.float64)  # exact: integers < 2**53
         return base + (self.b0 + self.b1 * kv)
+
+    def chunk_run_times(
+        self, context: np.ndarray, chunk_context: int, chunk_tokens: int, k: int, last: int = 0
+    ) -> np.ndarray:
+        """:meth:`batch_time` of ``k`` mixed batches (decodes with KV ``context + j``, then one chunk of
+        c tokens on m + j c; ``last`` tokens in the last batch if ``last`` > 0), in its float order
+        on Python floats (one chunk: its sums are its own values)."""
+        n = int(context.size)
+        kv0, m0, step = int(_sum(context)) if n else 0, int(chunk_context), int(chunk_tokens)
+        out = []
+        for j in range(k):
+            c = float(last if last and j == k - 1 else step)
+            m = float(m0 + j * step)
+            t = self.a0 + self.a1 * float(n + c)
+            if n:
+                t += self.b0 + self.b1 * float(kv0 + n * j)
+            t += self.p0 + self.p1 * (c * c + 2.0 * m * c) + self.p2 * m + self.p3 * 1.0
+            out.append(t)
+        return np.array(out, dtype=np.float64)

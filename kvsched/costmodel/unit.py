@@ -34,3 +34,9 @@ class UnitCost:
     def decode_run_times(self, context: np.ndarray, k: int) -> np.ndarray:
         """Every batch of a decode run lasts one slot."""
         return np.full(k, self.slot, dtype=np.float64)
+
+    def chunk_run_times(
+        self, context: np.ndarray, chunk_context: int, chunk_tokens: int, k: int, last: int = 0
+    ) -> np.ndarray:
+        """Every batch of a mixed run lasts one slot."""
+        return np.full(k, self.slot, dtype=np.float64)

@@ -261,6 +261,10 @@ class InferMax:
         self.warmup = warmup
         self.uses_true_output = reserve == "peak" or rank == "output"
         self._budgets: dict[str, int | None] = {}
+        if priority != "decode" or not chunked:
+            # Mixed runs are argued for decode priority with chunked prefill only (repeat_chunks):
+            # other flag sets do not opt in, so the simulator does not plan runs they would refuse.
+            self.repeat_chunks = None  # type: ignore[method-assign,assignment]
 
     @property
     def params(self) -> Mapping[str, Any]:
@@ -387,7 +391,7 @@ class InferMax:
         leave room: it is the same batch (D, then p's rest) only when no other
         request could take that room, i.e. nothing waits and every running
         request is in the batch; otherwise the run stops before it. Other flag
-        sets answer 0 (batch by batch).
+        sets do not opt in (the constructor hides this method) and answer 0.
         """
         if self.priority != "decode" or not self.chunked:
             return 0

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsched.heuristics.base import Decision, Policy, SchedulerView, steady_decodes
+from kvsched.heuristics.base import Decision, Policy, SchedulerView, steady_chunks, steady_decodes
 from kvsched.instances.model import Instance
 
 
@@ -143,6 +143,19 @@ class ClassPriority:
         if inner is None or self._gated is None or self._gated._view is not view:
             return 0
         return inner.repeat_decodes(self._gated, decision, limit)  # type: ignore[arg-type]
+
+    def repeat_chunks(self, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """Mixed runs (:class:`~kvsched.heuristics.base.SteadyChunks`): what the inner policy says.
+
+        As for :meth:`repeat_decodes`: nothing arrives or completes before the run's
+        last batch, and the chunk's request held KV before the run (it was in the
+        batch just applied) and keeps holding it, so no request starts and the
+        same classes stay revealed.
+        """
+        inner = steady_chunks(self.inner)
+        if inner is None or self._gated is None or self._gated._view is not view:
+            return 0
+        return inner.repeat_chunks(self._gated, decision, limit)  # type: ignore[arg-type]
 
     def _reveal(self, view: SchedulerView, gated: GatedView) -> None:
         """Reveal classes from the highest down, up to the first one with a request waiting to start."""
