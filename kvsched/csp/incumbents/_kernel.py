@@ -300,8 +300,10 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
                     cand_r[nc], cand_b[nc], cand_w[nc], cand_t[nc] = r, (tok + bs - 1) // bs, k, tok
                     cand_k[nc] = wkey[k]
                     nc += 1
-            for rnd in range(2 * FILL_ROUNDS):
-                split = rnd < FILL_ROUNDS  # two-for-one rounds first, then one-for-one
+            split, swaps = True, 0  # two-for-one swaps first, then one-for-one
+            while swaps < 2 * FILL_ROUNDS:
+                if split and swaps >= FILL_ROUNDS:
+                    split, swaps = False, FILL_ROUNDS
                 least = _BIG  # the smallest candidate, to skip those no pair fits with
                 for c in range(nc):
                     least = min(least, cand_b[c])
@@ -352,8 +354,10 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
                                 best_gain = cand_b[c] + cand_b[d] + spare - room_x
                 if best_p < 0:
                     if split:
+                        split, swaps = False, FILL_ROUNDS
                         continue
                     break
+                swaps += 1
                 p = best_p
                 rx = it[0, p]
                 tok_left += it[1, p]
