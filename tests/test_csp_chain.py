@@ -10,8 +10,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvsched.csp.bounds import chain_lagrangian
-from kvsched.csp.bounds.chain import ChainData, evaluate, evaluate_numpy, in_system, warm_incumbent
+from kvsched.csp.bounds import chain_lagrangian, portfolio
+from kvsched.csp.bounds.chain import (
+    ChainData,
+    evaluate,
+    evaluate_numpy,
+    in_system,
+    mean_busy_prices,
+    warm_incumbent,
+)
 from kvsched.csp.bounds.chain_lp import chain_lp
 from kvsched.csp.certificate import Scope
 from kvsched.csp.objectives import OBJECTIVES
@@ -153,3 +160,23 @@ def test_warm_start_counts_requests_in_the_system():
     count = in_system(data, trace, 40)
     assert count[0] == 5
     assert count[int(np.ceil(trace.state.completion.max()))] == 0
+
+
+def test_mean_busy_prices_are_the_divisible_machines_dual():
+    # M = 10 KV tokens a slot; areas 1*4 = 4 (a) and 2*6 + 1 = 13 (b) at 0, 3*2 + 3 = 9 (c) at 3. Smallest
+    # area first: a on [0, 0.4), b on [0.4, 1.7), idle, c on [3, 3.9). Backwards: y = (3.9 - t) / 9 on c,
+    # (1.7 - t) / 13 on b (the machine idles after it), 0.1 + (0.4 - t) / 4 on a; read at slot midpoints.
+    reqs = (Request("a", 0.0, 4, 1), Request("b", 0.0, 6, 2), Request("c", 3.0, 2, 3))
+    inst = Instance(reqs, Limits(kv_capacity=10), TimeModel("unit"))
+    y = mean_busy_prices(ChainData.from_instance(inst), 6)
+    assert y == pytest.approx([1.2 / 13, 0.2 / 13, 0.0, 0.4 / 9, 0.0, 0.0], abs=1e-12)
+
+
+def test_mean_busy_prices_start_the_chain_bound_above_mean_busy_time():
+    """At memory load about 1 the chain Lagrangian at these prices already beats the mean-busy-time bound
+    (its relaxation contains that LP), where each request alone (y = 0) is far below it."""
+    inst = _shaped(60, 0.15, arrivals=True)
+    data = ChainData.from_instance(inst)
+    y = mean_busy_prices(data, 400)
+    mbt = max(b.value for b in portfolio(inst, "total-latency") if b.source.startswith("mean-busy"))
+    assert data.to_bound(evaluate(data, y).value) >= mbt - 1.0

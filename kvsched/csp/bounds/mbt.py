@@ -117,12 +117,63 @@ def srpt_completions(work: np.ndarray, release: np.ndarray, deadline: Deadline |
     return np.sort(done)
 
 
+def mean_busy_dual(area: np.ndarray, release: np.ndarray, capacity: float, horizon: int) -> np.ndarray:
+    """The mean-busy-time LP's capacity prices at the slot midpoints ``t + 0.5``, ``t < horizon``.
+
+    The LP: jobs of area ``A_j`` released at ``r_j`` on a divisible machine of ``capacity`` area per
+    unit of time; a unit of j's area at time t costs ``t / A_j`` (so a job's cost is its mean busy
+    time); minimise the sum. The preemptive smallest-area-first schedule solves it (Goemans), and its
+    dual prices follow by complementary slackness, backwards over the schedule's pieces: ``y`` is 0
+    where the machine idles and at the end of each busy period, and on a piece of job j it is
+    ``v_j - t / A_j``, with ``v_j = y(C_j) + C_j / A_j`` fixed at j's completion (``y`` continuous
+    there: the next piece starts when j ends). So ``y`` falls by ``1 / capacity`` over each job's
+    work: about the busy period's later completions over the capacity.
+
+    Any ``y >= 0`` is a valid multiplier of a Lagrangian bound; these are the ones under which the
+    chain Lagrangian (:mod:`kvsched.csp.bounds.chain`, whose relaxation contains this LP's
+    constraints) starts at about the mean-busy-time bound.
+    """
+    area = np.asarray(area, dtype=np.float64)
+    out = np.zeros(horizon)
+    live = np.flatnonzero(area > 0)
+    if not live.size or horizon <= 0:
+        return out
+    pieces: list[tuple[int, float, float]] = []
+    a, rel = area[live], np.asarray(release, dtype=np.float64)[live]
+    _preemptive(a / capacity, rel, _continuous_scalar, by_remaining=False, pieces=pieces)
+    job = np.array([p[0] for p in pieces], dtype=np.int64)
+    start = np.array([p[1] for p in pieces])
+    end = np.array([p[2] for p in pieces])
+    value = np.full(a.size, np.nan)
+    right, after = 0.0, math.inf  # y just after the current piece; where the next piece starts
+    for p in range(len(pieces) - 1, -1, -1):
+        k = job[p]
+        if end[p] < after - 1e-9:
+            right = 0.0  # the machine idles after this piece: a busy period ends here
+        if np.isnan(value[k]):  # k's last piece ends at its completion
+            value[k] = right + end[p] / a[k]
+        right, after = value[k] - start[p] / a[k], start[p]
+    mid = np.arange(horizon) + 0.5
+    at = np.searchsorted(start, mid, side="right") - 1
+    inside = (at >= 0) & (mid < end[np.maximum(at, 0)])
+    k = job[np.maximum(at, 0)]
+    out[inside] = np.maximum(0.0, value[k] - mid / a[k])[inside]
+    return out
+
+
 def _preemptive(
-    work: np.ndarray, release: np.ndarray, g, *, by_remaining: bool, deadline: Deadline | None = None
+    work: np.ndarray,
+    release: np.ndarray,
+    g,
+    *,
+    by_remaining: bool,
+    deadline: Deadline | None = None,
+    pieces: list[tuple[int, float, float]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One preemptive schedule (event loop over releases): per job the integral of ``g``'s
     derivative over its pieces, and its completion time. Priority: the job's work, or its
-    remaining work when ``by_remaining``; ties by release."""
+    remaining work when ``by_remaining``; ties by release. ``pieces`` (if given) receives each
+    piece of machine time as (job, start, end), in time order."""
     order = np.lexsort((work, release))
     rel = release[order].tolist()
     wk = work[order].tolist()
@@ -149,11 +200,15 @@ def _preemptive(
         if end <= nxt:
             acc[k] += g(end) - g(t)
             done[k] = end
+            if pieces is not None:
+                pieces.append((int(order[k]), t, end))
             t = end
         else:
             acc[k] += g(nxt) - g(t)
             rem -= nxt - t
             push(heap, (rem if by_remaining else key, k, rem))
+            if pieces is not None and nxt > t:
+                pieces.append((int(order[k]), t, nxt))
             t = nxt
     out_acc, out_done = np.empty(n), np.empty(n)
     out_acc[order] = acc
