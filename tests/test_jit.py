@@ -72,7 +72,12 @@ def test_cold_lagrangian_kernels_with_a_short_limit_skip_the_stage(monkeypatch):
 def test_warmup_prints_one_line_per_kernel_family(capsys):
     assert main(["warmup"]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert [line.split(":")[0] for line in lines] == ["greedy", "chain-lagrangian", "seconds-lagrangian"]
+    assert [line.split(":")[0] for line in lines] == [
+        "greedy",
+        "knapsack-greedy",
+        "chain-lagrangian",
+        "seconds-lagrangian",
+    ]
     assert all(" s, " in line for line in lines)
 
 
@@ -85,6 +90,6 @@ def test_solve_says_when_its_kernels_are_cold(monkeypatch, capsys):
     note_cold_kernels("solve")
     err = capsys.readouterr().err
     assert err.startswith(
-        "kvsched solve: note: the compiled kernels (greedy, chain-lagrangian, seconds-lagrangian)"
+        "kvsched solve: note: the compiled kernels (greedy, knapsack-greedy, chain-lagrangian, seconds-lagrangian)"
     )
     assert "kvsched warmup" in err and err.count("\n") == 1

@@ -37,6 +37,19 @@ def _greedy() -> list[Any]:
     return _greedy_kernels()
 
 
+def _knapsack_kernels() -> list[Any]:
+    from kvsched.csp.incumbents import _knapsack_kernel
+
+    return [_knapsack_kernel.advance_jit]
+
+
+def _knapsack() -> list[Any]:
+    from kvsched.csp.incumbents.knapsack import knapsack
+
+    knapsack(_tiny())
+    return _knapsack_kernels()
+
+
 def _chain_kernels() -> list[Any]:
     from kvsched.csp.bounds.chain import compiled_kernels
 
@@ -71,6 +84,7 @@ def _seconds() -> list[Any]:
 #: Each kernel family: (its dispatchers, a run on a tiny instance that compiles them all and returns them).
 FAMILIES: dict[str, tuple[Callable[[], list[Any]], Callable[[], list[Any]]]] = {
     "greedy": (_greedy_kernels, _greedy),
+    "knapsack-greedy": (_knapsack_kernels, _knapsack),
     "chain-lagrangian": (_chain_kernels, _chain),
     "seconds-lagrangian": (_seconds_kernels, _seconds),
 }
