@@ -1,4 +1,4 @@
-"""What every incumbent producer returns: a validated schedule and its objective value."""
+"""What every incumbent producer returns (a validated schedule and its objective value), and when eviction is free."""
 
 from __future__ import annotations
 
@@ -6,6 +6,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kvsched.costmodel.base import CostModel
+from kvsched.costmodel.unit import UnitCost
+from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import Trace
 
@@ -35,3 +38,15 @@ class Incumbent:
     stats: Mapping[str, Any] = field(default_factory=dict)
     #: The semantic core's replay of ``schedule``, where the producer kept it (so nobody replays it again).
     trace: Trace | None = field(default=None, repr=False)
+
+
+def eviction_is_free(instance: Instance, cost_model: CostModel) -> bool:
+    """Whether a refill costs nothing: unit time and no token or prefill budget (notes 005 Sec. 2).
+
+    The refill then re-appends I + G tokens in one batch that also generates, exactly like a decode
+    (``tests/test_csp_incumbents.py`` checks it by replay).
+    """
+    lim = instance.limits
+    return (
+        isinstance(cost_model, UnitCost) and lim.max_batch_tokens is None and lim.max_prefill_tokens is None
+    )

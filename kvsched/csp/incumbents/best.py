@@ -10,7 +10,7 @@ from typing import Any
 from kvsched.costmodel.base import CostModel
 from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents._kernel import advance_jit
-from kvsched.csp.incumbents.base import Incumbent
+from kvsched.csp.incumbents.base import Incumbent, eviction_is_free
 from kvsched.csp.incumbents.greedy import greedy
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import KvschedError
@@ -85,18 +85,6 @@ BUDGET_VARIANTS: tuple[Variant, ...] = (
 )
 #: The variants for an instance, first one first (:func:`variant_kind`).
 VARIANTS = {"free": FREE_EVICTION_VARIANTS, "costly": COSTLY_EVICTION_VARIANTS, "budget": BUDGET_VARIANTS}
-
-
-def eviction_is_free(instance: Instance, cost_model: CostModel) -> bool:
-    """Whether a refill costs nothing: unit time and no token or prefill budget (notes 005 Sec. 2).
-
-    The refill then re-appends I + G tokens in one batch that also generates, exactly like a decode
-    (``tests/test_csp_incumbents.py`` checks it by replay).
-    """
-    lim = instance.limits
-    return (
-        isinstance(cost_model, UnitCost) and lim.max_batch_tokens is None and lim.max_prefill_tokens is None
-    )
 
 
 def variant_kind(instance: Instance, cost_model: CostModel) -> str:

@@ -32,8 +32,7 @@ import numpy as np
 
 from kvsched.costmodel.base import CostModel
 from kvsched.csp.incumbents import _knapsack_kernel as K
-from kvsched.csp.incumbents.base import Incumbent
-from kvsched.csp.incumbents.best import eviction_is_free
+from kvsched.csp.incumbents.base import Incumbent, eviction_is_free
 from kvsched.csp.incumbents.log import BatchLog
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import InputError
