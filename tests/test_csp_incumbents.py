@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from kvsched.csp.incumbents import Incumbent, decide, greedy, kv_area
 from kvsched.csp.incumbents.best import best_incumbent, variant_kind
+from kvsched.csp.incumbents.knapsack import knapsack
 from kvsched.csp.incumbents.lns import improve
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import InputError
@@ -377,3 +378,31 @@ def test_lns_without_a_deadline_searches_key_scales_and_ends():
     assert better.value <= start.value
     assert better.value == _value(inst, better)
     assert better.stats["evaluations"] > 0
+
+
+def _loaded_instance(rng: np.random.Generator, n: int) -> Instance:
+    """Unit time, no budget (eviction is free), arrivals over time into a KV cache a few requests fill."""
+    reqs = [
+        (int(rng.integers(5, 40)), int(rng.integers(2, 20)), float(rng.integers(0, 3 * n))) for _ in range(n)
+    ]
+    return _inst(reqs, 2 * max(i + o - 1 for i, o, _ in reqs))
+
+
+def test_best_incumbent_tries_the_knapsack_greedy_where_eviction_is_free():
+    rng = np.random.default_rng(31)
+    free = best_incumbent(_loaded_instance(rng, 30))
+    assert "knapsack:remaining-area" in free.stats["tried"]
+    assert free.value == min(free.stats["tried"].values())
+    costly = best_incumbent(_budget_instance(rng, 20))
+    assert not any(name.startswith("knapsack") for name in costly.stats["tried"])
+
+
+def test_lns_searches_key_scales_of_the_knapsack_greedy():
+    inst = _loaded_instance(np.random.default_rng(32), 40)
+    start = knapsack(inst)
+    better = improve(inst, start, window=6, max_passes=1)
+    assert better.value <= start.value
+    assert better.value == _value(inst, better)
+    assert better.stats["evaluations"] > 0
+    # The scaled candidates are the knapsack greedy's own (its meta), not the priority greedy's.
+    assert better is start or better.schedule.meta["policy"].startswith("lns(knapsack")

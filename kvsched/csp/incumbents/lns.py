@@ -18,13 +18,14 @@ heuristic neighbourhood.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from kvsched.costmodel.base import CostModel
 from kvsched.csp.incumbents.base import Incumbent
 from kvsched.csp.incumbents.greedy import greedy
+from kvsched.csp.incumbents.knapsack import knapsack
 from kvsched.csp.incumbents.rules import kv_area
 from kvsched.instances.model import Instance
 from kvsched.schedule.validate import instance_cost_model, replay
@@ -59,33 +60,53 @@ SCALE_MOVES = (0.5, 2.0, 0.8, 1.25, 0.2, 5.0)
 _DYNAMIC_RULES = ("remaining-area", "remaining-output")
 
 
-def _dynamic_params(incumbent: Incumbent) -> dict | None:
-    """The greedy keyword arguments of an incumbent made by the greedy under a dynamic rule, else None."""
-    params = incumbent.schedule.meta.get("params") if incumbent.schedule.meta else None
+#: The greedy's keyword arguments the local search re-runs an incumbent with.
+_GREEDY_KEYS = ("rule", "preempt", "lookahead", "refill_weight", "min_chunk", "fit_chunk", "fill")
+_KNAPSACK_KEYS = ("candidates", "cells", "tail")
+
+
+def _rerun(
+    instance: Instance, incumbent: Incumbent, cost_model: CostModel
+) -> Callable[..., Incumbent] | None:
+    """How to re-make ``incumbent`` with per-request key scales: ``rerun(scale, deadline, name)``.
+
+    For an incumbent of the greedy under a dynamic rule or of the knapsack greedy (its schedule's meta
+    says which, with its parameters); None otherwise.
+    """
+    meta = incumbent.schedule.meta or {}
+    params = meta.get("params")
     if not isinstance(params, dict) or params.get("rule") not in _DYNAMIC_RULES:
         return None
-    if not str(incumbent.schedule.meta.get("policy", "")).startswith("greedy:"):
-        return None
-    keys = ("rule", "preempt", "lookahead", "refill_weight", "min_chunk", "fit_chunk", "fill")
-    return {k: params[k] for k in keys if k in params}
+    policy, objective = str(meta.get("policy", "")), incumbent.objective
+    if policy.startswith("greedy:"):
+        kwargs = {k: params[k] for k in _GREEDY_KEYS if k in params}
+        return lambda scale, deadline, name: greedy(
+            instance, scale=scale, objective=objective, deadline=deadline, cost_model=cost_model, name=name,
+            **kwargs,
+        )  # fmt: skip
+    if policy.startswith("knapsack:"):
+        kwargs = {k: params[k] for k in _KNAPSACK_KEYS if k in params}
+        return lambda scale, deadline, name: knapsack(
+            instance, scale=scale, objective=objective, deadline=deadline, name=name, **kwargs
+        )
+    return None
 
 
 def _scaled_search(
     instance: Instance,
     best: Incumbent,
-    params: dict,
+    rerun: Callable[..., Incumbent],
     deadline: Deadline,
     *,
     order: np.ndarray,
     window: int,
     rng: np.random.Generator,
-    cost_model: CostModel,
     max_passes: int,
     run_s: list[float],
 ) -> tuple[Incumbent, int, int]:
     """Windows of the completion order re-weighted: the greedy's own moving key times a per-request scale.
 
-    A move multiplies the scales of one window (requests adjacent in completion order; large windows
+    ``rerun(scale, deadline, name)`` re-makes the incumbent with the scales (:func:`_rerun`). A move multiplies the scales of one window (requests adjacent in completion order; large windows
     first) by a factor of :data:`SCALE_MOVES`, moving them earlier or later while their keys still shrink as they generate;
     it is kept when the replayed schedule is strictly better. Returns the best incumbent and the
     numbers of candidates simulated and kept.
@@ -114,10 +135,7 @@ def _scaled_search(
                 trial = scale.copy()
                 trial[members] *= factor
                 started = time.perf_counter()
-                cand = greedy(
-                    instance, scale=trial, objective=best.objective, deadline=deadline,
-                    cost_model=cost_model, name=name, **params,
-                )  # fmt: skip
+                cand = rerun(trial, deadline, name)
                 run_s[0] = max(run_s[0], time.perf_counter() - started)
                 evaluations += 1
                 if cand.value < value - 1e-9:
@@ -162,9 +180,10 @@ def improve(
     max_passes
         Passes over the whole order (a pass without improvement also ends the search).
 
-    Where ``incumbent`` is the greedy's under a dynamic rule (its schedule's meta says so) and no
-    ``keys`` are given, half the time first goes to windows of per-request scales on that rule's key
-    (:func:`_scaled_search`, in the incumbent's own greedy mode), the rest to the static orders.
+    Where ``incumbent`` is the greedy's under a dynamic rule or the knapsack greedy's (its schedule's
+    meta says so) and no ``keys`` are given, half the time first goes to windows of per-request scales
+    on that rule's key (:func:`_scaled_search`, re-made by the incumbent's own producer and mode), the
+    rest to the static orders.
     ``stats`` counts the candidates simulated (``evaluations``) and kept (``accepted``).
     """
     deadline = deadline or Deadline.never()
@@ -204,14 +223,14 @@ def improve(
         run_s[0] = max(run_s[0], time.perf_counter() - started)
         return cand
 
-    dynamic = _dynamic_params(incumbent) if keys is None else None
+    dynamic = _rerun(instance, incumbent, cost_model) if keys is None else None
     if n >= 2 and dynamic is not None and fits():
         # The incumbent is a greedy under a moving key: search per-request scales of that key first,
         # with half the time (its schedules start where the incumbent is; a static order starts far off).
         half = deadline.share(0.5)
         best, evals, kept = _scaled_search(
             instance, best, dynamic, half, order=completion_order(instance, incumbent), window=window,
-            rng=rng, cost_model=cost_model, max_passes=max_passes, run_s=run_s,
+            rng=rng, max_passes=max_passes, run_s=run_s,
         )  # fmt: skip
         evaluations, accepted = evaluations + evals, accepted + kept
     if n >= 2 and fits():
