@@ -28,32 +28,41 @@ engine iterations (a coalesced run of k decode batches counts k) and
 Figures (issue #16), ``sarathi``, CPU seconds. *7987e18*: before the issue,
 measured while the shared 2-core machine was heavily loaded (load 7-11, so
 only CPU seconds are comparable). *f103559*: 2026-11-26 at load 0.7-1.0.
-*now* (f21972b): the same day at load 2.7-3.7, back to back
-with be5aec4 (the start of the second pass, whose figures are in
-``docs/simulation.md``); the loop best of 3, 100k one run; the peak is the
-command's own (``VmHWM``; until this date the column read the child's
+*c4c1d31* (before mixed runs; the second pass) against *now* (de378c8, mixed
+prefill-chunk runs): the same day, each case back to back, at load 3.5-4.4
+(other helpers' benchmarks); the loop best of 3, 100k one run each; the peak is
+the command's own (``VmHWM``; until this date the column read the child's
 ``ru_maxrss``, which Linux inflates with the forking benchmark's own size).
 
-=====================  =========  =======  ========================  =========================  ==================
-case                   batches    entries  loop CPU s                command CPU s              peak MB
-                                           7987e18 / f103559 / now   7987e18 / f103559 / now    f103559 / now
-=====================  =========  =======  ========================  =========================  ==================
-azure-1k               38,265     5,829    2.54 / 0.36 / 0.19        6.51 / 1.27 / 0.61         110 / 57
-azure-10k              356,917    60,931   24.2 / 3.92 / 2.05        54.7 / 6.25 / 2.85         312 / 156
-azure-100k             3,674,563  596,517  - / 39.0 / 20.8           - / 60.3 / 28.9            2293 / 914
-sharegpt-10k-t0 (unit) 15,331     13,864   1.86 / 1.36 / 0.94        4.86 / 3.25 / 1.83         363 / 239
-all 36 on azure-1k     1,446,140  131,951  300 / 9.85 / 6.09         -                          -
-=====================  =========  =======  ========================  =========================  ==================
+======================  =========  =================  =============================  =============================  =================
+case                    batches    entries            loop CPU s                     command CPU s                  peak MB
+                                   c4c1d31 / now      7987e18 / f103559 / c4c1d31 /  7987e18 / f103559 / c4c1d31 /  f103559 / c4c1d31
+                                                      now                            now                            / now
+======================  =========  =================  =============================  =============================  =================
+azure-1k                38,265     5,829 / 5,139      2.54 / 0.36 / 0.20 / 0.19      6.51 / 1.27 / 0.63 / 0.52      110 / 57 / 54
+azure-10k               356,917    60,931 / 51,231    24.2 / 3.92 / 2.18 / 2.14      54.7 / 6.25 / 3.07 / 2.74      312 / 156 / 145
+azure-100k              3,674,563  596,517 / 509,598  - / 39.0 / 22.3 / 19.6         - / 60.3 / 27.3 / 24.9         2293 / 914 / 820
+sharegpt-10k-t0 (unit)  15,331     13,864 / 13,326    1.86 / 1.36 / 0.96 / 0.97      4.86 / 3.25 / 1.97 / 1.70      363 / 239 / 226
+all 36 on azure-1k      1,446,140  131,951 / 127,811  300 / 9.85 / 6.88 / 6.53       -                              -
+======================  =========  =================  =============================  =============================  =================
+
+The azure-10k loop is noisy at this load: five interleaved pairs of fresh
+processes (best of 2 each) gave 2.07-2.36 s before and 2.05-2.15 s now (medians
+2.33 and 2.10). What is deterministic: azure-10k makes 30,476 policy calls now
+against 45,376 (15,657 decode runs, and 5,200 mixed runs of which 3,361 end with
+the prompt's last chunk).
 
 Issue #16's targets and where this stands. Met: all 36 policies on azure-1k
-<= 10 s (6.1 CPU s); azure-10k peak <= 300 MB (156 MB); azure-100k peak <= 1 GB
-(914 MB). Missed: azure-10k loop <= 1 s and command <= 2 s (2.05 and 2.85 CPU
-s), azure-100k command <= 15 s (28.9 CPU s), sharegpt-10k-t0 command <= 1 s
-(1.83 CPU s). What is left is mostly the loop: azure-10k makes about 45,000
-policy calls (a run cannot cross an arrival, a completion or a prompt chunk;
-each Azure prompt takes two or three mixed batches at C = 512) and 16,000 runs,
-about 45 us each with the core's step and record on ~7-item batches, where each
-numpy call costs 0.3-1 us. Outside the loop a fresh command spends about 0.3 s
+<= 10 s (6.5 CPU s); azure-10k peak <= 300 MB (145 MB); azure-100k peak <= 1 GB
+(820 MB). Missed: azure-10k loop <= 1 s and command <= 2 s (2.1 and 2.7 CPU
+s), azure-100k command <= 15 s (24.9 CPU s), sharegpt-10k-t0 command <= 1 s
+(1.7 CPU s). What is left is mostly the loop: azure-10k still makes about
+30,000 policy calls and 21,000 runs, each event costing 25-45 us of Python
+(policy, core step, record). 8,222 of its 15,657 decode runs end with a
+completion and are followed by one decode-only batch and another run: a run that
+continued across completions (a decode leaving it when it completes, valid while
+nothing waits) would remove about 8,000 calls, but needs ragged runs in the IR
+and the token statistics. Outside the loop a fresh command spends about 0.3 s
 importing (numpy alone 0.1 s), 0.04 s loading a 10k trace (no pandas, no
 pydantic) and 0.3 s (10k) to 3 s (100k) on the token statistics. Where each
 change came from: ``docs/simulation.md``.
