@@ -30,7 +30,8 @@ measured while the shared 2-core machine was heavily loaded (load 7-11, so
 only CPU seconds are comparable). *f103559*: 2026-11-26 at load 0.7-1.0.
 *c4c1d31* (before mixed runs; the second pass) against *now* (de378c8, mixed
 prefill-chunk runs): the same day, each case back to back, at load 3.5-4.4
-(other helpers' benchmarks); the loop best of 3, 100k one run each; the peak is
+(other helpers' benchmarks; *now*'s command figures include the command
+start-up work of 7e0afdd and 687907b); the loop best of 3, 100k one run each; the peak is
 the command's own (``VmHWM``; until this date the column read the child's
 ``ru_maxrss``, which Linux inflates with the forking benchmark's own size).
 
