@@ -388,15 +388,6 @@ def _loaded_instance(rng: np.random.Generator, n: int) -> Instance:
     return _inst(reqs, 2 * max(i + o - 1 for i, o, _ in reqs))
 
 
-def test_best_incumbent_tries_the_knapsack_greedy_where_eviction_is_free():
-    rng = np.random.default_rng(31)
-    free = best_incumbent(_loaded_instance(rng, 30))
-    assert "knapsack:remaining-area" in free.stats["tried"]
-    assert free.value == min(free.stats["tried"].values())
-    costly = best_incumbent(_budget_instance(rng, 20))
-    assert not any(name.startswith("knapsack") for name in costly.stats["tried"])
-
-
 def test_lns_searches_key_scales_of_the_knapsack_greedy():
     inst = _loaded_instance(np.random.default_rng(32), 40)
     start = knapsack(inst)

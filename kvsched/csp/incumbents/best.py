@@ -12,8 +12,6 @@ from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents._kernel import advance_jit
 from kvsched.csp.incumbents.base import Incumbent, eviction_is_free
 from kvsched.csp.incumbents.greedy import greedy
-from kvsched.csp.incumbents.knapsack import applies as knapsack_applies
-from kvsched.csp.incumbents.knapsack import knapsack
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
@@ -117,8 +115,7 @@ def best_incumbent(
 ) -> Incumbent:
     """The best validated schedule of the greedy variants and ``policies``, with its value and name.
 
-    ``variants`` defaults to the instance's :data:`VARIANTS` (see :func:`variant_kind`); where eviction
-    is free the knapsack greedy (:mod:`~kvsched.csp.incumbents.knapsack`) runs after the first. The first
+    ``variants`` defaults to the instance's :data:`VARIANTS` (see :func:`variant_kind`). The first
     variant always runs (it is the first schedule of every time-limited solve; past the deadline it
     finishes in its cheapest mode). Each further candidate runs only if its
     estimated time, priced from the first variant's measured time, fits in what is left, so the
@@ -149,17 +146,6 @@ def best_incumbent(
         # (deciding takes less than those two), then from the runs themselves.
         greedy_cost = 2.0 * (best.stats["build_s"] + best.stats["replay_s"])
     tried[best.name] = best.value
-    if knapsack_applies(instance, cost_model):
-        # Where eviction is free, the knapsack greedy packs the KV by value: at memory load 1 it is the
-        # best first schedule at 10k requests (ShareGPT 4.49e6 against 4.60e6 for the filling greedy).
-        if deadline.remaining() < 3.0 * greedy_cost:
-            skipped.append("knapsack:remaining-area")
-        else:
-            started = time.perf_counter()
-            cand = knapsack(instance, objective=objective, deadline=deadline)
-            greedy_cost = max(greedy_cost, 0.5 * (time.perf_counter() - started))
-            tried[cand.name] = cand.value
-            best = min(best, cand, key=lambda inc: inc.value)
     for variant in others:
         if deadline.remaining() < 1.5 * greedy_cost:
             skipped.append(f"greedy:{variant.rule}")
