@@ -202,6 +202,9 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
             stats["interrupted"] = "during the local search"
         if better.value < best.value:
             log.record(better.value, better.name, scope_of(better.schedule))
+            # The local search's replay is the result's: the command then reports from it inside the
+            # limit (replaying a 10k schedule again for its metrics took 4.9 s past a 60 s limit).
+            log.keep(better.value, better.trace)
             best = better
             stats["improved_by"] = "large-neighbourhood search"
     status, bound = certify(best.value, Scope.ALL, log.bounds, log.seen)
