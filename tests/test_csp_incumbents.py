@@ -397,3 +397,21 @@ def test_lns_searches_key_scales_of_the_knapsack_greedy():
     assert better.stats["evaluations"] > 0
     # The scaled candidates are the knapsack greedy's own (its meta), not the priority greedy's.
     assert better is start or better.schedule.meta["policy"].startswith("lns(knapsack")
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_the_greedys_own_value_is_the_replays(seed):
+    """The local search values candidates on the greedy's log (no replay) and replays those it keeps:
+    the two values agree, budgets, blocks, arrivals, linear time and every objective."""
+    rng = np.random.default_rng(seed)
+    inst = _random_instance(rng, int(rng.integers(2, 30)))
+    for objective in sorted(OBJECTIVES):
+        for kwargs in (
+            {},
+            {"preempt": False, "fill": True},
+            {"lookahead": 8, "min_chunk": 4, "fit_chunk": True},
+        ):
+            replayed = greedy(inst, "remaining-area", objective=objective, **kwargs)
+            own = greedy(inst, "remaining-area", objective=objective, replay_schedule=False, **kwargs)
+            assert own.trace is None and own.schedule.same_as(replayed.schedule)
+            assert own.value == replayed.value

@@ -27,6 +27,7 @@ from kvsched.csp.incumbents.base import Incumbent
 from kvsched.csp.incumbents.greedy import greedy
 from kvsched.csp.incumbents.knapsack import knapsack
 from kvsched.csp.incumbents.rules import kv_area
+from kvsched.csp.objectives import OBJECTIVES
 from kvsched.instances.model import Instance
 from kvsched.schedule.validate import instance_cost_model, replay
 from kvsched.stop import Deadline
@@ -82,7 +83,7 @@ def _rerun(
         kwargs = {k: params[k] for k in _GREEDY_KEYS if k in params}
         return lambda scale, deadline, name: greedy(
             instance, scale=scale, objective=objective, deadline=deadline, cost_model=cost_model, name=name,
-            **kwargs,
+            replay_schedule=False, **kwargs,
         )  # fmt: skip
     if policy.startswith("knapsack:"):
         kwargs = {k: params[k] for k in _KNAPSACK_KEYS if k in params}
@@ -90,6 +91,15 @@ def _rerun(
             instance, scale=scale, objective=objective, deadline=deadline, name=name, **kwargs
         )
     return None
+
+
+def confirmed(instance: Instance, cand: Incumbent, cost_model: CostModel) -> Incumbent:
+    """``cand`` replayed through the core, valued on the replay (a candidate made without one)."""
+    if cand.trace is not None:
+        return cand
+    trace = replay(instance, cand.schedule, cost_model)
+    value = OBJECTIVES[cand.objective](trace)
+    return Incumbent(cand.name, cand.schedule, value, cand.objective, cand.stats, trace)
 
 
 def _scaled_search(
@@ -101,6 +111,7 @@ def _scaled_search(
     order: np.ndarray,
     window: int,
     rng: np.random.Generator,
+    cost_model: CostModel,
     max_passes: int,
     run_s: list[float],
 ) -> tuple[Incumbent, int, int]:
@@ -138,6 +149,8 @@ def _scaled_search(
                 cand = rerun(trial, deadline, name)
                 run_s[0] = max(run_s[0], time.perf_counter() - started)
                 evaluations += 1
+                if cand.value < value - 1e-9:  # the greedy's own value: replay it before keeping it
+                    cand = confirmed(instance, cand, cost_model)
                 if cand.value < value - 1e-9:
                     scale, value, improved = trial, cand.value, True
                     best, accepted = cand, accepted + 1
@@ -194,8 +207,9 @@ def improve(
     output = np.array([r.output for r in instance.requests], dtype=np.int64)
     best = incumbent
     evaluations = accepted = 0
-    # A candidate costs one greedy run (decide, build, replay; the incumbent's own, where it was one):
-    # one starts only where it fits before the deadline, since it always runs to a complete schedule.
+    # A candidate costs one greedy run (decide and build; valued on the greedy's own log, and replayed
+    # only where it would be kept): one starts only where a whole run with its replay (the incumbent's
+    # own, where it was one) fits before the deadline, since it always runs to a complete schedule.
     run_s = [sum(float(incumbent.stats.get(k, 0.0)) for k in ("decide_s", "build_s", "replay_s"))]
 
     def fits() -> bool:
@@ -219,6 +233,7 @@ def improve(
             deadline=deadline,
             cost_model=cost_model,
             name="lns",
+            replay_schedule=False,
         )
         run_s[0] = max(run_s[0], time.perf_counter() - started)
         return cand
@@ -230,7 +245,7 @@ def improve(
         half = deadline.share(0.5)
         best, evals, kept = _scaled_search(
             instance, best, dynamic, half, order=completion_order(instance, incumbent), window=window,
-            rng=rng, max_passes=max_passes, run_s=run_s,
+            rng=rng, cost_model=cost_model, max_passes=max_passes, run_s=run_s,
         )  # fmt: skip
         evaluations, accepted = evaluations + evals, accepted + kept
     if n >= 2 and fits():
@@ -238,7 +253,7 @@ def improve(
             order = completion_order(instance, incumbent)
         else:
             order = np.lexsort((np.arange(n), np.asarray(keys, dtype=np.float64)))
-        current = simulate(order)
+        current = confirmed(instance, simulate(order), cost_model)
         evaluations += 1
         value = current.value
         if value < best.value:
@@ -255,6 +270,8 @@ def improve(
                     trial[lo:hi] = moved
                     cand = simulate(trial)
                     evaluations += 1
+                    if cand.value < value - 1e-9:  # the greedy's own value: replay it before keeping it
+                        cand = confirmed(instance, cand, cost_model)
                     if cand.value < value - 1e-9:
                         order, value, improved = trial, cand.value, True
                         if cand.value < best.value:
