@@ -6,23 +6,34 @@ against) and compiled by numba (:data:`advance_jit`). It decides batches only;
 the driver (:mod:`kvsched.csp.incumbents.knapsack`) turns its log into a schedule
 that the semantic core replays.
 
-Every item it logs generates a token: a decode of a request holding its KV, or the
-whole prompt (prefill) or every known token (refill) of one holding none. So an item
-of a request that has generated G tokens holds I + G tokens after the batch, and a
-batch's items, plus the holders it keeps, fit the KV capacity.
+Without a token budget every item it logs generates a token: a decode of a request
+holding its KV, or the whole prompt (prefill) or every known token (refill) of one
+holding none. With a budget (C tokens, P prefill and refill tokens a batch) an item
+of a request holding no KV processes every known token only where they fit what the
+slot's budget leaves beside its holders' decodes; a longer one starts with a first
+chunk and is then *pinned* until its prompt (or refill) is done: it holds KV without
+generating, so it gets its next chunk first, every slot, and is evicted only as a
+last resort (for the best pinned request to progress). Holders' keys carry a bonus
+for what evicting them costs (their refill's tokens and batches). The kernel mirrors
+the core's per-request state (generated, KV held, phase) so that every batch it logs
+is legal; the replay proves it.
 
 Array layout (``n`` requests):
 
-* ``ia`` int64 (6, n): prompt I, output O, generated G, KV held (tokens), done, arrival order;
-* ``fa`` float64 (3, n): arrival, per-request scale of the key, waiting keys (by list position);
-* ``lim`` int64 (7,): KV blocks, block size, candidates K, DP cells, the KV the knapsack chooses for (blocks), fast,
-  candidates at most;
-* ``sc`` int64 (7,): arrival pointer, waiting length, holders, batches, items, evictions, pending;
-* ``clock`` float64 (2,): the next batch's start, the slot length;
-* ``ib`` int64 (5, n): waiting list (worst first, best last), holders, candidates, scratch,
-  pending inserts (arrivals and last slot's candidates);
+* ``ia`` int64 (7, n): prompt I, output O, generated G, KV held (tokens), done, arrival order, phase;
+* ``fa`` float64 (4, n): arrival, per-request scale of the key, waiting keys (by list position),
+  pinned keys (by list position);
+* ``lim`` int64 (10,): KV blocks, block size, candidates K, DP cells, the KV the knapsack chooses for
+  (blocks), fast, candidates at most, C, P (:data:`NONE` where unlimited), smallest first chunk;
+* ``sc`` int64 (8,): arrival pointer, waiting length, holders, batches, items, evictions, pending,
+  pinned;
+* ``clock`` float64 (4,): the next batch's start, the slot length, the knapsack's share of M, the
+  holders' key bonus per KV token and refill batch (0 without a budget);
+* ``ib`` int64 (6, n): waiting list (worst first, best last; requests neither done nor pinned),
+  holders (not pinned), candidates, scratch, pending inserts (arrivals and last slot's candidates),
+  pinned (best first);
 * the log: ``bf`` float64 (cap_b,) starts; ``bi`` int64 (2, cap_b + 1) item and eviction offsets;
-  ``it`` int64 (3, cap_i) request, tokens, KV context; ``ev`` int64 (cap_e,) evicted requests.
+  ``it`` int64 (4, cap_i) request, tokens, KV context, phase; ``ev`` int64 (cap_e,) evicted requests.
 """
 
 from __future__ import annotations
@@ -32,41 +43,62 @@ import numpy as np
 
 #: Return codes of :func:`advance`.
 DONE, CHUNK, GROW = 0, 1, 2
+#: Phase codes of ``ia[6]`` and ``it[3]``.
+PREFILL, DECODE, REFILL = 0, 1, 2
+#: An unlimited budget.
+NONE = 1 << 62
 #: Same tolerance as the core's arrival check (kvsched.schedule.core.TIME_TOL).
 ARRIVAL_TOL = 1e-9
+#: ``chosen`` codes of a candidate: not (yet) chosen, chosen, left out (its item does not fit the
+#: budget left), picked by the knapsack (before the budget check).
+_OPEN, _RUN, _OUT, _PICKED = 0, 1, 2, 3
 
 
 def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
     """Decide up to ``max_batches`` batches; return why it stopped (:data:`DONE`, ...).
 
-    Every slot takes the K best waiting requests by key (the candidates; more while they
-    hold less than 1.5 M between them, up to ``lim[6]``), runs the best of them
-    first-fit while the KV left stays at least ``lim[4]`` (the share the knapsack
-    chooses for), then picks among the rest the subset of largest total value w / key
-    (w: the KV the op holds, in blocks; the weighted-shortest-first ratio) that fits
-    what is left, by a 0/1 knapsack over at most ``lim[3]`` capacity cells (item sizes
-    rounded up to a cell, so the pick always fits), and fills what is still left
-    first-fit. Holders that did not run stay paused where their KV fits, and are
-    evicted otherwise. With ``fast`` the knapsack is skipped (first-fit over the
-    candidates only).
+    Every slot the pinned requests go first, best first: each runs the next chunk of its
+    prompt or refill, cut to the budget and the KV left (the best one evicts pinned
+    requests from the worst end where it gets no KV at all). Then the slot takes the K
+    best waiting requests by key (the candidates; more while they hold less than 1.5
+    times the KV left, up to ``lim[6]``), runs the best of them first-fit while the KV
+    left stays at least the knapsack's share, then picks among the rest the subset of
+    largest total value w / key (w: the KV the op holds, in blocks; the
+    weighted-shortest-first ratio) that fits what is left, by a 0/1 knapsack over at
+    most ``lim[3]`` capacity cells (item sizes rounded up to a cell, so the pick always
+    fits), keeps those of the pick whose tokens fit the budget left, best first, and
+    fills what is still left first-fit. Every pass offers only items that fit the
+    budget left; a first chunk (a request whose known tokens do not fit a slot's
+    budget) is packed at its whole prompt, takes all the budget left, and starts only
+    with at least ``lim[9]`` tokens (or all a slot's budget leaves). Holders that did
+    not run stay paused where their KV fits, and are evicted otherwise. With ``fast``
+    the knapsack is skipped (first-fit over the candidates only).
     """
-    prompt, output, gen, held, done, order = ia[0], ia[1], ia[2], ia[3], ia[4], ia[5]
-    arrival, scale, wkey = fa[0], fa[1], fa[2]
-    wait, hold, cand, tmp, pend = ib[0], ib[1], ib[2], ib[3], ib[4]
+    prompt, output, gen, held, done, order, phase = ia[0], ia[1], ia[2], ia[3], ia[4], ia[5], ia[6]
+    arrival, scale, wkey, pkey = fa[0], fa[1], fa[2], fa[3]
+    wait, hold, cand, tmp, pend, pin = ib[0], ib[1], ib[2], ib[3], ib[4], ib[5]
     n = prompt.shape[0]
-    cap, bs, kmin, cells, floor, fast, kmax = lim[0], lim[1], lim[2], lim[3], lim[4], lim[5], lim[6]
-    ptr, wlen, hlen, nbat, nit, nev, plen = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6]
-    t, slot = clock[0], clock[1]
+    cap, bs, kmin, cells, floor_all, fast, kmax = lim[0], lim[1], lim[2], lim[3], lim[4], lim[5], lim[6]
+    budget_c, budget_p, min_chunk = lim[7], lim[8], lim[9]
+    q = min(budget_c, budget_p)  # the most known tokens one batch can (re)process
+    ptr, wlen, hlen, nbat, nit, nev, plen, npin = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7]
+    t, slot, tail, hold_w = clock[0], clock[1], clock[2], clock[3]
     cap_b, cap_i, cap_e = bf.shape[0], it.shape[1], ev.shape[0]
     size = np.zeros(kmax, dtype=np.int64)
     units = np.zeros(kmax, dtype=np.int64)
     value = np.zeros(kmax, dtype=np.float64)
     chosen = np.zeros(kmax, dtype=np.int64)
+    ctok = np.zeros(kmax, dtype=np.int64)
     best = np.zeros(cells + 1, dtype=np.float64)
     take = np.zeros((kmax, cells + 1), dtype=np.bool_)
+    run = np.zeros(kmax + n, dtype=np.int64)
+    rtok = np.zeros(n, dtype=np.int64)
+    inpin = np.zeros(n, dtype=np.bool_)
+    for a in range(npin):
+        inpin[pin[a]] = True
     status = DONE
     decided = 0
-    while ptr < n or wlen > 0 or plen > 0:
+    while ptr < n or wlen > 0 or plen > 0 or npin > 0:
         if decided >= max_batches:
             status = CHUNK
             break
@@ -76,10 +108,13 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
             ptr += 1
         # Pending requests join the waiting list, keyed by their remaining KV area (the KV their
         # remaining ops hold) times their scale; worst first, ties by position, so the best are last.
-        for q in range(plen):
-            r = pend[q]
+        for x in range(plen):
+            r = pend[x]
             rem = output[r] - gen[r]
             key = (rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem) * scale[r]
+            if hold_w > 0.0 and held[r] > 0:
+                chunks = (held[r] + q - 1) // q
+                key = max(key - hold_w * held[r] * chunks * scale[r], 1e-3 * key)
             lo, hi = 0, wlen
             while lo < hi:
                 mid = (lo + hi) // 2
@@ -87,34 +122,121 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
                     hi = mid
                 else:
                     lo = mid + 1
-            for x in range(wlen, lo, -1):
-                wait[x], wkey[x] = wait[x - 1], wkey[x - 1]
+            for x2 in range(wlen, lo, -1):
+                wait[x2], wkey[x2] = wait[x2 - 1], wkey[x2 - 1]
             wait[lo], wkey[lo] = r, key
             wlen += 1
         plen = 0
-        if wlen == 0:
+        if wlen == 0 and npin == 0:
             t = arrival[order[ptr]]  # nothing to run: idle until the next arrival
             continue
-        if nbat + 1 > cap_b or nit + kmax > cap_i or nev + hlen > cap_e:
+        if nbat + 1 > cap_b or nit + kmax + npin > cap_i or nev + hlen + npin > cap_e:
             status = GROW
             break
-        # Candidates, best first: at least K, and more while they hold less than 1.5 M between them
-        # (small requests: the K best alone may not fill the memory).
+        free = cap
+        tok_left, pre_left = budget_c, budget_p
+        first_ev = nev
+        nrun = 0
+        # Budget kept for the decodes of this slot's holders (one token each), so that prefill
+        # chunks do not take every token of C from them.
+        # At most C - 1, so that the best pinned request can always go on with its chunk.
+        res = min(hlen, max(tok_left - 1, 0))
+        # A first chunk is at least min_chunk tokens, or all a slot's budget leaves beside the decodes.
+        chunk_min = max(1, min(min_chunk, pre_left, tok_left - res))
+        if npin > 0:
+            # Pinned requests, best first (their order moves little from slot to slot).
+            for a in range(npin):
+                r = pin[a]
+                rem = output[r] - gen[r]
+                pkey[a] = (rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem) * scale[r]
+                free -= (held[r] + bs - 1) // bs
+            for a in range(1, npin):
+                r, kr = pin[a], pkey[a]
+                b = a - 1
+                while b >= 0 and (pkey[b] > kr or (pkey[b] == kr and pin[b] > r)):
+                    pin[b + 1], pkey[b + 1] = pin[b], pkey[b]
+                    b -= 1
+                pin[b + 1], pkey[b + 1] = r, kr
+            last = npin
+            a = 0
+            while a < last:
+                r = pin[a]
+                m = held[r]
+                kb = (m + bs - 1) // bs
+                # Its next chunk: as much as the budget and the KV left allow.
+                tk = min(prompt[r] + gen[r] - m, pre_left, tok_left - res)
+                if tk >= 1:
+                    while a == 0 and last > 1 and (free + kb) * bs - m < 1:
+                        # The best pinned request always progresses: the worst pinned ones make room.
+                        last -= 1
+                        rr = pin[last]
+                        free += (held[rr] + bs - 1) // bs
+                        ev[nev] = rr
+                        nev += 1
+                        held[rr] = 0
+                        phase[rr] = REFILL if gen[rr] > 0 else PREFILL
+                        inpin[rr] = False
+                        pend[plen] = rr
+                        plen += 1
+                    tk = min(tk, (free + kb) * bs - m)
+                if tk >= 1:
+                    run[nrun] = r
+                    rtok[r] = tk
+                    nrun += 1
+                    free -= (m + tk + bs - 1) // bs - kb
+                    tok_left -= tk
+                    pre_left -= tk
+                a += 1
+            npin = last
+        free0 = free
+        floor = floor_all if free0 == cap else int(tail * free0)
+        # Candidates, best first: at least K, and more while they hold less than 1.5 times the KV
+        # left (small requests: the K best alone may not fill the memory).
+        # The most known tokens an item may still process in this slot.
+        qe = min(pre_left, tok_left - res)
         k, total = 0, 0
-        while k < wlen and k < kmax and (k < kmin or 2 * total < 3 * cap):
+        while k < wlen and k < kmax and (k < kmin or 2 * total < 3 * free0):
             r = wait[wlen - 1 - k]
             cand[k] = r
             size[k] = (prompt[r] + gen[r] + bs - 1) // bs
             value[k] = size[k] / max(wkey[wlen - 1 - k], 1e-300)
-            chosen[k] = 0
+            chosen[k] = _OPEN
+            # Tokens of its item: a decode, or every known token (-1: more than a batch holds, so a
+            # first chunk, sized when it is chosen).
+            ctok[k] = 1 if held[r] > 0 else (prompt[r] + gen[r] if prompt[r] + gen[r] <= qe else -1)
             total += size[k]
             k += 1
         wlen -= k
-        free = cap
+        # An item's tokens: a decode's one (of C only), every known token of a request holding no KV,
+        # or, where those are more than q, a first chunk as large as the budget left allows (its
+        # request is packed at its whole prompt, which its next chunks take, and starts only with at
+        # least ``min_chunk`` tokens). ``ok``: whether it fits the budget left.
         first = 0
-        while first < k and free - size[first] >= floor:
-            chosen[first] = 1
-            free -= size[first]
+        while first < k:
+            c = first
+            r = cand[c]
+            if free - size[c] < floor:
+                break
+            if held[r] > 0:
+                tk = 1
+                ok = tok_left >= 1
+            elif ctok[c] < 0:
+                tk = min(prompt[r] + gen[r], pre_left, tok_left - res)
+                ok = tk >= chunk_min
+            else:
+                tk = ctok[c]
+                ok = tk <= pre_left and tk <= tok_left - res
+            if ok:
+                chosen[c] = _RUN
+                ctok[c] = tk
+                free -= size[c]
+                tok_left -= tk
+                if held[r] > 0:
+                    res = max(res - 1, 0)
+                else:
+                    pre_left -= tk
+            else:
+                chosen[c] = _OUT
             first += 1
         if fast == 0 and first < k and free > 0:
             unit = (free + cells - 1) // cells
@@ -124,6 +246,15 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
                 units[c] = (size[c] + unit - 1) // unit
                 for x in range(room + 1):
                     take[c, x] = False
+                r = cand[c]
+                if held[r] > 0:
+                    ok = tok_left >= 1
+                elif ctok[c] < 0:
+                    ok = min(prompt[r] + gen[r], pre_left, tok_left - res) >= chunk_min
+                else:
+                    ok = ctok[c] <= pre_left and ctok[c] <= tok_left - res
+                if not ok:
+                    units[c] = room + 1  # over the budget left: not offered
                 if units[c] > room:
                     continue
                 for x in range(room, units[c] - 1, -1):
@@ -134,21 +265,71 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
             x = room
             for c in range(k - 1, first - 1, -1):
                 if units[c] <= room and take[c, x]:
-                    chosen[c] = 1
-                    free -= size[c]
+                    chosen[c] = _PICKED
                     x -= units[c]
+            # The pick, best first, as far as its tokens fit the budget left.
+            for c in range(first, k):
+                if chosen[c] != _PICKED:
+                    continue
+                r = cand[c]
+                if held[r] > 0:
+                    tk = 1
+                    ok = tok_left >= 1
+                elif ctok[c] < 0:
+                    tk = min(prompt[r] + gen[r], pre_left, tok_left - res)
+                    ok = tk >= chunk_min
+                else:
+                    tk = ctok[c]
+                    ok = tk <= pre_left and tk <= tok_left - res
+                if ok:
+                    chosen[c] = _RUN
+                    ctok[c] = tk
+                    free -= size[c]
+                    tok_left -= tk
+                    if held[r] > 0:
+                        res = max(res - 1, 0)
+                    else:
+                        pre_left -= tk
+                else:
+                    chosen[c] = _OPEN
+        # First chunks hold only their own KV this slot: the rest of their prompt's goes to the fill.
+        for c in range(k):
+            r = cand[c]
+            if chosen[c] == _RUN and held[r] == 0 and ctok[c] < prompt[r] + gen[r]:
+                need = (ctok[c] + bs - 1) // bs
+                free += size[c] - need
+                size[c] = need
         for c in range(first, k):  # what the rounding left, first-fit by priority
-            if chosen[c] == 0 and size[c] <= free:
-                chosen[c] = 1
+            if chosen[c] != _OPEN or size[c] > free:
+                continue
+            r = cand[c]
+            if held[r] > 0:
+                tk = 1
+                ok = tok_left >= 1
+            elif ctok[c] < 0:
+                tk = min(prompt[r] + gen[r], pre_left, tok_left - res)
+                ok = tk >= chunk_min
+            else:
+                tk = ctok[c]
+                ok = tk <= pre_left and tk <= tok_left - res
+            if ok:
+                chosen[c] = _RUN
+                ctok[c] = tk
+                if held[r] == 0 and tk < prompt[r] + gen[r]:
+                    size[c] = (tk + bs - 1) // bs
                 free -= size[c]
+                tok_left -= tk
+                if held[r] > 0:
+                    res = max(res - 1, 0)
+                else:
+                    pre_left -= tk
         # Holders that did not run: paused where their KV still fits, evicted otherwise.
-        first_ev = nev
         h2 = 0
-        for q in range(hlen):
-            r = hold[q]
+        for x in range(hlen):
+            r = hold[x]
             ran = False
             for c in range(k):
-                if cand[c] == r and chosen[c] == 1:
+                if cand[c] == r and chosen[c] == _RUN:
                     ran = True
                     break
             if ran:
@@ -162,42 +343,87 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
                 ev[nev] = r
                 nev += 1
                 held[r] = 0
+                phase[r] = REFILL if gen[r] > 0 else PREFILL
+                if hold_w > 0.0:
+                    # Its waiting key held a bonus for the KV it held: a candidate is keyed again below,
+                    # any other leaves the waiting list to be keyed again.
+                    cnd = False
+                    for c in range(k):
+                        if cand[c] == r:
+                            cnd = True
+                            break
+                    if not cnd:
+                        y = 0
+                        for x2 in range(wlen):
+                            if wait[x2] != r:
+                                wait[y], wkey[y] = wait[x2], wkey[x2]
+                                y += 1
+                        wlen = y
+                        pend[plen] = r
+                        plen += 1
         # Log the items in position order (a stable layout, so repeated decode batches fold into runs).
         bf[nbat] = t
         bi[0, nbat] = nit
         bi[1, nbat] = first_ev
-        m = 0
         for c in range(k):
-            if chosen[c] == 1:
-                chosen[m] = cand[c]
-                m += 1
-        chosen[:m].sort()
-        for c in range(m):
-            r = chosen[c]
-            it[0, nit], it[1, nit], it[2, nit] = r, prompt[r] + gen[r] - held[r], held[r]
+            if chosen[c] == _RUN:
+                r = cand[c]
+                run[nrun] = r
+                rtok[r] = ctok[c]
+                nrun += 1
+        run[:nrun].sort()
+        for c in range(nrun):
+            r = run[c]
+            it[0, nit], it[1, nit], it[2, nit], it[3, nit] = r, rtok[r], held[r], phase[r]
             nit += 1
-            held[r] = prompt[r] + gen[r]
-            gen[r] += 1
-            if gen[r] >= output[r]:
-                held[r] = 0
-                done[r] = 1
+            held[r] += rtok[r]
+            if held[r] == prompt[r] + gen[r]:
+                gen[r] += 1
+                phase[r] = DECODE
+                if gen[r] >= output[r]:
+                    held[r] = 0
+                    done[r] = 1
+        # Pinned requests stay pinned while a chunk of their prompt or refill is left; once it is done
+        # they hold KV and wait again. Run candidates that started a chunk join them; other run
+        # requests hold KV.
+        a2 = 0
+        for a in range(npin):
+            r = pin[a]
+            if done[r] == 0 and phase[r] != DECODE:
+                pin[a2] = r
+                a2 += 1
+            else:
+                inpin[r] = False
+                if done[r] == 0:
+                    pend[plen] = r
+                    plen += 1
+        npin = a2
+        for c in range(nrun):
+            r = run[c]
+            if done[r] == 1 or inpin[r]:
+                continue
+            if phase[r] != DECODE:
+                pin[npin] = r
+                npin += 1
+                inpin[r] = True
             else:
                 tmp[h2] = r
                 h2 += 1
-        for q in range(h2):
-            hold[q] = tmp[q]
+        for x in range(h2):
+            hold[x] = tmp[x]
         hlen = h2
         nbat += 1
         bi[0, nbat] = nit
         bi[1, nbat] = nev
-        # Every candidate not done goes back to the waiting list (its key moved if it ran).
+        # Every candidate neither done nor pinned goes back to the waiting list (its key moved if it ran).
         for c in range(k):
-            if done[cand[c]] == 0:
-                pend[plen] = cand[c]
+            r = cand[c]
+            if done[r] == 0 and not inpin[r]:
+                pend[plen] = r
                 plen += 1
         t += slot
         decided += 1
-    sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6] = ptr, wlen, hlen, nbat, nit, nev, plen
+    sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7] = ptr, wlen, hlen, nbat, nit, nev, plen, npin
     clock[0] = t
     return status
 
