@@ -21,7 +21,7 @@ from kvsched.schedule.ir import Batch, Schedule
 from kvsched.schedule.metrics import batch_metrics, request_columns, request_metrics, run_metrics
 from kvsched.schedule.records import RunRecord
 from kvsched.schedule.serving import SLO, Distribution, serving_metrics
-from kvsched.schedule.tokens import BatchClock, _legacy_stats, token_stats
+from kvsched.schedule.tokens import BatchClock, _legacy_stats, tbt_quantiles, token_stats
 from kvsched.schedule.validate import replay
 from tests.test_runs import INSTANCES
 
@@ -40,8 +40,13 @@ def _assert_same_dict(a: dict, b: dict) -> None:
 
 
 def _assert_same_stats(a: tokens.TokenStats, b: tokens.TokenStats) -> None:
-    for field in ("generated", "tbt_max", "tbt_p50", "tbt_p99", "itl_values", "itl_counts"):
+    for field in ("generated", "tbt_max", "itl_values", "itl_counts"):
         np.testing.assert_array_equal(getattr(a, field), getattr(b, field), err_msg=field)
+
+
+def _assert_same_quantiles(a: tuple, b: tuple) -> None:
+    for name, x, y in zip(("tbt_p50", "tbt_p99"), a, b, strict=True):
+        np.testing.assert_array_equal(x, y, err_msg=name)
 
 
 @pytest.fixture(scope="module", params=sorted(INSTANCES))
@@ -78,9 +83,29 @@ def test_token_stats_equal_the_per_token_path(pair, monkeypatch):
     _assert_same_stats(token_stats(fast), reference)
     _assert_same_stats(token_stats(plain), reference)
     _assert_same_stats(_legacy_stats(fast), reference)
-    # Small chunks: the per-request order statistics a few requests at a time.
+    quantiles = tokens._legacy(plain)[1:]
+    _assert_same_quantiles(tbt_quantiles(fast), quantiles)
+    _assert_same_quantiles(tbt_quantiles(plain), quantiles)
+    # Small chunks: the gaps and the per-request order statistics a few at a time.
     monkeypatch.setattr(tokens, "CHUNK_GAPS", 7)
     _assert_same_stats(tokens._fast_stats(fast, BatchClock.of(fast)), reference)
+    g = tokens._gaps(fast, BatchClock.of(fast))
+    _assert_same_quantiles(tokens._group_order_stats(g, *tokens._ranked(g.values)), quantiles)
+
+
+def test_tbt_quantiles_only_when_read(pair, monkeypatch):
+    _, fast, _ = pair
+    calls = []
+    real = tokens._group_order_stats
+    monkeypatch.setattr(tokens, "_group_order_stats", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(tokens, "_QUANTILES", type(tokens._QUANTILES)())
+    cols = request_columns(fast)
+    run_metrics(fast, requests=cols)
+    serving_metrics(fast, requests=[cols])
+    assert not calls  # no TBT SLO here: the run and serving metrics never sort a request's gaps
+    assert list(cols) == list(request_metrics(fast).drop(columns="cls").columns)
+    np.testing.assert_array_equal(cols["tbt_p99"], request_metrics(fast)["tbt_p99"].to_numpy())
+    assert len(calls) == 1  # computed once, kept with the trace
 
 
 def test_batch_clock_is_the_batch_by_batch_clock(pair):
@@ -117,6 +142,7 @@ def test_a_trace_going_back_in_time_takes_the_per_token_path():
     trace = replay(inst, Schedule(tuple(batches)), strict=False)
     assert not trace.ok and not BatchClock.of(trace).chronological()
     _assert_same_stats(token_stats(trace), _legacy_stats(trace))
+    _assert_same_quantiles(tbt_quantiles(trace), tokens._legacy(trace)[1:])
     assert (request_metrics(trace)["tbt_max"].dropna() >= 0).all()
 
 

@@ -17,7 +17,7 @@ puts them in a DataFrame (pandas is imported only then).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -27,7 +27,7 @@ from rich.table import Table
 
 from kvsched.schedule.core import TIME_TOL, BatchRecord
 from kvsched.schedule.records import RunRecord
-from kvsched.schedule.tokens import BatchClock, TokenStats, token_stats
+from kvsched.schedule.tokens import BatchClock, TokenStats, tbt_quantiles, token_stats
 from kvsched.schedule.tokens import generation_events as _generation_events  # noqa: F401 (plots read it)
 from kvsched.schedule.tokens import sorted_group_quantile as _sorted_group_quantile  # noqa: F401
 from kvsched.schedule.validate import Trace
@@ -62,13 +62,50 @@ def _slos(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return ttft, tbt
 
 
-def request_columns(trace: Trace, stats: TokenStats | None = None) -> dict[str, np.ndarray]:
+class RequestColumns(Mapping[str, np.ndarray]):
+    """:func:`request_columns`' read-only mapping: ``tbt_p50`` and ``tbt_p99`` are computed when first read.
+
+    They sort every request's gaps (:func:`~kvsched.schedule.tokens.tbt_quantiles`);
+    the run summary and the serving metrics never read them. Iteration gives
+    every column, in the frame's order.
+    """
+
+    __slots__ = ("_cols", "_order", "_trace")
+    _LAZY = ("tbt_p50", "tbt_p99")
+
+    def __init__(self, trace: Trace, cols: dict[str, np.ndarray], order: tuple[str, ...]) -> None:
+        self._trace = trace
+        self._cols = cols
+        self._order = order
+
+    def __getitem__(self, name: str) -> np.ndarray:
+        try:
+            return self._cols[name]
+        except KeyError:
+            if name not in self._LAZY:
+                raise
+        done = self._cols["complete"]
+        p50, p99 = tbt_quantiles(self._trace)
+        self._cols["tbt_p50"] = np.where(done, p50, np.nan)
+        self._cols["tbt_p99"] = np.where(done, p99, np.nan)
+        return self._cols[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._order)
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+
+def request_columns(trace: Trace, stats: TokenStats | None = None) -> RequestColumns:
     """The numeric columns of :func:`request_metrics` as numpy arrays, in request order.
 
     Every column but ``cls`` (and the id index); ``ttft_slo_met``,
     ``tbt_slo_met`` and ``slo_met`` are float64: 1.0 met, 0.0 missed, NaN for
     no SLO. ``stats`` is :func:`~kvsched.schedule.tokens.token_stats` of
-    ``trace`` where the caller has it already.
+    ``trace`` where the caller has it already. A read-only mapping
+    (:class:`RequestColumns`): the per-request TBT median and p99 are computed
+    only if read (or if a request has a TBT SLO, judged on the p99).
     """
     st = trace.state
     gaps = token_stats(trace) if stats is None else stats
@@ -79,7 +116,6 @@ def request_columns(trace: Trace, stats: TokenStats | None = None) -> dict[str, 
     nan = np.nan
     first_token = np.where(done, st.first_token, nan)
     completion = np.where(done, st.completion, nan)
-    tbt_p99 = np.where(done, gaps.tbt_p99, nan)
     with np.errstate(invalid="ignore", divide="ignore"):
         tpot = np.where(done & (output > 1), (completion - first_token) / (output - 1), nan)
     ttft = first_token - arrival
@@ -90,10 +126,7 @@ def request_columns(trace: Trace, stats: TokenStats | None = None) -> dict[str, 
 
     ttft_slo, tbt_slo = _slos(trace)
     ttft_ok = _slo_flags(ttft, ttft_slo, np.zeros_like(done))
-    tbt_ok = _slo_flags(tbt_p99, tbt_slo, done & (output == 1))
-    any_slo = ~np.isnan(ttft_slo) | ~np.isnan(tbt_slo)
-    both = (np.nan_to_num(ttft_ok, nan=1.0) == 1.0) & (np.nan_to_num(tbt_ok, nan=1.0) == 1.0)
-    return {
+    cols = {
         "arrival": arrival,
         "prompt": st.prompt,
         "output": output,
@@ -105,16 +138,26 @@ def request_columns(trace: Trace, stats: TokenStats | None = None) -> dict[str, 
         "completion": completion,
         "latency": completion - arrival,
         "tbt_max": np.where(done, gaps.tbt_max, nan),
-        "tbt_p50": np.where(done, gaps.tbt_p50, nan),
-        "tbt_p99": tbt_p99,
-        "tpot": tpot,
-        "evictions": st.evictions.copy(),
-        "processed": st.processed.copy(),
-        "recomputed_tokens": recomputed,
-        "ttft_slo_met": ttft_ok,
-        "tbt_slo_met": tbt_ok,
-        "slo_met": np.where(any_slo, both.astype(np.float64), nan),
     }
+    order = (*cols, "tbt_p50", "tbt_p99", "tpot", "evictions", "processed", "recomputed_tokens")
+    order += ("ttft_slo_met", "tbt_slo_met", "slo_met")
+    out = RequestColumns(trace, cols, order)
+    if np.isnan(tbt_slo).all():  # no TBT SLO: every flag is NA whatever the p99 (not computed for it)
+        tbt_ok = np.full(tbt_slo.size, nan)
+    else:
+        tbt_ok = _slo_flags(out["tbt_p99"], tbt_slo, done & (output == 1))
+    any_slo = ~np.isnan(ttft_slo) | ~np.isnan(tbt_slo)
+    both = (np.nan_to_num(ttft_ok, nan=1.0) == 1.0) & (np.nan_to_num(tbt_ok, nan=1.0) == 1.0)
+    cols.update(
+        tpot=tpot,
+        evictions=st.evictions.copy(),
+        processed=st.processed.copy(),
+        recomputed_tokens=recomputed,
+        ttft_slo_met=ttft_ok,
+        tbt_slo_met=tbt_ok,
+        slo_met=np.where(any_slo, both.astype(np.float64), nan),
+    )
+    return out
 
 
 def _nullable(flags: np.ndarray) -> Any:  # -> pd.arrays.BooleanArray
@@ -431,8 +474,10 @@ def _batch_totals(trace: Trace, clock: BatchClock) -> _BatchTotals:
     )
 
 
-def request_arrays(requests: pd.DataFrame | Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+def request_arrays(requests: pd.DataFrame | Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
     """Per-request columns as :func:`request_columns` gives them, from its dict or :func:`request_metrics`'s frame."""
+    if isinstance(requests, RequestColumns):
+        return requests  # read-only: its lazy columns stay lazy
     if isinstance(requests, Mapping):
         return dict(requests)
     out = {name: requests[name].to_numpy() for name in requests.columns if name not in NULLABLE_FLAGS}

@@ -15,9 +15,11 @@ gigabytes, so this module works on three smaller things:
   separated by a *boundary gap*, and inside a run of ``k`` batches it has the
   run's ``k - 1`` *internal gaps*, the same for every item of the run;
 * the **gap values**: the internal gaps of every run once and the boundary gaps,
-  sorted once. Pooled distributions are weighted counts over them; per-request
-  order statistics sort each request's gap *ranks* (integers) a bounded chunk of
-  requests at a time.
+  sorted once. Pooled distributions are weighted counts over them; each
+  request's largest gap is a reduce over its boundary gaps and its runs' largest
+  internal gaps (no sort). Its median and p99 (:func:`tbt_quantiles`, read only
+  by the TBT SLO and the per-request frame, so computed only when asked for) sort
+  each request's gap *ranks* (integers) a bounded chunk of requests at a time.
 
 Every gap is the same floating-point difference of the same two emission times
 as the per-token computation takes (``numpy.diff`` of a request's times), so the
@@ -31,8 +33,9 @@ from __future__ import annotations
 
 import contextlib
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import numpy as np
 
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
 #: Gaps per chunk of requests in the per-request order statistics (bounds their memory: ~40 bytes a gap).
 CHUNK_GAPS = 1 << 20
 _LOW32 = np.int64(0xFFFFFFFF)
+_T = TypeVar("_T")
 
 
 # ------------------------------------------------------------------ the batch clock
@@ -196,15 +200,18 @@ def pooled_counts(parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarra
 
 @dataclass(frozen=True, slots=True, eq=False)
 class TokenStats:
-    """Per-request token counts and TBT statistics of a trace, and the ITL of its completed requests.
+    """Per-request token counts and largest TBT of a trace, and the ITL of its completed requests.
+
+    The per-request median and 99th percentile TBT sort every request's gaps;
+    only the TBT SLO and the per-request frame read them, so they are computed
+    apart, on demand (:func:`tbt_quantiles`).
 
     Parameters
     ----------
     generated
         Tokens each request generated (int64).
-    tbt_max, tbt_p50, tbt_p99
-        Max, median and 99th percentile of each request's times between tokens
-        (NaN with fewer than two tokens).
+    tbt_max
+        Largest time between consecutive tokens of each request (NaN with fewer than two tokens).
     itl_values, itl_counts
         Every gap between consecutive tokens of a completed request, as sorted
         distinct values and how often each occurs.
@@ -212,14 +219,16 @@ class TokenStats:
 
     generated: np.ndarray
     tbt_max: np.ndarray
-    tbt_p50: np.ndarray
-    tbt_p99: np.ndarray
     itl_values: np.ndarray
     itl_counts: np.ndarray
 
 
 #: Each live trace's token statistics, with the trace's length when they were computed.
 _COMPUTED: weakref.WeakKeyDictionary[Trace, tuple[tuple[int, int, int], TokenStats]] = (
+    weakref.WeakKeyDictionary()
+)
+#: Each live trace's per-request TBT median and p99 (:func:`tbt_quantiles`), likewise.
+_QUANTILES: weakref.WeakKeyDictionary[Trace, tuple[tuple[int, int, int], tuple[np.ndarray, np.ndarray]]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -230,6 +239,21 @@ def _stamp(trace: Trace) -> tuple[int, int, int]:
     return len(trace.entries), last, trace.state.num_batches
 
 
+def _kept(cache: weakref.WeakKeyDictionary, trace: Trace, compute: Callable[[], _T]) -> _T:
+    """``compute()`` once per trace while it lives and does not grow (a trace without weak references: every time)."""
+    stamp = _stamp(trace)
+    try:
+        kept = cache.get(trace)
+    except TypeError:
+        kept = None
+    if kept is not None and kept[0] == stamp:
+        return kept[1]
+    value = compute()
+    with contextlib.suppress(TypeError):
+        cache[trace] = (stamp, value)
+    return value
+
+
 def token_stats(trace: Trace, clock: BatchClock | None = None) -> TokenStats:
     """The :class:`TokenStats` of ``trace`` (``clock``: its :class:`BatchClock` where the caller has it).
 
@@ -237,21 +261,35 @@ def token_stats(trace: Trace, clock: BatchClock | None = None) -> TokenStats:
     grows), so that the per-request metrics, the serving metrics and a
     command's every output share one computation however they are called.
     """
-    stamp = _stamp(trace)
-    try:
-        kept = _COMPUTED.get(trace)
-    except TypeError:  # a trace that takes no weak reference is measured every time
-        kept = None
-    if kept is not None and kept[0] == stamp:
-        return kept[1]
-    clock = BatchClock.of(trace) if clock is None else clock
-    stats = _fast_stats(trace, clock) if clock.chronological() else _legacy_stats(trace)
-    with contextlib.suppress(TypeError):
-        _COMPUTED[trace] = (stamp, stats)
-    return stats
+
+    def compute() -> TokenStats:
+        c = BatchClock.of(trace) if clock is None else clock
+        return _fast_stats(trace, c) if c.chronological() else _legacy(trace)[0]
+
+    return _kept(_COMPUTED, trace, compute)
 
 
-def _chunks(total: int, size: int = CHUNK_GAPS) -> list[tuple[int, int]]:
+def tbt_quantiles(trace: Trace, clock: BatchClock | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Each request's median and 99th percentile time between tokens (NaN with fewer than two tokens).
+
+    Linear interpolation, as ``numpy.quantile``'s default. Kept per trace as
+    :func:`token_stats` is; computed only when asked for (the TBT SLO, the
+    per-request frame).
+    """
+
+    def compute() -> tuple[np.ndarray, np.ndarray]:
+        c = BatchClock.of(trace) if clock is None else clock
+        if not c.chronological():
+            return _legacy(trace)[1:]
+        g = _gaps(trace, c)
+        rank, values = _ranked(g.values)
+        return _group_order_stats(g, rank, values)
+
+    return _kept(_QUANTILES, trace, compute)
+
+
+def _chunks(total: int, size: int | None = None) -> list[tuple[int, int]]:
+    size = CHUNK_GAPS if size is None else size
     return [(a, min(a + size, total)) for a in range(0, total, size)]
 
 
@@ -277,25 +315,57 @@ def _participations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
     return pos, ent
 
 
-def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
+@dataclass(frozen=True, slots=True, eq=False)
+class _Gaps:
+    """Every gap value of a chronological trace once, and who owns it.
+
+    ``values[:num_inner]`` are the internal gaps of the runs (entry x's
+    ``lengths[x] - 1`` of them start at ``inner_base[x]``), then one boundary gap
+    per participation that is not its request's first (``first`` false), in
+    participation order.
+    """
+
+    n: int
+    pos: np.ndarray
+    ent: np.ndarray
+    first: np.ndarray
+    lengths: np.ndarray
+    inner_base: np.ndarray
+    num_inner: int
+    generated: np.ndarray
+    values: np.ndarray
+    tbt_max: np.ndarray
+    owners: np.ndarray
+    count: np.ndarray
+    all_done: bool
+
+
+def _gaps(trace: Trace, clock: BatchClock) -> _Gaps:
     n = len(trace.instance.requests)
-    done = trace.state.done
     ends, offsets = clock.ends, clock.offsets
     lengths = clock.lengths.astype(np.int32)
     pos, ent = _participations(trace)
-    generated = np.zeros(n, dtype=np.int64)
-    for a, b in _chunks(pos.size):  # a participation has 1 token, or k in a run
-        generated += np.bincount(pos[a:b], weights=lengths[ent[a:b]], minlength=n).astype(np.int64)
     first = np.ones(pos.size, dtype=bool)  # the request's first participation
     np.not_equal(pos[1:], pos[:-1], out=first[1:])
-    later = ~first
+    heads = np.flatnonzero(first)
+    owners = pos[heads]  # each request that generated, and its participations
+    count = np.diff(np.append(heads, pos.size))
+    inner_len = lengths - 1
+    # A participation has 1 token, or k in a run of k: the count, plus k - 1 per run participation.
+    generated = np.zeros(n, dtype=np.int64)
+    generated[owners] = count
+    long_run = inner_len > 0
+    if long_run.any():
+        for a, b in _chunks(pos.size):
+            at = np.flatnonzero(long_run[ent[a:b]]) + a
+            generated += np.bincount(pos[at], weights=inner_len[ent[at]], minlength=n).astype(np.int64)
 
-    # Every gap value once: the internal gaps of each run (entry x's k - 1 start at
-    # inner_base[x]), then one boundary gap per participation after a request's first
-    # (the first token of the participation minus the last of the one before). Filled a
-    # chunk at a time (bounded temporaries).
+    # Every gap value once (filled a chunk at a time: bounded temporaries), and each
+    # request's largest: a reduce over its boundary gaps and its runs' largest internal gaps
+    # (no sort).
     num_inner = clock.num_batches - offsets.size
-    values = np.empty(num_inner + int(later.sum()), dtype=np.float64)
+    inner_base = np.cumsum(inner_len, dtype=np.int64) - inner_len
+    values = np.empty(num_inner + pos.size - heads.size, dtype=np.float64)
     inner = np.ones(clock.num_batches, dtype=bool)
     inner[offsets] = False
     k = 0
@@ -307,12 +377,49 @@ def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
     first_end = ends[offsets]  # each entry's first batch's end, and its last batch's
     last_end = ends[offsets + lengths - 1]
     for a, b in _chunks(pos.size):
-        at = np.flatnonzero(later[a:b]) + a
-        values[k : k + at.size] = first_end[ent[at]] - last_end[ent[at - 1]]
-        k += at.size
-    del later, first_end, last_end
+        lo = max(a, 1)  # participation 0 is a first one
+        gaps = (first_end[ent[lo:b]] - last_end[ent[lo - 1 : b - 1]])[~first[lo:b]]
+        values[k : k + gaps.size] = gaps
+        k += gaps.size
+    del first_end, last_end, gaps
+    tbt_max = np.full(n, -np.inf)
+    # The boundary gaps of a request with c participations are c - 1 consecutive values.
+    more = count > 1
+    if more.any():
+        base = num_inner + np.cumsum(count - 1) - (count - 1)
+        tbt_max[owners[more]] = np.maximum.reduceat(values[num_inner:], base[more] - num_inner)
+    if num_inner:
+        # Each run's largest internal gap, then per request over the runs it decoded in (pos is
+        # sorted: a request is one stretch, perhaps split across chunks).
+        run_max = np.full(lengths.size, -np.inf)
+        run_max[long_run] = np.maximum.reduceat(values[:num_inner], inner_base[long_run])
+        for a, b in _chunks(pos.size):
+            at = np.flatnonzero(first[a:b])
+            if not at.size or at[0]:
+                at = np.concatenate(([0], at))
+            owner = pos[a:b][at]
+            tbt_max[owner] = np.maximum(tbt_max[owner], np.maximum.reduceat(run_max[ent[a:b]], at))
+    tbt_max[tbt_max == -np.inf] = np.nan
+    all_done = bool(trace.state.done.all())
+    return _Gaps(
+        n,
+        pos,
+        ent,
+        first,
+        lengths,
+        inner_base,
+        num_inner,
+        generated,
+        values,
+        tbt_max,
+        owners,
+        count,
+        all_done,
+    )
 
-    # Sort the values once; a gap is then known by its rank.
+
+def _ranked(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each value's rank (int32) and the values sorted: sort once, then a gap is known by its rank."""
     order = np.argsort(values, kind="stable")  # timsort: fast on the many equal or sorted stretches of gaps
     rank = np.empty(values.size, dtype=np.int32)
     for a, b in _chunks(values.size):
@@ -322,58 +429,51 @@ def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
     # and a tenth of a sort's time).
     by_rank = np.empty_like(values)
     by_rank[rank] = values
-    values = by_rank
-    del by_rank
+    return rank, by_rank
 
+
+def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
+    g = _gaps(trace, clock)
+    done = trace.state.done
+    pos, ent, lengths, num_inner = g.pos, g.ent, g.lengths, g.num_inner
+    rank, values = _ranked(g.values)
     # The ITL of the completed requests weighs each value: a run's internal gaps once per
     # completed item, a boundary gap once if its request completed.
-    inner_len = lengths - 1
-    inner_base = np.cumsum(inner_len, dtype=np.int64) - inner_len
     run_weight = np.zeros(lengths.size, dtype=np.int64)
     for a, b in _chunks(pos.size):
-        run_weight += np.bincount(ent[a:b][done[pos[a:b]]], minlength=lengths.size)
+        e = ent[a:b] if g.all_done else ent[a:b][done[pos[a:b]]]
+        run_weight += np.bincount(e, minlength=lengths.size)
     weights = np.empty(values.size, dtype=np.int32)
-    weights[rank[:num_inner]] = np.repeat(run_weight.astype(np.int32), inner_len)
+    weights[rank[:num_inner]] = np.repeat(run_weight.astype(np.int32), lengths - 1)
     del run_weight
-    k = num_inner
-    for a, b in _chunks(pos.size):
-        at = np.flatnonzero(~first[a:b]) + a
-        weights[rank[k : k + at.size]] = done[pos[at]]
-        k += at.size
+    # A request's c participations bring c - 1 boundary gaps, in request order.
+    weights[rank[num_inner:]] = np.repeat(done[g.owners], g.count - 1)
+    del rank
     itl_values, itl_counts = merge_counts(values, weights)
-    del weights
-    tbt = _group_order_stats(n, generated, pos, ent, lengths, first, rank, num_inner, inner_base, values)
-    return TokenStats(generated, *tbt, itl_values, itl_counts)
+    return TokenStats(g.generated, g.tbt_max, itl_values, itl_counts)
 
 
-def _group_order_stats(
-    n: int,
-    generated: np.ndarray,
-    pos: np.ndarray,
-    ent: np.ndarray,
-    lengths: np.ndarray,
-    first: np.ndarray,
-    rank: np.ndarray,
-    num_inner: int,
-    inner_base: np.ndarray,
-    values: np.ndarray,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-request max, median and p99 of the gaps, a chunk of requests at a time.
+def _group_order_stats(g: _Gaps, rank: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-request median and p99 of the gaps, a chunk of requests at a time.
 
     Each request's gaps are its boundary gaps (value ``num_inner + j`` for the
     j-th participation that is not a request's first) and its runs' internal
     gaps; sorting (request, rank) keys sorts each request's gaps by value.
+    ``rank`` and ``values`` are :func:`_ranked` of ``g.values``.
     """
-    out = np.full((3, n), np.nan)
+    pos, ent, first, lengths, num_inner = g.pos, g.ent, g.first, g.lengths, g.num_inner
+    out = np.full((2, g.n), np.nan)
     if not pos.size:
-        return out[0], out[1], out[2]
-    gaps_of = np.maximum(generated - 1, 0)
+        return out[0], out[1]
+    gaps_of = np.maximum(g.generated - 1, 0)
     # Chunks of whole requests with about CHUNK_GAPS gaps each.
     heads = np.flatnonzero(first)  # first participation of each request that generated
     owners = pos[heads]
     cum = np.cumsum(gaps_of[owners])
     cuts = np.searchsorted(cum, np.arange(CHUNK_GAPS, int(cum[-1]) + CHUNK_GAPS, CHUNK_GAPS), side="left")
-    bounds = np.unique(np.concatenate(([0], np.minimum(cuts + 1, owners.size), [owners.size])))
+    # Non-decreasing: drop equal neighbours (np.unique would import numpy.ma on its first call).
+    bounds = np.concatenate(([0], np.minimum(cuts + 1, owners.size), [owners.size]))
+    bounds = bounds[np.concatenate(([True], bounds[1:] != bounds[:-1]))]
     part_end = np.append(heads, pos.size)
     for a, b in zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True):
         p0, p1 = int(part_end[a]), int(part_end[b])
@@ -388,7 +488,7 @@ def _group_order_stats(
         keys_b = (local[nb] << 32) | rank[j0 : j0 + int(nb.sum())]
         sel = c > 1
         c_sel = c[sel] - 1
-        inner_ranks = rank[ranges(inner_base[ent[p0:p1][sel]], c_sel)]
+        inner_ranks = rank[ranges(g.inner_base[ent[p0:p1][sel]], c_sel)]
         keys_i = (np.repeat(local[sel], c_sel) << 32) | inner_ranks
         del inner_ranks
         keys = np.concatenate([keys_b, keys_i])
@@ -401,11 +501,10 @@ def _group_order_stats(
         s = (np.cumsum(cnt) - cnt)[has]
         c_has = cnt[has]
         idx = np.flatnonzero(has) + r0
-        out[0, idx] = values[keys[s + c_has - 1] & _LOW32]
-        out[1, idx] = sorted_group_quantile(values, s, c_has, 0.50, keys)
-        out[2, idx] = sorted_group_quantile(values, s, c_has, 0.99, keys)
+        out[0, idx] = sorted_group_quantile(values, s, c_has, 0.50, keys)
+        out[1, idx] = sorted_group_quantile(values, s, c_has, 0.99, keys)
         del keys
-    return out[0], out[1], out[2]
+    return out[0], out[1]
 
 
 # ------------------------------------------------------------------ per-token path
@@ -438,6 +537,11 @@ def generation_events(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 
 def _legacy_stats(trace: Trace) -> TokenStats:
     """:class:`TokenStats` from per-token arrays sorted by time (any trace, legal or not)."""
+    return _legacy(trace)[0]
+
+
+def _legacy(trace: Trace) -> tuple[TokenStats, np.ndarray, np.ndarray]:
+    """:class:`TokenStats` and :func:`tbt_quantiles` from per-token arrays sorted by time."""
     n = len(trace.instance.requests)
     pos, times = generation_events(trace)
     generated = np.bincount(pos, minlength=n).astype(np.int64)
@@ -458,4 +562,4 @@ def _legacy_stats(trace: Trace) -> TokenStats:
     itl = np.sort(gaps[trace.state.done[owner]])
     itl = itl[~np.isnan(itl)]
     itl_values, itl_counts = merge_counts(itl, np.ones(itl.size, dtype=np.int64))
-    return TokenStats(generated, out[0], out[1], out[2], itl_values, itl_counts)
+    return TokenStats(generated, out[0], itl_values, itl_counts), out[1], out[2]
