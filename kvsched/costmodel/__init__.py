@@ -22,37 +22,75 @@ surrogate and its error.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator, Mapping
+from importlib import import_module
 from typing import Any
 
 from kvsched.costmodel.base import BatchView, CostModel
-from kvsched.costmodel.calibrated import CalibratedCost, calibrated
-from kvsched.costmodel.infermax import InfermaxLinear
-from kvsched.costmodel.piecewise import HingeCost, StaircaseCost
-from kvsched.costmodel.rad import RadTiling
-from kvsched.costmodel.roofline import Roofline
-from kvsched.costmodel.unit import UnitCost
 from kvsched.errors import InputError
 
-#: Cost models by the name an instance file's ``time_model.name`` uses.
-REGISTRY: dict[str, Callable[..., CostModel]] = {
-    "unit": UnitCost,
-    "infermax-linear": InfermaxLinear,
-    "hinge": HingeCost,
-    "staircase": StaircaseCost,
-    "rad": RadTiling,
-    "roofline": Roofline,
-    "calibrated": calibrated,
+#: Public name -> the module that defines it, imported on first use: a command loads the one
+#: cost model its instance names, not all seven (about 10 ms of imports a command).
+_WHERE = {
+    "CalibratedCost": "kvsched.costmodel.calibrated",
+    "calibrated": "kvsched.costmodel.calibrated",
+    "InfermaxLinear": "kvsched.costmodel.infermax",
+    "HingeCost": "kvsched.costmodel.piecewise",
+    "StaircaseCost": "kvsched.costmodel.piecewise",
+    "RadTiling": "kvsched.costmodel.rad",
+    "Roofline": "kvsched.costmodel.roofline",
+    "UnitCost": "kvsched.costmodel.unit",
 }
+
+#: Registry name -> the public name of its factory (in :data:`_WHERE`).
+_FACTORIES = {
+    "unit": "UnitCost",
+    "infermax-linear": "InfermaxLinear",
+    "hinge": "HingeCost",
+    "staircase": "StaircaseCost",
+    "rad": "RadTiling",
+    "roofline": "Roofline",
+    "calibrated": "calibrated",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _WHERE:  # a submodule (from kvsched.costmodel import base) is imported by Python
+        raise AttributeError(f"module 'kvsched.costmodel' has no attribute {name!r}")
+    value = getattr(import_module(_WHERE[name]), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+class _Registry(Mapping[str, Callable[..., CostModel]]):
+    """The registered names, in order; a factory's module is imported when it is looked up."""
+
+    def __getitem__(self, name: str) -> Callable[..., CostModel]:
+        return __getattr__(_FACTORIES[name])  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_FACTORIES)
+
+    def __len__(self) -> int:
+        return len(_FACTORIES)
+
+    def __contains__(self, name: object) -> bool:
+        return name in _FACTORIES
+
+    def __repr__(self) -> str:
+        return f"REGISTRY({', '.join(_FACTORIES)})"
+
+
+#: Cost models by the name an instance file's ``time_model.name`` uses (read-only).
+REGISTRY: Mapping[str, Callable[..., CostModel]] = _Registry()
 
 
 def make_cost_model(name: str, params: dict[str, Any] | None = None) -> CostModel:
     """Build a registered cost model, with one clear error for a bad name or parameter."""
-    try:
-        factory = REGISTRY[name]
-    except KeyError:
+    if name not in REGISTRY:
         known = ", ".join(sorted(REGISTRY))
-        raise InputError(f"time_model.name: unknown cost model {name!r} (known: {known})") from None
+        raise InputError(f"time_model.name: unknown cost model {name!r} (known: {known})")
+    factory = REGISTRY[name]
     known = _parameters(factory)
     unknown = sorted(set(params or {}) - known) if known is not None else []
     if unknown:
@@ -94,3 +132,7 @@ __all__ = [
     "UnitCost",
     "make_cost_model",
 ]
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_WHERE})

@@ -20,21 +20,15 @@ the instance's P).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
 from kvsched.errors import InputError
 from kvsched.heuristics.base import Policy
-from kvsched.heuristics.engines import FasterTransformer, Orca, VllmV1
 from kvsched.heuristics.infermax import InferMax
-from kvsched.heuristics.kfcfs import KFCFS
-from kvsched.heuristics.mcsf import SEED004_POLICIES
-from kvsched.heuristics.priority import ClassPriority
-from kvsched.heuristics.rad import RAD
-from kvsched.heuristics.slai import SLAI
 from kvsched.heuristics.spec import PolicySpec
-from kvsched.heuristics.wait import SEED002_EXTENSIONS, SEED002_POLICIES
 
 _TABLE1 = "seed 003 Sec. 3.1, Table 1"
 
@@ -146,6 +140,9 @@ def _entries() -> dict[str, PolicySpec]:
 
 def _engine_entries() -> dict[str, PolicySpec]:
     """Deployed engines (vLLM v1, Orca, FasterTransformer) and seed 001's K-FCFS family."""
+    from kvsched.heuristics.engines import FasterTransformer, Orca, VllmV1
+    from kvsched.heuristics.kfcfs import KFCFS
+
     seed001 = "seed 001 Sec. 3"
     kfcfs = (
         "Work-conserving K-FCFS (seed 001 Sec. 2.3, Theorem 1): the k_prefill oldest prefill-phase and "
@@ -209,6 +206,9 @@ def _engine_entries() -> dict[str, PolicySpec]:
 
 def _seed000_entries() -> dict[str, PolicySpec]:
     """RAD (Sec. 4.2) and the SLAI variants of Sec. 7 (and App. F.2)."""
+    from kvsched.heuristics.rad import RAD
+    from kvsched.heuristics.slai import SLAI
+
     slai = (
         "SLAI{label}: per batch, critical decodes (now >= e + TBT - delta * mean batch time) by deadline, "
         "started prefills, new prefills {order} below alpha = 128 active requests, then non-critical "
@@ -268,6 +268,8 @@ def _class_priority(
     name: str = "class-priority", *, inner: str = "sarathi", classes: str | None = None
 ) -> Policy:
     """:class:`ClassPriority` around the registered policy ``inner``."""
+    from kvsched.heuristics.priority import ClassPriority
+
     spec = POLICIES.get(inner)
     if inner == name or (spec is not None and spec.factory is _class_priority):
         raise ValueError(f"inner must be another policy, not {inner!r}")
@@ -289,18 +291,86 @@ def _seed001_entries() -> dict[str, PolicySpec]:
     }
 
 
-#: Every registered policy, by name.
-POLICIES: Mapping[str, PolicySpec] = MappingProxyType(
-    {
-        **_entries(),
-        **_engine_entries(),
-        **SEED004_POLICIES,
-        **SEED002_POLICIES,
-        **SEED002_EXTENSIONS,
-        **_seed000_entries(),
-        **_seed001_entries(),
-    }
+def _seed004_entries() -> dict[str, PolicySpec]:
+    from kvsched.heuristics.mcsf import SEED004_POLICIES
+
+    return dict(SEED004_POLICIES)
+
+
+def _seed002_entries() -> dict[str, PolicySpec]:
+    from kvsched.heuristics.wait import SEED002_EXTENSIONS, SEED002_POLICIES
+
+    return {**SEED002_POLICIES, **SEED002_EXTENSIONS}
+
+
+#: The registry's groups, in registry order; each imports its policies' modules when first read.
+_GROUPS: tuple[Callable[[], dict[str, PolicySpec]], ...] = (
+    _entries,
+    _engine_entries,
+    _seed004_entries,
+    _seed002_entries,
+    _seed000_entries,
+    _seed001_entries,
 )
+
+
+class _Registry(Mapping[str, PolicySpec]):
+    """Every registered policy, by name, read-only and in registry order.
+
+    A group of entries (and its policies' modules) is loaded when a name is
+    looked up that the groups before it lack, or when the registry is listed:
+    ``make_policy("sarathi")`` imports InferMax alone, not every policy module
+    (about 15 ms of a command's start).
+    """
+
+    def __init__(self, groups: tuple[Callable[[], dict[str, PolicySpec]], ...]) -> None:
+        self._groups = groups
+        self._loaded: dict[str, PolicySpec] = {}
+        self._next = 0
+        self._lock = threading.Lock()  # threads making policies load each group once
+
+    def _load_next(self) -> bool:
+        with self._lock:
+            if self._next >= len(self._groups):
+                return False
+            group = self._groups[self._next]()
+            clash = sorted(set(group) & set(self._loaded))
+            if clash:  # a name registered twice would silently shadow one of them
+                raise RuntimeError(f"policy registered twice: {', '.join(clash)}")
+            self._loaded = {**self._loaded, **group}  # readers see the old dict or the new, whole
+            self._next += 1
+            return True
+
+    def _all(self) -> dict[str, PolicySpec]:
+        while self._load_next():
+            pass
+        return self._loaded
+
+    def __getitem__(self, name: str) -> PolicySpec:
+        while name not in self._loaded:
+            if not self._load_next():
+                raise KeyError(name)
+        return self._loaded[name]
+
+    def __contains__(self, name: object) -> bool:
+        try:
+            self[name]  # type: ignore[index]
+        except (KeyError, TypeError):
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._all()))
+
+    def __len__(self) -> int:
+        return len(self._all())
+
+    def __repr__(self) -> str:
+        return f"POLICIES({', '.join(self)})"
+
+
+#: Every registered policy, by name (read-only).
+POLICIES: Mapping[str, PolicySpec] = _Registry(_GROUPS)
 
 
 def list_policies() -> list[PolicySpec]:
