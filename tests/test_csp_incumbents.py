@@ -415,3 +415,12 @@ def test_the_greedys_own_value_is_the_replays(seed):
             own = greedy(inst, "remaining-area", objective=objective, replay_schedule=False, **kwargs)
             assert own.trace is None and own.schedule.same_as(replayed.schedule)
             assert own.value == replayed.value
+
+
+def test_best_incumbent_tries_the_knapsack_greedy_under_a_token_budget():
+    rng = np.random.default_rng(31)
+    budget = best_incumbent(_budget_instance(rng, 20))
+    assert "knapsack:remaining-area" in budget.stats["tried"]
+    assert budget.value == min(budget.stats["tried"].values())
+    free = best_incumbent(_loaded_instance(rng, 30))
+    assert not any(name.startswith("knapsack") for name in free.stats["tried"])
