@@ -124,6 +124,7 @@ def test_budgets_compiled_and_interpreted_kernels_make_the_same_legal_schedule(s
         {"scale": scale, "hold_weight": 0.0},
         {"min_chunk": 10**6, "hold_weight": 100.0},
         {"candidates": 1, "cells": 2},
+        {"chunk_discount": 1.0, "min_chunk": 3},
     )
     for kwargs in cases:
         fast = knapsack(inst, **kwargs)  # replayed strictly inside: legal and complete
@@ -179,7 +180,12 @@ def test_budgets_never_below_the_brute_force_optimum(case):
     reqs, m, c, p = case
     inst = _inst(reqs, m, c, p=p)
     optimum = brute_force(inst, "total-latency")
-    for kwargs in ({}, {"tail": 1.0, "min_chunk": 1}, {"tail": 0.0, "hold_weight": 0.0}):
+    for kwargs in (
+        {},
+        {"tail": 1.0, "min_chunk": 1},
+        {"tail": 0.0, "hold_weight": 0.0},
+        {"chunk_discount": 1.0},
+    ):
         assert knapsack(inst, **kwargs).value >= optimum - 1e-9
 
 
@@ -197,7 +203,7 @@ def test_the_best_pinned_request_evicts_the_worst_where_it_gets_no_kv(kernel):
     fa[1] = 1.0
     lim = np.array([20, 1, 64, 1024, 5, 0, 512, 4, 4, 4], dtype=np.int64)
     sc = np.array([2, 0, 0, 0, 0, 0, 0, 2], dtype=np.int64)
-    clock = np.array([0.0, 1.0, 0.25, 16.0])
+    clock = np.array([0.0, 1.0, 0.25, 16.0, 0.0])
     ib = np.zeros((6, 2), dtype=np.int64)
     ib[5] = [1, 0]
     bf, bi, it, ev = (

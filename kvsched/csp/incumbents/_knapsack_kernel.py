@@ -27,8 +27,9 @@ Array layout (``n`` requests):
   (blocks), fast, candidates at most, C, P (:data:`NONE` where unlimited), smallest first chunk;
 * ``sc`` int64 (8,): arrival pointer, waiting length, holders, batches, items, evictions, pending,
   pinned;
-* ``clock`` float64 (4,): the next batch's start, the slot length, the knapsack's share of M, the
-  holders' key bonus per KV token and refill batch (0 without a budget);
+* ``clock`` float64 (5,): the next batch's start, the slot length, the knapsack's share of M, the
+  holders' key bonus per KV token and refill batch (0 without a budget), the first chunks' value
+  discount per further batch of their prompt;
 * ``ib`` int64 (6, n): waiting list (worst first, best last; requests neither done nor pinned),
   holders (not pinned), candidates, scratch, pending inserts (arrivals and last slot's candidates),
   pinned (best first);
@@ -82,7 +83,7 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
     budget_c, budget_p, min_chunk = lim[7], lim[8], lim[9]
     q = min(budget_c, budget_p)  # the most known tokens one batch can (re)process
     ptr, wlen, hlen, nbat, nit, nev, plen, npin = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7]
-    t, slot, tail, hold_w = clock[0], clock[1], clock[2], clock[3]
+    t, slot, tail, hold_w, discount = clock[0], clock[1], clock[2], clock[3], clock[4]
     cap_b, cap_i, cap_e = bf.shape[0], it.shape[1], ev.shape[0]
     size = np.zeros(kmax, dtype=np.int64)
     units = np.zeros(kmax, dtype=np.int64)
@@ -204,6 +205,9 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
             # Tokens of its item: a decode, or every known token (-1: more than a batch holds, so a
             # first chunk, sized when it is chosen).
             ctok[k] = 1 if held[r] > 0 else (prompt[r] + gen[r] if prompt[r] + gen[r] <= qe else -1)
+            if ctok[k] < 0 and discount > 0.0:
+                # A first chunk generates nothing for the batches its prompt (or refill) takes.
+                value[k] /= 1.0 + discount * ((prompt[r] + gen[r] + q - 1) // q - 1)
             total += size[k]
             k += 1
         wlen -= k

@@ -102,6 +102,7 @@ def decide(
     tail: float = TAIL,
     min_chunk: int | None = None,
     hold_weight: float = HOLD_WEIGHT,
+    chunk_discount: float = 0.0,
     deadline: Deadline | None = None,
     jit: bool = True,
 ) -> BatchLog:
@@ -121,6 +122,12 @@ def decide(
         Under a budget, a request holding m KV tokens waits with its key lowered by ``hold_weight`` times
         m times the batches its refill would take (what evicting it costs), as the priority greedy's
         ``refill_weight`` does; ignored without a budget, where eviction is free.
+    chunk_discount
+        Under a budget, the knapsack value of a request that starts with a first chunk (its known tokens
+        take k > 1 batches) is divided by 1 + ``chunk_discount`` (k - 1): it generates nothing for k
+        batches. Measured, greedy alone, against the best budget variant: 0 / 1 give -3.8 / -3.3% at
+        C = P = 2048 (nine 1k instances), Azure code 1k rho1 -1.0 / -8.9% at C = 2048, P = 512 and -2.8 /
+        -10.5% at C = P = 512, Azure conversations +6.1 / +8.5% and -2.7 / -1.3% there.
     deadline
         Once it expires the remaining slots are packed first-fit over the candidates only.
     jit
@@ -180,6 +187,7 @@ def decide(
             float(cost_model.slot),
             tail,
             float(hold_weight) if budgeted else 0.0,
+            max(0.0, float(chunk_discount)),
         ]
     )
     ib = np.zeros((6, n), dtype=np.int64)
@@ -227,6 +235,7 @@ def knapsack(
     tail: float = TAIL,
     min_chunk: int | None = None,
     hold_weight: float = HOLD_WEIGHT,
+    chunk_discount: float = 0.0,
     objective: str = "total-latency",
     deadline: Deadline | None = None,
     jit: bool = True,
@@ -254,6 +263,7 @@ def knapsack(
         tail=tail,
         min_chunk=min_chunk,
         hold_weight=hold_weight,
+        chunk_discount=chunk_discount,
         deadline=deadline,
         jit=jit,
     )
@@ -263,6 +273,7 @@ def knapsack(
     if instance.limits.max_batch_tokens is not None or instance.limits.max_prefill_tokens is not None:
         params["min_chunk"] = min_chunk
         params["hold_weight"] = hold_weight
+        params["chunk_discount"] = chunk_discount
     schedule = log.to_schedule({"policy": label, "params": params})
     t2 = time.perf_counter()
     trace = replay(instance, schedule, cost_model)
