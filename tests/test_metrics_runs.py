@@ -89,8 +89,8 @@ def test_token_stats_equal_the_per_token_path(pair, monkeypatch):
     # Small chunks: the gaps and the per-request order statistics a few at a time.
     monkeypatch.setattr(tokens, "CHUNK_GAPS", 7)
     _assert_same_stats(tokens._fast_stats(fast, BatchClock.of(fast)), reference)
-    g = tokens._gaps(fast, BatchClock.of(fast))
-    _assert_same_quantiles(tokens._group_order_stats(g, *tokens._ranked(g.values)), quantiles)
+    g, values = tokens._gaps(fast, BatchClock.of(fast))
+    _assert_same_quantiles(tokens._group_order_stats(g, *tokens._ranked(values)), quantiles)
 
 
 def test_tbt_quantiles_only_when_read(pair, monkeypatch):

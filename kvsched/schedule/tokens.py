@@ -281,8 +281,8 @@ def tbt_quantiles(trace: Trace, clock: BatchClock | None = None) -> tuple[np.nda
         c = BatchClock.of(trace) if clock is None else clock
         if not c.chronological():
             return _legacy(trace)[1:]
-        g = _gaps(trace, c)
-        rank, values = _ranked(g.values)
+        g, values = _gaps(trace, c)
+        rank, values = _ranked(values)  # the unsorted values are freed here
         return _group_order_stats(g, rank, values)
 
     return _kept(_QUANTILES, trace, compute)
@@ -319,10 +319,10 @@ def _participations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
 class _Gaps:
     """Every gap value of a chronological trace once, and who owns it.
 
-    ``values[:num_inner]`` are the internal gaps of the runs (entry x's
-    ``lengths[x] - 1`` of them start at ``inner_base[x]``), then one boundary gap
-    per participation that is not its request's first (``first`` false), in
-    participation order.
+    The values (:func:`_gaps` returns them beside this): ``values[:num_inner]``
+    are the internal gaps of the runs (entry x's ``lengths[x] - 1`` of them start
+    at ``inner_base[x]``), then one boundary gap per participation that is not
+    its request's first (``first`` false), in participation order.
     """
 
     n: int
@@ -333,14 +333,14 @@ class _Gaps:
     inner_base: np.ndarray
     num_inner: int
     generated: np.ndarray
-    values: np.ndarray
     tbt_max: np.ndarray
     owners: np.ndarray
     count: np.ndarray
     all_done: bool
 
 
-def _gaps(trace: Trace, clock: BatchClock) -> _Gaps:
+def _gaps(trace: Trace, clock: BatchClock) -> tuple[_Gaps, np.ndarray]:
+    """The gaps' owners and every gap value (returned apart: the caller sorts the values and drops these)."""
     n = len(trace.instance.requests)
     ends, offsets = clock.ends, clock.offsets
     lengths = clock.lengths.astype(np.int32)
@@ -401,21 +401,10 @@ def _gaps(trace: Trace, clock: BatchClock) -> _Gaps:
             tbt_max[owner] = np.maximum(tbt_max[owner], np.maximum.reduceat(run_max[ent[a:b]], at))
     tbt_max[tbt_max == -np.inf] = np.nan
     all_done = bool(trace.state.done.all())
-    return _Gaps(
-        n,
-        pos,
-        ent,
-        first,
-        lengths,
-        inner_base,
-        num_inner,
-        generated,
-        values,
-        tbt_max,
-        owners,
-        count,
-        all_done,
+    owned = _Gaps(
+        n, pos, ent, first, lengths, inner_base, num_inner, generated, tbt_max, owners, count, all_done
     )
+    return owned, values
 
 
 def _ranked(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -433,10 +422,10 @@ def _ranked(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
-    g = _gaps(trace, clock)
+    g, values = _gaps(trace, clock)
     done = trace.state.done
     pos, ent, lengths, num_inner = g.pos, g.ent, g.lengths, g.num_inner
-    rank, values = _ranked(g.values)
+    rank, values = _ranked(values)  # the unsorted values are freed here
     # The ITL of the completed requests weighs each value: a run's internal gaps once per
     # completed item, a boundary gap once if its request completed.
     run_weight = np.zeros(lengths.size, dtype=np.int64)
