@@ -217,3 +217,16 @@ def test_the_best_pinned_request_evicts_the_worst_where_it_gets_no_kv(kernel):
     assert it[:, : bi[0, 1]].T.tolist() == [[0, 2, 10, K.PREFILL]]
     assert getattr(K, kernel)(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, 100) == K.DONE
     assert ia[4].tolist() == [1, 1] and ia[2].tolist() == [2, 3]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_knapsacks_own_value_is_the_replays(seed):
+    """The local search values knapsack candidates on the log too (replaying only those it keeps)."""
+    rng = np.random.default_rng(100 + seed)
+    inst = _random_instance(rng, int(rng.integers(2, 40)))
+    budget = _inst([(r.prompt, r.output, r.arrival) for r in inst.requests], inst.limits.kv_capacity, c=16)
+    for case in (inst, budget):
+        for objective in sorted(OBJECTIVES):
+            replayed = knapsack(case, objective=objective)
+            own = knapsack(case, objective=objective, replay_schedule=False)
+            assert own.trace is None and own.value == replayed.value

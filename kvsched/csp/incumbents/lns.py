@@ -88,8 +88,9 @@ def _rerun(
     if policy.startswith("knapsack:"):
         kwargs = {k: params[k] for k in _KNAPSACK_KEYS if k in params}
         return lambda scale, deadline, name: knapsack(
-            instance, scale=scale, objective=objective, deadline=deadline, name=name, **kwargs
-        )
+            instance, scale=scale, objective=objective, deadline=deadline, name=name, replay_schedule=False,
+            **kwargs,
+        )  # fmt: skip
     return None
 
 
