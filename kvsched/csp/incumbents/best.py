@@ -109,11 +109,6 @@ def variant_kind(instance: Instance, cost_model: CostModel) -> str:
 
 #: Registered policies cheap enough to try (each is one simulation through the core).
 FAST_POLICIES: tuple[str, ...] = ("mcsf", "sarathi", "vllm-v1", "rank-o", "sarathi-ef")
-#: Where eviction is free, the knapsack greedy is tried from this many requests on: alone it beats the filling
-#: greedy and that greedy's local search at 10k (ShareGPT, memory load 1: 4.49e6 against 4.60e6 in a 60 s
-#: solve), while at 1k they tie (468,391 against 468,280 on Azure conversations) and the filling greedy's
-#: local search gains more there.
-KNAPSACK_FREE_MIN_REQUESTS = 5_000
 #: A policy simulation is priced at this many times the greedy's build and replay (it steps the core too).
 POLICY_COST_FACTOR = 4.0
 
@@ -130,8 +125,8 @@ def best_incumbent(
     """The best validated schedule of the greedy variants and ``policies``, with its value and name.
 
     ``variants`` defaults to the instance's :data:`VARIANTS` (see :func:`variant_kind`); under unit time
-    with a token budget, and without one from :data:`KNAPSACK_FREE_MIN_REQUESTS` requests, the knapsack
-    greedy (:mod:`~kvsched.csp.incumbents.knapsack`) runs after the first. The first variant always runs (it is the first schedule of every time-limited solve; past the deadline it
+    with a token budget the knapsack greedy (:mod:`~kvsched.csp.incumbents.knapsack`) runs after the
+    first. The first variant always runs (it is the first schedule of every time-limited solve; past the deadline it
     finishes in its cheapest mode). Each further candidate runs only if its
     estimated time, priced from the first variant's measured time, fits in what is left, so the
     deadline is kept without interrupting a policy mid-simulation. ``stats`` of the result
@@ -162,12 +157,14 @@ def best_incumbent(
         # (deciding takes less than those two), then from the runs themselves.
         greedy_cost = 2.0 * (best.stats["build_s"] + best.stats["replay_s"])
     tried[best.name] = best.value
-    large = len(instance) >= KNAPSACK_FREE_MIN_REQUESTS
-    if (kind == "budget" or (kind == "free" and large)) and knapsack_applies(instance, cost_model):
+    if kind == "budget" and knapsack_applies(instance, cost_model):
         # Under a token budget the knapsack greedy, which pins a started prefill to its next chunk and
         # prices what evicting a holder costs, beats the budget variants (C = P = 2048, 1k requests at
         # memory load 1: Azure code 43,335 against 46,613, Azure conversations 483,270 against 504,842).
-        # Without a budget the filling greedy matches it at 1k and its local search gains more there.
+        # Without a budget the filling greedy matches it at 1k and its local search gains more there; at
+        # 10k it beats the filling greedy alone (ShareGPT 4.49e6 against 4.60e6 after a 60 s solve's local
+        # search), but its 7-10 s run left no time for the area rule, 9% better on Azure conversations
+        # (3.078e7 against 2.913e7): not run there until variants are valued without a replay.
         if deadline.remaining() < 3.0 * greedy_cost:
             skipped.append("knapsack:remaining-area")
         else:
