@@ -424,3 +424,13 @@ def test_best_incumbent_tries_the_knapsack_greedy_under_a_token_budget():
     assert budget.value == min(budget.stats["tried"].values())
     free = best_incumbent(_loaded_instance(rng, 30))
     assert not any(name.startswith("knapsack") for name in free.stats["tried"])
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_best_incumbent_replays_the_best_of_its_log_valued_variants(seed):
+    """Variants after the first are valued on their own logs; the one returned is the core's replay."""
+    rng = np.random.default_rng(40 + seed)
+    for inst in (_loaded_instance(rng, 30), _budget_instance(rng, 20), _random_instance(rng, 20)):
+        best = best_incumbent(inst, policies=())
+        assert best.trace is not None and best.value == _value(inst, best)
+        assert best.value == min(best.stats["tried"].values())

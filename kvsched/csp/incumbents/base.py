@@ -8,9 +8,10 @@ from typing import Any
 
 from kvsched.costmodel.base import CostModel
 from kvsched.costmodel.unit import UnitCost
+from kvsched.csp.objectives import OBJECTIVES
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
-from kvsched.schedule.validate import Trace
+from kvsched.schedule.validate import Trace, replay
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -50,3 +51,12 @@ def eviction_is_free(instance: Instance, cost_model: CostModel) -> bool:
     return (
         isinstance(cost_model, UnitCost) and lim.max_batch_tokens is None and lim.max_prefill_tokens is None
     )
+
+
+def confirmed(instance: Instance, cand: Incumbent, cost_model: CostModel) -> Incumbent:
+    """``cand`` replayed through the core, valued on the replay (a candidate made without one)."""
+    if cand.trace is not None:
+        return cand
+    trace = replay(instance, cand.schedule, cost_model)
+    value = OBJECTIVES[cand.objective](trace)
+    return Incumbent(cand.name, cand.schedule, value, cand.objective, cand.stats, trace)

@@ -23,11 +23,10 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from kvsched.costmodel.base import CostModel
-from kvsched.csp.incumbents.base import Incumbent
+from kvsched.csp.incumbents.base import Incumbent, confirmed
 from kvsched.csp.incumbents.greedy import greedy
 from kvsched.csp.incumbents.knapsack import knapsack
 from kvsched.csp.incumbents.rules import kv_area
-from kvsched.csp.objectives import OBJECTIVES
 from kvsched.instances.model import Instance
 from kvsched.schedule.validate import instance_cost_model, replay
 from kvsched.stop import Deadline
@@ -92,15 +91,6 @@ def _rerun(
             **kwargs,
         )  # fmt: skip
     return None
-
-
-def confirmed(instance: Instance, cand: Incumbent, cost_model: CostModel) -> Incumbent:
-    """``cand`` replayed through the core, valued on the replay (a candidate made without one)."""
-    if cand.trace is not None:
-        return cand
-    trace = replay(instance, cand.schedule, cost_model)
-    value = OBJECTIVES[cand.objective](trace)
-    return Incumbent(cand.name, cand.schedule, value, cand.objective, cand.stats, trace)
 
 
 def _scaled_search(
