@@ -99,6 +99,28 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
         inpin[pin[a]] = True
     status = DONE
     decided = 0
+
+    def offer(c, tok_left, pre_left, res, chunk_min):
+        """The tokens candidate c's item takes in this slot, and whether they fit the budget left: a
+        decode's one (of C only), every known token of a request holding no KV, or a first chunk as large
+        as the budget left allows (at least ``chunk_min``)."""
+        r = cand[c]
+        if held[r] > 0:
+            return 1, tok_left >= 1
+        if ctok[c] < 0:
+            tk = min(prompt[r] + gen[r], pre_left, tok_left - res)
+            return tk, tk >= chunk_min
+        return ctok[c], ctok[c] <= pre_left and ctok[c] <= tok_left - res
+
+    def accept(c, tk, free, tok_left, pre_left, res):
+        """Run candidate c with ``tk`` tokens: the KV, token and prefill budgets (and the holders' decode
+        reserve) it leaves."""
+        chosen[c] = _RUN
+        ctok[c] = tk
+        if held[cand[c]] > 0:
+            return free - size[c], tok_left - tk, pre_left, max(res - 1, 0)
+        return free - size[c], tok_left - tk, pre_left - tk, res
+
     while ptr < n or wlen > 0 or plen > 0 or npin > 0:
         if decided >= max_batches:
             status = CHUNK
@@ -218,27 +240,11 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
         first = 0
         while first < k:
             c = first
-            r = cand[c]
             if free - size[c] < floor:
                 break
-            if held[r] > 0:
-                tk = 1
-                ok = tok_left >= 1
-            elif ctok[c] < 0:
-                tk = min(prompt[r] + gen[r], pre_left, tok_left - res)
-                ok = tk >= chunk_min
-            else:
-                tk = ctok[c]
-                ok = tk <= pre_left and tk <= tok_left - res
+            tk, ok = offer(c, tok_left, pre_left, res, chunk_min)
             if ok:
-                chosen[c] = _RUN
-                ctok[c] = tk
-                free -= size[c]
-                tok_left -= tk
-                if held[r] > 0:
-                    res = max(res - 1, 0)
-                else:
-                    pre_left -= tk
+                free, tok_left, pre_left, res = accept(c, tk, free, tok_left, pre_left, res)
             else:
                 chosen[c] = _OUT
             first += 1
@@ -250,14 +256,7 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
                 units[c] = (size[c] + unit - 1) // unit
                 for x in range(room + 1):
                     take[c, x] = False
-                r = cand[c]
-                if held[r] > 0:
-                    ok = tok_left >= 1
-                elif ctok[c] < 0:
-                    ok = min(prompt[r] + gen[r], pre_left, tok_left - res) >= chunk_min
-                else:
-                    ok = ctok[c] <= pre_left and ctok[c] <= tok_left - res
-                if not ok:
+                if not offer(c, tok_left, pre_left, res, chunk_min)[1]:
                     units[c] = room + 1  # over the budget left: not offered
                 if units[c] > room:
                     continue
@@ -275,25 +274,9 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
             for c in range(first, k):
                 if chosen[c] != _PICKED:
                     continue
-                r = cand[c]
-                if held[r] > 0:
-                    tk = 1
-                    ok = tok_left >= 1
-                elif ctok[c] < 0:
-                    tk = min(prompt[r] + gen[r], pre_left, tok_left - res)
-                    ok = tk >= chunk_min
-                else:
-                    tk = ctok[c]
-                    ok = tk <= pre_left and tk <= tok_left - res
+                tk, ok = offer(c, tok_left, pre_left, res, chunk_min)
                 if ok:
-                    chosen[c] = _RUN
-                    ctok[c] = tk
-                    free -= size[c]
-                    tok_left -= tk
-                    if held[r] > 0:
-                        res = max(res - 1, 0)
-                    else:
-                        pre_left -= tk
+                    free, tok_left, pre_left, res = accept(c, tk, free, tok_left, pre_left, res)
                 else:
                     chosen[c] = _OPEN
         # First chunks hold only their own KV this slot: the rest of their prompt's goes to the fill.
@@ -307,26 +290,11 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
             if chosen[c] != _OPEN or size[c] > free:
                 continue
             r = cand[c]
-            if held[r] > 0:
-                tk = 1
-                ok = tok_left >= 1
-            elif ctok[c] < 0:
-                tk = min(prompt[r] + gen[r], pre_left, tok_left - res)
-                ok = tk >= chunk_min
-            else:
-                tk = ctok[c]
-                ok = tk <= pre_left and tk <= tok_left - res
+            tk, ok = offer(c, tok_left, pre_left, res, chunk_min)
             if ok:
-                chosen[c] = _RUN
-                ctok[c] = tk
                 if held[r] == 0 and tk < prompt[r] + gen[r]:
-                    size[c] = (tk + bs - 1) // bs
-                free -= size[c]
-                tok_left -= tk
-                if held[r] > 0:
-                    res = max(res - 1, 0)
-                else:
-                    pre_left -= tk
+                    size[c] = (tk + bs - 1) // bs  # a first chunk holds only its own KV
+                free, tok_left, pre_left, res = accept(c, tk, free, tok_left, pre_left, res)
         # Holders that did not run: paused where their KV still fits, evicted otherwise.
         h2 = 0
         for x in range(hlen):
