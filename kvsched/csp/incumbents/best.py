@@ -114,6 +114,7 @@ FAST_POLICIES: tuple[str, ...] = ("mcsf", "sarathi", "vllm-v1", "rank-o", "sarat
 #: solve), while at 1k they tie (468,391 against 468,280 on Azure conversations) and the filling greedy's
 #: local search gains more there.
 KNAPSACK_FREE_MIN_REQUESTS = 5_000
+KNAPSACK_FREE_CANDIDATES = 32
 #: A policy simulation is priced at this many times the greedy's build and replay (it steps the core too).
 POLICY_COST_FACTOR = 4.0
 
@@ -182,7 +183,12 @@ def best_incumbent(
             skipped.append("knapsack:remaining-area")
         else:
             started = time.perf_counter()
-            cand = knapsack(instance, objective=objective, deadline=deadline, replay_schedule=False)
+            # Without a budget, 32 candidates a slot: as good as 64 at 10k (ShareGPT 4.4919e6 both, Azure
+            # conversations 3.0759e7 against 3.0784e7) in half the decisions' time (3.4 s against 7 s).
+            cand = knapsack(
+                instance, objective=objective, deadline=deadline, replay_schedule=False,
+                **({} if kind == "budget" else {"candidates": KNAPSACK_FREE_CANDIDATES}),
+            )  # fmt: skip
             run_cost = max(run_cost, 0.5 * (time.perf_counter() - started))
             tried[cand.name] = cand.value
             best = min(best, cand, key=lambda inc: inc.value)
