@@ -259,6 +259,40 @@ def _grow(
     return bf, bi, it, ev
 
 
+def incumbent_of(
+    instance: Instance,
+    log: BatchLog,
+    label: str,
+    params: dict,
+    objective: str,
+    cost_model: CostModel,
+    *,
+    decide_s: float,
+    replay_schedule: bool = True,
+) -> Incumbent:
+    """A producer's log as an :class:`Incumbent`: its schedule (``label`` and ``params`` as provenance),
+    replayed through the core and valued on the replay, or, without ``replay_schedule``, valued on the
+    log (:func:`log_value`, no trace). ``stats``: the seconds spent deciding (``decide_s``), building and
+    replaying, and the batch and eviction counts. The greedy and the knapsack greedy both end here."""
+    t1 = time.perf_counter()
+    schedule = log.to_schedule({"policy": label, "params": params})
+    t2 = time.perf_counter()
+    if replay_schedule:
+        trace = replay(instance, schedule, cost_model)
+        value = objective_function(objective)(trace)
+    else:
+        trace, value = None, log_value(instance, log, objective)
+    stats = {
+        "decide_s": decide_s,
+        "build_s": t2 - t1,
+        "replay_s": time.perf_counter() - t2,
+        "batches": log.num_batches,
+        "entries": len(schedule.entries),
+        "evictions": log.num_evictions,
+    }
+    return Incumbent(label, schedule, value, objective, stats, trace)
+
+
 def log_value(instance: Instance, log: BatchLog, objective: str) -> float:
     """The objective of a greedy log's schedule as the log itself says it (no replay).
 
@@ -320,7 +354,7 @@ def greedy(
     ScheduleError
         If the core rejects a batch (a bug in the greedy, never a user error).
     """
-    measure = objective_function(objective)
+    objective_function(objective)  # an unknown objective is refused before any work
     cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
     t0 = time.perf_counter()
     if deadline is not None and deadline.bounded:
@@ -359,20 +393,6 @@ def greedy(
         params.update(refill_weight=float(refill_weight), min_chunk=int(min_chunk), fit_chunk=bool(fit_chunk))
     if fill:
         params.update(fill=True)
-    schedule = log.to_schedule({"policy": label, "params": params})
-    t2 = time.perf_counter()
-    if replay_schedule:
-        trace = replay(instance, schedule, cost_model)
-        value = measure(trace)
-    else:
-        trace, value = None, log_value(instance, log, objective)
-    t3 = time.perf_counter()
-    stats = {
-        "decide_s": t1 - t0,
-        "build_s": t2 - t1,
-        "replay_s": t3 - t2,
-        "batches": log.num_batches,
-        "entries": len(schedule.entries),
-        "evictions": log.num_evictions,
-    }
-    return Incumbent(label, schedule, value, objective, stats, trace)
+    return incumbent_of(
+        instance, log, label, params, objective, cost_model, decide_s=t1 - t0, replay_schedule=replay_schedule
+    )

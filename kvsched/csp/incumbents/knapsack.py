@@ -47,14 +47,14 @@ from kvsched.costmodel.base import CostModel
 from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents import _knapsack_kernel as K
 from kvsched.csp.incumbents.base import Incumbent
-from kvsched.csp.incumbents.greedy import log_value
+from kvsched.csp.incumbents.greedy import incumbent_of
 from kvsched.csp.incumbents.log import BatchLog
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.jit import is_compiled, use_compiled
 from kvsched.schedule.ir import Phase
-from kvsched.schedule.validate import instance_cost_model, replay
+from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline
 
 #: Phase of each kernel phase code (:data:`K.PREFILL`, :data:`K.DECODE`, :data:`K.REFILL`).
@@ -256,7 +256,7 @@ def knapsack(
     ScheduleError
         If the core rejects a batch (a bug here, never a user error).
     """
-    measure = objective_function(objective)
+    objective_function(objective)  # an unknown objective is refused before any work
     cost_model = instance_cost_model(instance)
     t0 = time.perf_counter()
     log = decide(
@@ -278,19 +278,6 @@ def knapsack(
         params["min_chunk"] = min_chunk
         params["hold_weight"] = hold_weight
         params["chunk_discount"] = chunk_discount
-    schedule = log.to_schedule({"policy": label, "params": params})
-    t2 = time.perf_counter()
-    if replay_schedule:
-        trace = replay(instance, schedule, cost_model)
-        value = measure(trace)
-    else:
-        trace, value = None, log_value(instance, log, objective)
-    stats = {
-        "decide_s": t1 - t0,
-        "build_s": t2 - t1,
-        "replay_s": time.perf_counter() - t2,
-        "batches": log.num_batches,
-        "entries": len(schedule.entries),
-        "evictions": log.num_evictions,
-    }
-    return Incumbent(label, schedule, value, objective, stats, trace)
+    return incumbent_of(
+        instance, log, label, params, objective, cost_model, decide_s=t1 - t0, replay_schedule=replay_schedule
+    )
