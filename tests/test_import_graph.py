@@ -25,6 +25,7 @@ LAYERS = {
     "costmodel": 2,
     "stop": 1,
     "jit": 1,
+    "lazy": 1,
     "highs": 1,
     "errors": 0,
 }

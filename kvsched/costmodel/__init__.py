@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator, Mapping
-from importlib import import_module
 from typing import Any
 
 from kvsched.costmodel.base import BatchView, CostModel
 from kvsched.errors import InputError
+from kvsched.lazy import lazy_names
 
 #: Public name -> the module that defines it, imported on first use: a command loads the one
 #: cost model its instance names, not all seven (about 10 ms of imports a command).
@@ -54,12 +54,7 @@ _FACTORIES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:  # a submodule (from kvsched.costmodel import base) is imported by Python
-        raise AttributeError(f"module 'kvsched.costmodel' has no attribute {name!r}")
-    value = getattr(import_module(_WHERE[name]), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
+__getattr__, __dir__ = lazy_names("kvsched.costmodel", _WHERE, globals())
 
 
 class _Registry(Mapping[str, Callable[..., CostModel]]):
@@ -132,7 +127,3 @@ __all__ = [
     "UnitCost",
     "make_cost_model",
 ]
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_WHERE})

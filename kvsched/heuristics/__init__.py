@@ -8,8 +8,9 @@ returns; the policies of seed 003 (Table 1, Sec. 4.6, Sec. 6) are
 configurations of :class:`InferMax` listed in :data:`POLICIES`.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kvsched.lazy import lazy_names
 
 #: Public name -> the module that defines it, imported on first use: ``kvsched simulate`` loads the
 #: registry and the simulator, not the multi-engine dispatcher.
@@ -37,16 +38,7 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:  # a submodule (from kvsched.heuristics import step) is imported by Python
-        raise AttributeError(f"module 'kvsched.heuristics' has no attribute {name!r}")
-    value = getattr(import_module(_WHERE[name]), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_WHERE})
+__getattr__, __dir__ = lazy_names("kvsched.heuristics", _WHERE, globals())
 
 
 __all__ = [

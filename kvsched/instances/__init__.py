@@ -5,7 +5,7 @@ The nouns a script needs are here (``from kvsched.instances import load_instance
 (the file schemas pull in pydantic).
 """
 
-from importlib import import_module
+from kvsched.lazy import lazy_names
 
 _WHERE = {
     "Instance": "kvsched.instances.model",
@@ -19,7 +19,4 @@ _WHERE = {
 __all__ = ["Instance", "Limits", "Request", "TimeModel", "load_instance", "save_instance"]
 
 
-def __getattr__(name: str):
-    if name in _WHERE:
-        return getattr(import_module(_WHERE[name]), name)
-    raise AttributeError(f"module 'kvsched.instances' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_names("kvsched.instances", _WHERE, globals())
