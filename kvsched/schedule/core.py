@@ -508,6 +508,20 @@ class EngineState(RunSteps):
         self.num_batches += 1
         return record
 
+    def _complete(self, completed: np.ndarray, end: float) -> None:
+        """Requests ``completed`` (non-empty) generated their last token in a batch ending at ``end``: their
+        KV is freed, and they are done. A batch and a run (:mod:`kvsched.schedule.runs`) both end here."""
+        kv_c = self.kv[completed]
+        self.kv_tokens -= isum(kv_c)
+        self.kv_blocks -= isum(self._blocks(kv_c))
+        self.num_holding -= int(completed.size)
+        self.kv[completed] = 0
+        self._dropped[completed] += kv_c
+        self._left[completed] = _ZERO
+        self.done[completed] = _TRUE
+        self.completion[completed] = end
+        self.num_done += int(completed.size)
+
     def _advance_legal(self, batch: Batch, legal: _Legal) -> BatchRecord:
         """:meth:`_advance` for a batch the quick path accepted, reusing its reads.
 
@@ -552,16 +566,7 @@ class EngineState(RunSteps):
         # One shared empty array when nothing completed.
         completed = gen[finished] if _count(finished) else _NO_EVICTIONS
         if completed.size:
-            kv_c = self.kv[completed]
-            self.kv_tokens -= isum(kv_c)
-            self.kv_blocks -= isum(self._blocks(kv_c))
-            self.num_holding -= int(completed.size)
-            self.kv[completed] = 0
-            self._dropped[completed] += kv_c
-            self._left[completed] = _ZERO
-            self.done[completed] = _TRUE
-            self.completion[completed] = end
-            self.num_done += int(completed.size)
+            self._complete(completed, end)
 
         # Positional: the keywords would cost more than the rest of this block (fields in order).
         num_tokens, num_decodes = legal.num_tokens, legal.num_decodes

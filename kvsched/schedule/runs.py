@@ -354,16 +354,7 @@ class RunSteps:
                 completed,
             )
         if completed.size:
-            kv_c = self.kv[completed]
-            self.kv_tokens -= isum(kv_c)
-            self.kv_blocks -= isum(self._blocks(kv_c))
-            self.num_holding -= int(completed.size)
-            self.kv[completed] = 0
-            self._dropped[completed] += kv_c
-            self._left[completed] = 0
-            self.done[completed] = True
-            self.completion[completed] = run.end
-            self.num_done += int(completed.size)
+            self._complete(completed, run.end)
         record = RunRecord(
             self.num_batches,
             run if not last else head,
