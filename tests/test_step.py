@@ -91,12 +91,21 @@ def test_a_horizon_cuts_a_run_to_the_batches_decided_before_it_and_ended_by_it()
     for horizon, repeats in ((None, 38), (30.0, 28), (30.5, 28), (2.0, 0)):
         stepper = Stepper(inst, make_policy("sarathi"), cost)
         stepper.commit(stepper.decide(0.0))  # both prefills: t = 1
-        stepper.commit(stepper.decide(1.0))  # both decode: t = 2, no completion
+        stepper.commit(stepper.decide(1.0, horizon=1.5))  # (no run fits) both decode: t = 2
         entry = stepper.decide(2.0, horizon=horizon)
         if repeats:
             assert type(entry) is Run and entry.repeat == repeats and entry.start == 2.0
         else:
             assert type(entry) is Batch and entry.start == 2.0
+    # Right after the prefills (both finished their prompt), a run continues without a decision.
+    for horizon, repeats in ((None, 39), (30.0, 29), (1.5, 0)):
+        stepper = Stepper(inst, make_policy("sarathi"), cost)
+        stepper.commit(stepper.decide(0.0))
+        entry = stepper.decide(1.0, horizon=horizon)
+        if repeats:
+            assert type(entry) is Run and entry.repeat == repeats and entry.start == 1.0
+        else:
+            assert type(entry) is Batch and entry.start == 1.0
 
 
 def test_one_engine_behind_a_balancer_steps_as_simulate() -> None:

@@ -12,7 +12,9 @@ Coalesced decode runs: a policy may opt in by defining ``repeat_decodes`` (see
 how many times in a row it would return that same batch, and the core applies
 them as one run. A policy without the method is stepped batch by batch. Mixed
 runs (decodes plus one prompt chunk, repeated) are a second opt-in,
-``repeat_chunks`` (:class:`SteadyChunks`).
+``repeat_chunks`` (:class:`SteadyChunks`), and runs that follow a completion or
+a finished prompt without a call to ``next_batch`` a third,
+``continue_decodes`` (:class:`ContinueDecodes`).
 
 True output lengths are hindsight. The view hands them out only to policies
 that declare ``uses_true_output = True`` (eviction-free reservation, Rank_O);
@@ -293,3 +295,35 @@ class SteadyChunks(Protocol):
 def steady_chunks(policy: Policy) -> SteadyChunks | None:
     """``policy`` if it opted in to mixed runs, else ``None`` (the default "no")."""
     return cast(SteadyChunks, policy) if callable(getattr(policy, "repeat_chunks", None)) else None
+
+
+@runtime_checkable
+class ContinueDecodes(Protocol):
+    """The opt-in contract of runs that follow an event without a decision (default "no").
+
+    After an entry (a batch or a run) in which some request completed, or a prompt
+    (or refill) chunk finished its prompt, the requests of that entry that did not
+    complete may all be decoding now, in the entry's order. Instead of calling
+    :meth:`Policy.next_batch`, the simulator then calls :meth:`continue_decodes`
+    once with those requests (the view at the next batch's time, as
+    ``next_batch`` would see it): the answer says whether the next batches are
+    exactly one decode of each of them, and how many in a row.
+    """
+
+    def continue_decodes(self, view: SchedulerView, requests: np.ndarray, limit: int) -> int:
+        """How many times in a row (0 to ``limit``) :meth:`Policy.next_batch` would now return one decode
+        of each of ``requests``, in this order, with no evictions.
+
+        The stretch is the one :meth:`SteadyDecodes.repeat_decodes` is offered:
+        within the ``limit`` batches no request arrives and none completes before
+        the last of them. 0 means "ask me" (the simulator calls ``next_batch``):
+        the policy must then be left as ``next_batch`` expects it. Otherwise the
+        policy updates its own bookkeeping as if ``next_batch`` had been called
+        that many times. A smaller answer is safe, a larger or a wrong one a bug.
+        """
+        ...
+
+
+def continue_decodes(policy: Policy) -> ContinueDecodes | None:
+    """``policy`` if it opted in to runs after completions and finished prompts, else ``None``."""
+    return cast(ContinueDecodes, policy) if callable(getattr(policy, "continue_decodes", None)) else None

@@ -261,10 +261,12 @@ class InferMax:
         self.warmup = warmup
         self.uses_true_output = reserve == "peak" or rank == "output"
         self._budgets: dict[str, int | None] = {}
+        # Mixed runs are argued for decode priority with chunked prefill only (repeat_chunks), runs after
+        # completions for priority-ordered decodes: other flag sets do not opt in (no runs planned in vain).
         if priority != "decode" or not chunked:
-            # Mixed runs are argued for decode priority with chunked prefill only (repeat_chunks):
-            # other flag sets do not opt in, so the simulator does not plan runs they would refuse.
             self.repeat_chunks = None  # type: ignore[method-assign,assignment]
+        if priority == "none" or decode_order != "priority":
+            self.continue_decodes = None  # type: ignore[method-assign,assignment]
 
     @property
     def params(self) -> Mapping[str, Any]:
@@ -406,6 +408,22 @@ class InferMax:
         if not limit:
             return 0
         return self._grow_decodes(view, req[:-1], limit) if n else limit
+
+    def continue_decodes(self, view: SchedulerView, requests: np.ndarray, limit: int) -> int:
+        """Runs after a completion or a finished prompt (:class:`~kvsched.heuristics.base.ContinueDecodes`).
+
+        :meth:`next_batch` first takes the arrivals and frees finished reservations (as here). With
+        nothing waiting and the running requests exactly ``requests`` (all decoding, in priority
+        order), its groups are these decodes alone: the batch is one decode of each for as long as
+        :meth:`repeat_decodes` argues. Merged groups and ``kv-desc`` do not opt in.
+        """
+        if self.uses_true_output:
+            self._output = view.output
+        self._take_arrivals(view)
+        running = self._release_finished(view)
+        if self._waiting or running.size != requests.size or nonzero(running != requests):
+            return 0
+        return self._grow_decodes(view, requests, limit)
 
     def _grow_decodes(self, view: SchedulerView, req: np.ndarray, limit: int) -> int:
         """The batches (at most ``limit``) for which the decodes ``req`` keep fitting their reservations

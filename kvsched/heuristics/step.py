@@ -18,8 +18,13 @@ batch of decodes followed by one prompt (or refill) chunk that did not finish
 its prompt, with no eviction and no completion, a policy that opted in
 (:func:`~kvsched.heuristics.base.steady_chunks`) says how many times in a row it
 would return that batch again, up to the next event (the same ones, and the
-prompt's last chunk, which the run leaves out). The batches are exactly those
-of batch-by-batch stepping; only their storage is shorter.
+prompt's last chunk, which the run leaves out). Runs after events: after a
+batch or run without evictions in which some request completed or finished its
+prompt, every other item decoding now, a policy that opted in
+(:func:`~kvsched.heuristics.base.continue_decodes`) says, instead of a decision,
+how many batches in a row it would decode exactly those requests (a
+:class:`Run` again, up to the same events). The batches are exactly those of
+batch-by-batch stepping; only their storage and the policy calls are fewer.
 
 :class:`Stepper` splits the loop into its two moves, so that every driver runs
 the same rules: :meth:`Stepper.decide` (ask the policy at a time, build the
@@ -35,11 +40,21 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from typing import Any
+
+import numpy as np
 
 from kvsched.costmodel import CostModel
 from kvsched.costmodel.small import SMALL
 from kvsched.errors import KvschedError
-from kvsched.heuristics.base import Decision, Policy, SchedulerView, steady_chunks, steady_decodes
+from kvsched.heuristics.base import (
+    Decision,
+    Policy,
+    SchedulerView,
+    continue_decodes,
+    steady_chunks,
+    steady_decodes,
+)
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL, BatchRecord, EngineState
 from kvsched.schedule.ir import Batch, Phase, Run, batch_starts
@@ -50,8 +65,9 @@ BATCHES_PER_TOKEN = 50
 
 Entry = Batch | Run
 Record = BatchRecord | RunRecord
-#: What a policy's run offer is: ``repeat_decodes`` or ``repeat_chunks`` (view, decision, limit) -> k.
-Ask = Callable[[SchedulerView, Decision, int], int]
+#: What a policy's run offer is: ``repeat_decodes`` or ``repeat_chunks`` (view, decision, limit) -> k,
+#: or ``continue_decodes`` (view, requests, limit) -> k.
+Ask = Callable[[SchedulerView, Any, int], int]
 _DECODE = int(Phase.DECODE)
 
 
@@ -107,26 +123,71 @@ def _chunk_of(record: BatchRecord, batch: Batch) -> int:
     return 0
 
 
+def _left_decoding(items: np.ndarray, completed: np.ndarray) -> np.ndarray | None:
+    """``items`` (an entry's requests, in order) but the ``completed`` ones, read-only; ``None`` if none is left."""
+    if not completed.size:
+        left = items
+    elif completed.size == 1:
+        left = items[items != completed[0]]
+    else:
+        left = items[~np.isin(items, completed)]
+    if not left.size:
+        return None
+    left.setflags(write=False)
+    return left
+
+
+def _follow_batch(batch: Batch, record: BatchRecord) -> np.ndarray | None:
+    """The requests a run may continue with after ``batch`` (just applied, ``record``), without a decision.
+
+    After a batch without evictions in which every item generated a token (decodes,
+    and prompt or refill chunks that finished their prompt) and some request completed
+    or finished its prompt: its items but the completed ones, all decoding now, in the
+    batch's order. ``None`` otherwise (a decode-only batch that completed nothing is a
+    repeat's, not a continuation's).
+    """
+    if (
+        batch.evicted.size
+        or record.generated.size != record.num_items
+        or (record.num_decodes == record.num_items and not record.completed.size)
+    ):
+        return None
+    return _left_decoding(batch.requests, record.completed)
+
+
+def _follow_run(run: Run, record: RunRecord) -> np.ndarray | None:
+    """:func:`_follow_batch` after a run: its decodes (and the chunk's request when its last chunk
+    finished the prompt) but the completed ones, when something completed or the prompt finished."""
+    chunk, tail = run.chunk, record.tail
+    if tail is not None:
+        return _left_decoding(tail.generated, tail.completed)  # the decodes, then the chunk's request
+    if chunk is not None or not record.completed.size:
+        return None  # the chunk's request is still in its prompt, or nothing happened but the run's end
+    return _left_decoding(run.requests, record.completed)
+
+
 def _repeat(
     state: EngineState,
     view: SchedulerView,
     ask: Ask,
-    decision: Decision,
-    batch: Batch,
+    decision: Any,
+    req: np.ndarray,
     horizon: float | None = None,
     chunk: int = 0,
 ) -> Run | None:
-    """The run of repeats of ``batch`` (just applied) that the policy would ask for next (``ask``).
+    """The run of batches of the items ``req`` that the policy would ask for next (``ask``).
 
-    ``batch`` is decode-only (``chunk`` 0, ``ask`` the policy's ``repeat_decodes``)
-    or decodes then a chunk of ``chunk`` tokens (``repeat_chunks``). ``view`` still
-    reads at the decision's time. The run stops before the first
+    ``req`` are the items of a batch just applied: decodes (``chunk`` 0, ``ask``
+    the policy's ``repeat_decodes``) or decodes then a chunk of ``chunk`` tokens
+    (``repeat_chunks``), ``view`` still reading at the decision's time; or the
+    requests left decoding after a completion or a finished prompt (``ask`` the
+    policy's ``continue_decodes``, ``decision`` the requests, ``view`` at the
+    run's start). The run stops before the first
     batch that starts once the next request has arrived (the policy would see it)
     and, with a ``horizon``, keeps only batches that start before ``horizon`` and
     end by it (as the lock-step run decides and commits them; both within
     :data:`TIME_TOL`). ``None`` when no batch is left.
     """
-    req = batch.requests
     limit, durations = state.plan_run(req, chunk)
     if not limit:
         return None
@@ -213,9 +274,13 @@ class Stepper:
         # The policy's run offers (None: it did not opt in), bound once.
         self.steady: Ask | None = steady.repeat_decodes if steady is not None else None
         self.chunks: Ask | None = chunks.repeat_chunks if chunks is not None else None
+        follow = continue_decodes(policy) if coalesce else None
+        self.follow: Ask | None = follow.continue_decodes if follow is not None else None
         self._decided: tuple[Decision, Batch] | None = None  # the last batch decide built
         # A committed batch a run may repeat: its decision, the batch, the offer and the chunk's tokens.
         self._repeatable: tuple[Decision, Batch, Ask, int] | None = None
+        # The requests a run may continue with after a completion or a finished prompt (_follow_batch).
+        self._following: np.ndarray | None = None
 
     @property
     def batches(self) -> list[Batch]:
@@ -254,14 +319,18 @@ class Stepper:
         """
         if view is None:
             view = self.view
-        repeatable = self._repeatable
+        repeatable, following = self._repeatable, self._following
+        self._repeatable = self._following = None
         if repeatable is not None:
-            self._repeatable = None
             decision, batch, ask, chunk = repeatable
-            run = _repeat(self.state, view, ask, decision, batch, horizon, chunk)
+            run = _repeat(self.state, view, ask, decision, batch.requests, horizon, chunk)
             if run is not None:
                 return run
         self.view._advance(now)
+        if following is not None and self.follow is not None and now <= self.state.clock:
+            run = _repeat(self.state, view, self.follow, following, following, horizon)
+            if run is not None:
+                return run
         policy = self.policy
         decision = policy.next_batch(view)
         if decision is None or not len(decision.requests):
@@ -276,15 +345,17 @@ class Stepper:
 
     def forget_repeat(self) -> None:
         """Ask the policy afresh at the next :meth:`decide` (a request was revealed since the batch)."""
-        self._repeatable = None
+        self._repeatable = self._following = None
 
     def commit(self, entry: Entry) -> Record:
         """Check and apply ``entry`` (from :meth:`decide`); record it."""
         state = self.state
-        self._repeatable = None
+        self._repeatable = self._following = None
         if type(entry) is Run:
             record: Record = state.step_run(entry)
             self.num_batches += entry.repeat
+            if self.follow is not None and self.num_batches < self.limit:
+                self._following = _follow_run(entry, record)  # type: ignore[arg-type]
         else:
             rec = state.step(entry)  # type: ignore[arg-type]
             record = rec
@@ -303,6 +374,14 @@ class Stepper:
                     chunk = _chunk_of(rec, entry)  # type: ignore[arg-type]
                     if chunk:
                         self._repeatable = (*decided, self.chunks, chunk)
+            if (
+                self._repeatable is None
+                and self.follow is not None
+                and decided is not None
+                and decided[1] is entry
+                and self.num_batches < self.limit
+            ):
+                self._following = _follow_batch(entry, rec)  # type: ignore[arg-type]
         self._decided = None
         self.entries.append(entry)
         self.records.append(record)
@@ -324,7 +403,7 @@ class Stepper:
             requests remain and none is still to arrive.
         """
         state, view, policy = self.state, self.view, self.policy
-        steady, chunks, limit = self.steady, self.chunks, self.limit
+        steady, chunks, follow, limit = self.steady, self.chunks, self.follow, self.limit
         # Bound once: this loop runs once per policy call (tens of thousands of times).
         next_batch, make_batch, step, step_run = (
             policy.next_batch,
@@ -337,6 +416,7 @@ class Stepper:
         n = state.n
         num_batches = self.num_batches
         now = 0.0
+        following = None  # the requests a run may continue with (_follow_batch, _follow_run)
         # The loop makes no reference cycles (arrays, tuples, records): the cyclic collector's passes
         # over the growing trace cost 3-5% of it and free nothing, so it pauses until the loop ends.
         collecting = gc.isenabled()
@@ -347,50 +427,63 @@ class Stepper:
                 if clock > now:
                     now = clock
                 advance(now)
-                decision = next_batch(view)
-                if decision is None or not len(decision.requests):
-                    if decision is not None and len(decision.evict):
-                        raise _evicted_nothing(policy, len(decision.evict), now)
-                    upcoming = view.next_arrival()
-                    if upcoming is None:
-                        raise _stalled(policy, state, now)
-                    now = upcoming  # idle until the next arrival
-                    continue
-                if num_batches >= limit:
-                    raise _eviction_loop(policy, limit, state)
-                batch = make_batch(now, decision.requests, decision.tokens, decision.evict)
-                record = step(batch)
-                add_entry(batch)
-                add_record(record)
-                num_batches += 1
+                run = None
+                if following is not None:
+                    run = _repeat(state, view, follow, following, following)  # type: ignore[arg-type]
+                    following = None
+                if run is None:
+                    decision = next_batch(view)
+                    if decision is None or not len(decision.requests):
+                        if decision is not None and len(decision.evict):
+                            raise _evicted_nothing(policy, len(decision.evict), now)
+                        upcoming = view.next_arrival()
+                        if upcoming is None:
+                            raise _stalled(policy, state, now)
+                        now = upcoming  # idle until the next arrival
+                        continue
+                    if num_batches >= limit:
+                        raise _eviction_loop(policy, limit, state)
+                    batch = make_batch(now, decision.requests, decision.tokens, decision.evict)
+                    record = step(batch)
+                    add_entry(batch)
+                    add_record(record)
+                    num_batches += 1
+                    if on_record is not None:
+                        on_record(record)
+                    if num_batches >= limit or batch.evicted.size:
+                        continue
+                    # _may_repeat and _chunk_of, inlined (once per policy call).
+                    if not record.completed.size:
+                        num_decodes, num_items = record.num_decodes, record.num_items
+                        if num_decodes == num_items:
+                            if steady is not None:
+                                run = _repeat(state, view, steady, decision, batch.requests)
+                        elif (
+                            chunks is not None
+                            and num_decodes == num_items - 1
+                            and record.generated.size == num_decodes
+                            and batch.phases[-1] != _DECODE
+                        ):
+                            run = _repeat(
+                                state, view, chunks, decision, batch.requests, None, int(batch.tokens[-1])
+                            )
+                    if run is None:
+                        if follow is not None:
+                            following = _follow_batch(batch, record)
+                        continue
+                run_record = step_run(run)
+                add_entry(run)
+                add_record(run_record)
+                num_batches += run.repeat
+                tail = run_record.tail  # a run that ends with its prompt's last chunk
+                if tail is not None:
+                    add_record(tail)
                 if on_record is not None:
-                    on_record(record)
-                # _may_repeat and _chunk_of, inlined (once per policy call).
-                if not batch.evicted.size and not record.completed.size and num_batches < limit:
-                    num_decodes, num_items = record.num_decodes, record.num_items
-                    run = None
-                    if num_decodes == num_items:
-                        if steady is not None:
-                            run = _repeat(state, view, steady, decision, batch)
-                    elif (
-                        chunks is not None
-                        and num_decodes == num_items - 1
-                        and record.generated.size == num_decodes
-                        and batch.phases[-1] != _DECODE
-                    ):
-                        run = _repeat(state, view, chunks, decision, batch, None, int(batch.tokens[-1]))
-                    if run is not None:
-                        run_record = step_run(run)
-                        add_entry(run)
-                        add_record(run_record)
-                        num_batches += run.repeat
-                        tail = run_record.tail  # a run that ends with its prompt's last chunk
-                        if tail is not None:
-                            add_record(tail)
-                        if on_record is not None:
-                            on_record(run_record)
-                            if tail is not None:
-                                on_record(tail)
+                    on_record(run_record)
+                    if tail is not None:
+                        on_record(tail)
+                if follow is not None and num_batches < limit:
+                    following = _follow_run(run, run_record)
         finally:
             self.num_batches = num_batches
             if collecting:

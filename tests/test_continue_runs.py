@@ -1,0 +1,111 @@
+"""Runs that follow a completion or a finished prompt without a policy decision (ContinueDecodes)."""
+
+from __future__ import annotations
+
+from itertools import pairwise
+
+import numpy as np
+import pytest
+
+from kvsched.heuristics import list_policies, make_policy, simulate
+from kvsched.heuristics.base import continue_decodes
+from kvsched.heuristics.infermax import InferMax
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.schedule.ir import Batch, Run
+from kvsched.schedule.validate import replay
+from tests.test_runs import INSTANCES
+from tests.test_simulator_equivalence import assert_same_state
+
+CONTINUING = [s.name for s in list_policies() if continue_decodes(make_policy(s.name)) is not None]
+#: InferMax's bookkeeping, compared after a run with and without coalescing.
+BOOKS = (
+    "_alloc",
+    "_reserved",
+    "_running",
+    "_waiting",
+    "_key",
+    "_seq",
+    "_counter",
+    "_cursor",
+    "_hist",
+    "_seen",
+)
+
+
+def _calls(policy):
+    """``policy`` counting its ``next_batch`` calls (in ``policy.calls``)."""
+    inner = policy.next_batch
+    policy.calls = 0
+
+    def counted(view):
+        policy.calls += 1
+        return inner(view)
+
+    policy.next_batch = counted
+    return policy
+
+
+def test_the_infermax_family_opts_in_and_the_default_is_no():
+    assert {"sarathi", "vllm", "sarathi-ef", "vllm-hy", "sarathi-nocp"} <= set(CONTINUING)
+    assert not {"rank-i", "infermax-sec6"} & set(CONTINUING)  # merged groups, kv-desc order
+    assert continue_decodes(make_policy("mcsf-alg1")) is None
+    assert continue_decodes(make_policy("class-priority")) is None  # a wrapper does not inherit it
+    assert continue_decodes(InferMax(priority="none")) is None
+    assert continue_decodes(InferMax(decode_order="kv-desc")) is None
+
+
+def test_a_run_across_a_completion_is_stepping_batch_by_batch():
+    """A completes after 5 tokens, B after 20: after the prefills one run takes both to A's completion,
+    and the next run continues with B alone, with no decision and no single batch in between."""
+    inst = Instance(
+        (Request("A", 0, 3, 5), Request("B", 0, 4, 20)), Limits(kv_capacity=100), TimeModel("unit")
+    )
+    plain = simulate(inst, make_policy("sarathi"), coalesce=False)
+    policy = _calls(make_policy("sarathi"))
+    fast = simulate(inst, policy)
+    assert fast.schedule.same_as(plain.schedule, tol=0.0)
+    kinds = [
+        (type(e).__name__, e.requests.tolist(), e.repeat if type(e) is Run else 1)
+        for e in fast.schedule.entries
+    ]
+    assert kinds == [("Batch", [0, 1], 1), ("Run", [0, 1], 4), ("Run", [1], 15)]
+    assert policy.calls == 1
+    assert_same_state(replay(inst, fast.schedule).state, plain.trace.state)
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCES))
+@pytest.mark.parametrize("policy", CONTINUING)
+def test_continued_runs_keep_the_batches_and_the_policys_bookkeeping(name, policy):
+    inst = INSTANCES[name]
+    plain_policy, fast_policy = _calls(make_policy(policy)), _calls(make_policy(policy))
+    try:
+        plain = simulate(inst, plain_policy, coalesce=False)
+    except Exception as exc:  # a policy that cannot run this instance fails the same way coalesced
+        with pytest.raises(type(exc)):
+            simulate(inst, make_policy(policy))
+        return
+    fast = simulate(inst, fast_policy)
+    assert fast.schedule.same_as(plain.schedule, tol=0.0)
+    assert_same_state(fast.trace.state, plain.trace.state)
+    for attr in BOOKS:
+        a, b = getattr(fast_policy, attr), getattr(plain_policy, attr)
+        assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, attr
+    assert_same_state(replay(inst, fast.schedule).state, plain.trace.state)
+    # Every continued run saved a decision: the policy was asked once per stored batch, no more.
+    batches = sum(type(e) is Batch for e in fast.schedule.entries)
+    assert fast_policy.calls >= batches
+    assert fast_policy.calls < plain_policy.calls
+
+
+def test_runs_follow_completions_directly():
+    entries = simulate(INSTANCES["poisson-calibrated"], make_policy("sarathi")).schedule.entries
+    # A decode run, then one of fewer decodes right after it: a completion left the first.
+    followed = sum(
+        type(a) is Run
+        and type(b) is Run
+        and a.chunk is None
+        and b.chunk is None
+        and b.requests.size < a.requests.size
+        for a, b in pairwise(entries)
+    )
+    assert followed >= 5
