@@ -25,7 +25,7 @@ everyone else sees prompts, arrivals and what has been generated so far, plus
 from __future__ import annotations
 
 import bisect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, cast, runtime_checkable
 
@@ -310,16 +310,18 @@ class ContinueDecodes(Protocol):
     exactly one decode of each of them, and how many in a row.
     """
 
-    def continue_decodes(self, view: SchedulerView, requests: np.ndarray, limit: int) -> int:
-        """How many times in a row (0 to ``limit``) :meth:`Policy.next_batch` would now return one decode
+    def continue_decodes(self, view: SchedulerView, requests: np.ndarray, limit: Callable[[], int]) -> int:
+        """How many times in a row (0 to ``limit()``) :meth:`Policy.next_batch` would now return one decode
         of each of ``requests``, in this order, with no evictions.
 
-        The stretch is the one :meth:`SteadyDecodes.repeat_decodes` is offered:
-        within the ``limit`` batches no request arrives and none completes before
-        the last of them. 0 means "ask me" (the simulator calls ``next_batch``):
-        the policy must then be left as ``next_batch`` expects it. Otherwise the
-        policy updates its own bookkeeping as if ``next_batch`` had been called
-        that many times. A smaller answer is safe, a larger or a wrong one a bug.
+        ``limit()`` plans the run (it costs the run's batch durations): a policy calls
+        it once, after every cheaper reason to answer 0. The stretch is the one
+        :meth:`SteadyDecodes.repeat_decodes` is offered: within ``limit()`` batches no
+        request arrives and none completes before the last of them. 0 means "ask
+        me" (the simulator calls ``next_batch``): the policy must then be left as
+        ``next_batch`` expects it. Otherwise the policy updates its own bookkeeping
+        as if ``next_batch`` had been called that many times. A smaller answer is
+        safe, a larger or a wrong one a bug.
         """
         ...
 

@@ -3,7 +3,8 @@
 Every scheduler of seed 003 (Table 1: vLLM, vLLM_hy, SARATHI and its variants;
 their eviction-free twins; Rank_org/I/O of Sec. 4.6; the Sec. 6 "sorting +
 histogram" scheduler) is :class:`InferMax` with different flags; the named
-configurations live in :mod:`kvsched.heuristics.registry`.
+configurations live in :mod:`kvsched.heuristics.registry`, its answers to the
+simulator's run offers in :mod:`kvsched.heuristics.infermax_runs`.
 
 GETNEXTBATCH, as implemented (``shared/notes/003_004.md`` A3.3)::
 
@@ -57,9 +58,9 @@ import numpy as np
 from kvsched.costmodel.small import count, isum, nonzero
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.heuristics.infermax_runs import RunOffers
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Phase
-from kvsched.schedule.search import last_fitting
 
 Priority = Literal["prefill", "decode", "none"]
 Rank = Literal["arrival", "prompt", "output"]
@@ -157,7 +158,7 @@ class _Build:
         return np.concatenate(parts, dtype=np.int64), np.concatenate(token_parts, dtype=np.int64)
 
 
-class InferMax:
+class InferMax(RunOffers):
     """InferMax's Algorithm 1 GETNEXTBATCH with the flags of seed 003 Table 1, Sec. 4.6 and Sec. 6.
 
     Parameters
@@ -261,8 +262,7 @@ class InferMax:
         self.warmup = warmup
         self.uses_true_output = reserve == "peak" or rank == "output"
         self._budgets: dict[str, int | None] = {}
-        # Mixed runs are argued for decode priority with chunked prefill only (repeat_chunks), runs after
-        # completions for priority-ordered decodes: other flag sets do not opt in (no runs planned in vain).
+        # Runs are argued for these flags only (see each method): others do not opt in (no plans in vain).
         if priority != "decode" or not chunked:
             self.repeat_chunks = None  # type: ignore[method-assign,assignment]
         if priority == "none" or decode_order != "priority":
@@ -359,101 +359,6 @@ class InferMax:
             return None
         requests, tokens = build.items()
         return Decision(requests, tokens, build.evicted)
-
-    def repeat_decodes(self, view: SchedulerView, decision: Decision, limit: int) -> int:
-        """Coalesced runs (:class:`~kvsched.heuristics.base.SteadyDecodes`): a decode-only batch repeats
-        until its decodes' reservations no longer fit.
-
-        Through a run nothing arrives, completes or is evicted, so the groups, their
-        order (KV grows equally for every decode) and every reason a prefill or a
-        waiting request stayed out hold: budgets are unchanged and the free blocks
-        only shrink. The one thing that changes is each decode's reservation of
-        m + 1, which grows with its KV; the run lasts while all of them fit (beyond
-        that a decode would evict). Eviction-free reservations never grow.
-        """
-        return self._grow_decodes(view, np.asarray(decision.requests, dtype=np.int64), limit)
-
-    def repeat_chunks(self, view: SchedulerView, decision: Decision, limit: int) -> int:
-        """Mixed runs (:class:`~kvsched.heuristics.base.SteadyChunks`): SARATHI's steady state while a
-        long prompt is chunked (decode priority, chunked prefill, hybrid batches).
-
-        ``decision`` is every running decode D, then a chunk of c tokens of one
-        request p that did not finish its prompt, filling the batch to P (n + c =
-        P: a chunk is min(S - m, P - tokens), and S - m > c). Through the run
-        nothing arrives, completes or is evicted and p never finishes its prompt
-        (the simulator's guarantee), so: the groups and their order hold (KV grows
-        equally for every decode; p stays mid-prefill); every decode is admitted
-        first as long as its reservation of m + 1 fits, exactly as in
-        :meth:`repeat_decodes`; p comes first among the running mid-prefill
-        requests (any other one before it in priority would have taken the chunk
-        in ``decision``: its chunk min(S - m, P - n) >= 1 fits C and P), needs no
-        memory (its whole input was reserved when it started) and again gets
-        min(S - m, P - n) = c; the batch is then full at P, so no other prefill
-        and no waiting request joins. The prompt's last chunk, S - m <= c, may
-        leave room: it is the same batch (D, then p's rest) only when no other
-        request could take that room, i.e. nothing waits and every running
-        request is in the batch; otherwise the run stops before it. Other flag
-        sets do not opt in (the constructor hides this method) and answer 0.
-        """
-        if self.priority != "decode" or not self.chunked:
-            return 0
-        req = np.asarray(decision.requests, dtype=np.int64)
-        n = int(req.size) - 1
-        c = int(decision.tokens[-1])
-        if (n and not self.hybrid) or n + c != self._P or len(decision.evict):
-            return 0
-        chunks = (int(view.unprocessed(int(req[-1]))) - 1) // c  # full chunks before the prompt's last
-        if limit > chunks and (self._waiting or self._running.size != n + 1):
-            limit = chunks  # the last chunk would leave room to another request
-        if not limit:
-            return 0
-        return self._grow_decodes(view, req[:-1], limit) if n else limit
-
-    def continue_decodes(self, view: SchedulerView, requests: np.ndarray, limit: int) -> int:
-        """Runs after a completion or a finished prompt (:class:`~kvsched.heuristics.base.ContinueDecodes`).
-
-        :meth:`next_batch` first takes the arrivals and frees finished reservations (as here). With
-        nothing waiting and the running requests exactly ``requests`` (all decoding, in priority
-        order), its groups are these decodes alone: the batch is one decode of each for as long as
-        :meth:`repeat_decodes` argues. Merged groups and ``kv-desc`` do not opt in.
-        """
-        if self.uses_true_output:
-            self._output = view.output
-        self._take_arrivals(view)
-        running = self._release_finished(view)
-        if self._waiting or running.size != requests.size or nonzero(running != requests):
-            return 0
-        return self._grow_decodes(view, requests, limit)
-
-    def _grow_decodes(self, view: SchedulerView, req: np.ndarray, limit: int) -> int:
-        """The batches (at most ``limit``) for which the decodes ``req`` keep fitting their reservations
-        of m + 1, taken as if each batch had been decided (the reservations grown to the last one)."""
-        if self.reserve == "peak":
-            return limit
-        kv = view.kv[req]  # each batch j = 1, 2, ... of the run wants kv + j reserved
-        alloc = self._alloc[req]
-        free = self._capacity - self._reserved
-        if self._block == 1 and not nonzero(alloc > kv + _ONE):
-            # Tokens are blocks and no reservation exceeds kv + 1 (the usual case: each decode
-            # reserved m + 1 before the batch that made its KV m + 1), so from j = 1 on each batch
-            # reserves one more per decode: grown(j) = sum(kv) + n j - sum(alloc), linear in j.
-            held = isum(kv) - isum(alloc)
-            n = int(req.size)
-            k = max(0, min(limit, (free - held) // n))
-            if k:
-                self._reserved += held + n * k  # grown(k)
-                self._alloc[req] = kv + k  # max(alloc, kv + k) = kv + k as alloc <= kv + 1
-            return k
-        base = isum(self._blocks_of(alloc))
-
-        def grown(j: int) -> int:
-            return isum(self._blocks_of(np.maximum(alloc, kv + j))) - base
-
-        k = last_fitting(grown, free, limit)
-        if k:
-            self._reserved += grown(k)
-            self._alloc[req] = np.maximum(alloc, kv + k)
-        return k
 
     def _group_running(self, view: SchedulerView, run: np.ndarray) -> _Build:
         """Running requests in global priority order, split by phase (one vectorized read)."""

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from typing import Any
 
 import numpy as np
 
@@ -65,9 +64,10 @@ BATCHES_PER_TOKEN = 50
 
 Entry = Batch | Run
 Record = BatchRecord | RunRecord
-#: What a policy's run offer is: ``repeat_decodes`` or ``repeat_chunks`` (view, decision, limit) -> k,
-#: or ``continue_decodes`` (view, requests, limit) -> k.
-Ask = Callable[[SchedulerView, Any, int], int]
+#: What a policy's run offer is: ``repeat_decodes`` or ``repeat_chunks`` (view, decision, limit) -> k.
+Ask = Callable[[SchedulerView, Decision, int], int]
+#: ``continue_decodes`` (view, requests, limit) -> k, the limit computed on demand.
+Follow = Callable[[SchedulerView, np.ndarray, Callable[[], int]], int]
 _DECODE = int(Phase.DECODE)
 
 
@@ -123,21 +123,22 @@ def _chunk_of(record: BatchRecord, batch: Batch) -> int:
     return 0
 
 
-def _left_decoding(items: np.ndarray, completed: np.ndarray) -> np.ndarray | None:
-    """``items`` (an entry's requests, in order) but the ``completed`` ones, read-only; ``None`` if none is left."""
+def _left_decoding(items: np.ndarray, completed: np.ndarray, done: np.ndarray) -> np.ndarray | None:
+    """``items`` (an entry's requests, in order) but the ``completed`` ones (``done`` now, the only ones
+    among them: the entry processed them unfinished), read-only; ``None`` if none is left."""
     if not completed.size:
         left = items
     elif completed.size == 1:
         left = items[items != completed[0]]
     else:
-        left = items[~np.isin(items, completed)]
+        left = items[~done[items]]
     if not left.size:
         return None
     left.setflags(write=False)
     return left
 
 
-def _follow_batch(batch: Batch, record: BatchRecord) -> np.ndarray | None:
+def _follow_batch(batch: Batch, record: BatchRecord, done: np.ndarray) -> np.ndarray | None:
     """The requests a run may continue with after ``batch`` (just applied, ``record``), without a decision.
 
     After a batch without evictions in which every item generated a token (decodes,
@@ -152,46 +153,35 @@ def _follow_batch(batch: Batch, record: BatchRecord) -> np.ndarray | None:
         or (record.num_decodes == record.num_items and not record.completed.size)
     ):
         return None
-    return _left_decoding(batch.requests, record.completed)
+    return _left_decoding(batch.requests, record.completed, done)
 
 
-def _follow_run(run: Run, record: RunRecord) -> np.ndarray | None:
+def _follow_run(run: Run, record: RunRecord, done: np.ndarray) -> np.ndarray | None:
     """:func:`_follow_batch` after a run: its decodes (and the chunk's request when its last chunk
     finished the prompt) but the completed ones, when something completed or the prompt finished."""
     chunk, tail = run.chunk, record.tail
     if tail is not None:
-        return _left_decoding(tail.generated, tail.completed)  # the decodes, then the chunk's request
+        return _left_decoding(tail.generated, tail.completed, done)  # the decodes, then the chunk's request
     if chunk is not None or not record.completed.size:
         return None  # the chunk's request is still in its prompt, or nothing happened but the run's end
-    return _left_decoding(run.requests, record.completed)
+    return _left_decoding(run.requests, record.completed, done)
 
 
-def _repeat(
-    state: EngineState,
-    view: SchedulerView,
-    ask: Ask,
-    decision: Any,
-    req: np.ndarray,
-    horizon: float | None = None,
-    chunk: int = 0,
-) -> Run | None:
-    """The run of batches of the items ``req`` that the policy would ask for next (``ask``).
+def _run_limit(
+    state: EngineState, view: SchedulerView, req: np.ndarray, horizon: float | None = None, chunk: int = 0
+) -> int:
+    """The most batches a run of the items ``req`` may take from the engine's clock (0: none), planned.
 
-    ``req`` are the items of a batch just applied: decodes (``chunk`` 0, ``ask``
-    the policy's ``repeat_decodes``) or decodes then a chunk of ``chunk`` tokens
-    (``repeat_chunks``), ``view`` still reading at the decision's time; or the
-    requests left decoding after a completion or a finished prompt (``ask`` the
-    policy's ``continue_decodes``, ``decision`` the requests, ``view`` at the
-    run's start). The run stops before the first
-    batch that starts once the next request has arrived (the policy would see it)
-    and, with a ``horizon``, keeps only batches that start before ``horizon`` and
-    end by it (as the lock-step run decides and commits them; both within
-    :data:`TIME_TOL`). ``None`` when no batch is left.
+    The core's limit (:meth:`EngineState.plan_run`, whose plan :meth:`EngineState.make_run`
+    then takes), cut before the first batch that starts once the next request has arrived
+    (the policy would see it) and, with a ``horizon``, to the batches that start before
+    ``horizon`` and end by it (as the lock-step run decides and commits them; both
+    within :data:`TIME_TOL`).
     """
     limit, durations = state.plan_run(req, chunk)
     if not limit:
-        return None
-    upcoming = view.next_arrival()  # the first request the policy has not seen (view.now is the decision's)
+        return 0
+    upcoming = view.next_arrival()  # the first request the policy has not seen
     if horizon is None and upcoming is not None and limit <= SMALL:
         # As below, on Python floats: the same running sum of the same durations (batch_starts adds
         # them one by one too), cheaper than four numpy calls on a few batches.
@@ -201,10 +191,8 @@ def _repeat(
                 break
             start += d
             fits += 1
-        limit = fits
-        if not limit:
-            return None
-    elif upcoming is not None or horizon is not None:
+        return fits
+    if upcoming is not None or horizon is not None:
         starts = batch_starts(state.clock, durations)  # a fresh array
         if horizon is not None:
             # Decided while start < horizon - TOL, committed while end <= horizon + TOL
@@ -219,12 +207,41 @@ def _repeat(
             # A batch that starts once the next request has arrived sees it: the run stops before.
             starts += TIME_TOL
             limit = min(limit, int(starts.searchsorted(upcoming, "left")))
-        if not limit:
-            return None
-    k = ask(view, decision, limit)
-    if not k:
-        return None
-    return state.make_run(state.clock, req, k, chunk)
+    return limit
+
+
+def _repeat(
+    state: EngineState,
+    view: SchedulerView,
+    ask: Ask,
+    decision: Decision,
+    req: np.ndarray,
+    horizon: float | None = None,
+    chunk: int = 0,
+) -> Run | None:
+    """The run of repeats of the batch just applied (items ``req``) that the policy would ask for next.
+
+    The batch is decode-only (``chunk`` 0, ``ask`` the policy's ``repeat_decodes``)
+    or decodes then a chunk of ``chunk`` tokens (``repeat_chunks``); ``view`` still
+    reads at the decision's time. At most :func:`_run_limit` batches; ``None`` when
+    none is left or the policy wants none.
+    """
+    limit = _run_limit(state, view, req, horizon, chunk)
+    k = ask(view, decision, limit) if limit else 0
+    return state.make_run(state.clock, req, k, chunk) if k else None
+
+
+def _continue(
+    state: EngineState, view: SchedulerView, follow: Follow, req: np.ndarray, horizon: float | None = None
+) -> Run | None:
+    """The run of decodes of ``req`` (left decoding after a completion or a finished prompt) that the
+    policy's ``continue_decodes`` (``follow``) says it would decide from now on; ``None`` for a decision.
+
+    ``view`` reads at the run's start. The policy asks for :func:`_run_limit` only once it has
+    found no cheaper reason to decline (planning costs the run's durations).
+    """
+    k = follow(view, req, lambda: _run_limit(state, view, req, horizon))
+    return state.make_run(state.clock, req, k) if k else None
 
 
 class Stepper:
@@ -275,7 +292,7 @@ class Stepper:
         self.steady: Ask | None = steady.repeat_decodes if steady is not None else None
         self.chunks: Ask | None = chunks.repeat_chunks if chunks is not None else None
         follow = continue_decodes(policy) if coalesce else None
-        self.follow: Ask | None = follow.continue_decodes if follow is not None else None
+        self.follow: Follow | None = follow.continue_decodes if follow is not None else None
         self._decided: tuple[Decision, Batch] | None = None  # the last batch decide built
         # A committed batch a run may repeat: its decision, the batch, the offer and the chunk's tokens.
         self._repeatable: tuple[Decision, Batch, Ask, int] | None = None
@@ -328,7 +345,7 @@ class Stepper:
                 return run
         self.view._advance(now)
         if following is not None and self.follow is not None and now <= self.state.clock:
-            run = _repeat(self.state, view, self.follow, following, following, horizon)
+            run = _continue(self.state, view, self.follow, following, horizon)
             if run is not None:
                 return run
         policy = self.policy
@@ -355,7 +372,7 @@ class Stepper:
             record: Record = state.step_run(entry)
             self.num_batches += entry.repeat
             if self.follow is not None and self.num_batches < self.limit:
-                self._following = _follow_run(entry, record)  # type: ignore[arg-type]
+                self._following = _follow_run(entry, record, state.done)  # type: ignore[arg-type]
         else:
             rec = state.step(entry)  # type: ignore[arg-type]
             record = rec
@@ -381,7 +398,7 @@ class Stepper:
                 and decided[1] is entry
                 and self.num_batches < self.limit
             ):
-                self._following = _follow_batch(entry, rec)  # type: ignore[arg-type]
+                self._following = _follow_batch(entry, rec, state.done)  # type: ignore[arg-type]
         self._decided = None
         self.entries.append(entry)
         self.records.append(record)
@@ -413,7 +430,7 @@ class Stepper:
         )
         add_entry, add_record = self.entries.append, self.records.append
         advance = view._advance
-        n = state.n
+        n, done = state.n, state.done
         num_batches = self.num_batches
         now = 0.0
         following = None  # the requests a run may continue with (_follow_batch, _follow_run)
@@ -429,7 +446,7 @@ class Stepper:
                 advance(now)
                 run = None
                 if following is not None:
-                    run = _repeat(state, view, follow, following, following)  # type: ignore[arg-type]
+                    run = _continue(state, view, follow, following)  # type: ignore[arg-type]
                     following = None
                 if run is None:
                     decision = next_batch(view)
@@ -469,7 +486,7 @@ class Stepper:
                             )
                     if run is None:
                         if follow is not None:
-                            following = _follow_batch(batch, record)
+                            following = _follow_batch(batch, record, done)
                         continue
                 run_record = step_run(run)
                 add_entry(run)
@@ -483,7 +500,7 @@ class Stepper:
                     if tail is not None:
                         on_record(tail)
                 if follow is not None and num_batches < limit:
-                    following = _follow_run(run, run_record)
+                    following = _follow_run(run, run_record, done)
         finally:
             self.num_batches = num_batches
             if collecting:

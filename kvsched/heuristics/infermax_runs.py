@@ -1,0 +1,132 @@
+"""InferMax's answers to run offers: how long its decision stays the same (coalesced runs).
+
+The simulator (:mod:`kvsched.heuristics.step`) offers a policy runs of identical
+batches instead of asking it batch by batch: after a decode-only batch
+(:class:`~kvsched.heuristics.base.SteadyDecodes`), after decodes plus one prompt
+chunk (:class:`~kvsched.heuristics.base.SteadyChunks`) and after a completion or
+a finished prompt (:class:`~kvsched.heuristics.base.ContinueDecodes`). Each
+answer here is argued from :class:`~kvsched.heuristics.infermax.InferMax`'s
+GETNEXTBATCH and updates its reservations as if it had been called that many
+times; :class:`RunOffers` is the half of :class:`InferMax` that answers them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kvsched.costmodel.small import isum, nonzero
+from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.schedule.search import last_fitting
+
+if TYPE_CHECKING:
+    from kvsched.heuristics.infermax import InferMax
+
+_ONE = np.array(1, dtype=np.int64)  # a 0-d operand of the array's dtype (no conversion per call)
+
+
+class RunOffers:
+    """The run half of :class:`~kvsched.heuristics.infermax.InferMax` (its methods read and write its state)."""
+
+    def repeat_decodes(self: InferMax, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """Coalesced runs (:class:`~kvsched.heuristics.base.SteadyDecodes`): a decode-only batch repeats
+        until its decodes' reservations no longer fit.
+
+        Through a run nothing arrives, completes or is evicted, so the groups, their
+        order (KV grows equally for every decode) and every reason a prefill or a
+        waiting request stayed out hold: budgets are unchanged and the free blocks
+        only shrink. The one thing that changes is each decode's reservation of
+        m + 1, which grows with its KV; the run lasts while all of them fit (beyond
+        that a decode would evict). Eviction-free reservations never grow.
+        """
+        return self._grow_decodes(view, np.asarray(decision.requests, dtype=np.int64), limit)
+
+    def repeat_chunks(self: InferMax, view: SchedulerView, decision: Decision, limit: int) -> int:
+        """Mixed runs (:class:`~kvsched.heuristics.base.SteadyChunks`): SARATHI's steady state while a
+        long prompt is chunked (decode priority, chunked prefill, hybrid batches).
+
+        ``decision`` is every running decode D, then a chunk of c tokens of one
+        request p that did not finish its prompt, filling the batch to P (n + c =
+        P: a chunk is min(S - m, P - tokens), and S - m > c). Through the run
+        nothing arrives, completes or is evicted and p never finishes its prompt
+        (the simulator's guarantee), so: the groups and their order hold (KV grows
+        equally for every decode; p stays mid-prefill); every decode is admitted
+        first as long as its reservation of m + 1 fits, exactly as in
+        :meth:`repeat_decodes`; p comes first among the running mid-prefill
+        requests (any other one before it in priority would have taken the chunk
+        in ``decision``: its chunk min(S - m, P - n) >= 1 fits C and P), needs no
+        memory (its whole input was reserved when it started) and again gets
+        min(S - m, P - n) = c; the batch is then full at P, so no other prefill
+        and no waiting request joins. The prompt's last chunk, S - m <= c, may
+        leave room: it is the same batch (D, then p's rest) only when no other
+        request could take that room, i.e. nothing waits and every running
+        request is in the batch; otherwise the run stops before it. Other flag
+        sets do not opt in (the constructor hides this method) and answer 0.
+        """
+        if self.priority != "decode" or not self.chunked:
+            return 0
+        req = np.asarray(decision.requests, dtype=np.int64)
+        n = int(req.size) - 1
+        c = int(decision.tokens[-1])
+        if (n and not self.hybrid) or n + c != self._P or len(decision.evict):
+            return 0
+        chunks = (int(view.unprocessed(int(req[-1]))) - 1) // c  # full chunks before the prompt's last
+        if limit > chunks and (self._waiting or self._running.size != n + 1):
+            limit = chunks  # the last chunk would leave room to another request
+        if not limit:
+            return 0
+        return self._grow_decodes(view, req[:-1], limit) if n else limit
+
+    def continue_decodes(
+        self: InferMax, view: SchedulerView, requests: np.ndarray, limit: Callable[[], int]
+    ) -> int:
+        """Runs after a completion or a finished prompt (:class:`~kvsched.heuristics.base.ContinueDecodes`).
+
+        :meth:`next_batch` first takes the arrivals and frees finished reservations (so here). With
+        nothing waiting and the running requests exactly ``requests`` (decoding, in priority order),
+        its groups are these decodes alone, each decoding for as long as :meth:`repeat_decodes`
+        argues. Merged groups and ``kv-desc`` do not opt in. ``limit()`` is planned only then.
+        """
+        if self.uses_true_output:
+            self._output = view.output
+        if not self._waiting:  # (else it stays: arrivals only join the queue)
+            self._take_arrivals(view)
+        if self._waiting:
+            return 0
+        running = self._release_finished(view)
+        if running.size != requests.size or nonzero(running != requests):
+            return 0
+        most = limit()
+        return self._grow_decodes(view, requests, most) if most else 0
+
+    def _grow_decodes(self: InferMax, view: SchedulerView, req: np.ndarray, limit: int) -> int:
+        """The batches (at most ``limit``) for which the decodes ``req`` keep fitting their reservations
+        of m + 1, taken as if each batch had been decided (the reservations grown to the last one)."""
+        if self.reserve == "peak":
+            return limit
+        kv = view.kv[req]  # each batch j = 1, 2, ... of the run wants kv + j reserved
+        alloc = self._alloc[req]
+        free = self._capacity - self._reserved
+        if self._block == 1 and not nonzero(alloc > kv + _ONE):
+            # Tokens are blocks and no reservation exceeds kv + 1 (the usual case: each decode
+            # reserved m + 1 before the batch that made its KV m + 1), so from j = 1 on each batch
+            # reserves one more per decode: grown(j) = sum(kv) + n j - sum(alloc), linear in j.
+            held = isum(kv) - isum(alloc)
+            n = int(req.size)
+            k = max(0, min(limit, (free - held) // n))
+            if k:
+                self._reserved += held + n * k  # grown(k)
+                self._alloc[req] = kv + k  # max(alloc, kv + k) = kv + k as alloc <= kv + 1
+            return k
+        base = isum(self._blocks_of(alloc))
+
+        def grown(j: int) -> int:
+            return isum(self._blocks_of(np.maximum(alloc, kv + j))) - base
+
+        k = last_fitting(grown, free, limit)
+        if k:
+            self._reserved += grown(k)
+            self._alloc[req] = np.maximum(alloc, kv + k)
+        return k
