@@ -11,8 +11,9 @@ from kvsched.heuristics import list_policies, make_policy, simulate
 from kvsched.heuristics.base import continue_decodes
 from kvsched.heuristics.infermax import InferMax
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.schedule.core import EngineState
 from kvsched.schedule.ir import Batch, Run
-from kvsched.schedule.validate import replay
+from kvsched.schedule.validate import instance_cost_model, replay
 from tests.test_runs import INSTANCES
 from tests.test_simulator_equivalence import assert_same_state
 
@@ -109,3 +110,25 @@ def test_runs_follow_completions_directly():
         for a, b in pairwise(entries)
     )
     assert followed >= 5
+
+
+def test_the_core_says_which_requests_are_left_decoding():
+    """EngineState.left_decoding: after an entry whose every item generated, its items but the completed."""
+    inst = Instance(
+        (Request("A", 0, 2, 2), Request("B", 0, 3, 9), Request("C", 0, 8, 5)),
+        Limits(kv_capacity=100, max_batch_tokens=8),
+        TimeModel("unit"),
+    )
+    state = EngineState(inst, instance_cost_model(inst))
+    state.step(state.make_batch(0.0, [0, 1], [2, 3]))  # both prompts finish: A and B decode now
+    left = state.left_decoding()
+    assert left.tolist() == [0, 1] and not left.flags.writeable
+    state.step(state.make_batch(state.clock, [0, 1, 2], [1, 1, 4]))  # A completes, C is mid-prompt
+    assert state.left_decoding() is None  # C did not generate
+    state.step(state.make_batch(state.clock, [1, 2], [1, 4]))  # C's prompt finishes
+    assert state.left_decoding().tolist() == [1, 2]
+    req = state.left_decoding()
+    assert state.plan_run(req)[0] == 4  # planned as decodes: C completes in the 4th batch
+    state.step_run(state.make_run(state.clock, req, 4))
+    assert state.left_decoding().tolist() == [1]  # C completed in the run's last batch
+    assert state.__copy__().left_decoding() is None  # (a copy does not carry the last entry's facts)

@@ -123,48 +123,24 @@ def _chunk_of(record: BatchRecord, batch: Batch) -> int:
     return 0
 
 
-def _left_decoding(items: np.ndarray, completed: np.ndarray, done: np.ndarray) -> np.ndarray | None:
-    """``items`` (an entry's requests, in order) but the ``completed`` ones (``done`` now, the only ones
-    among them: the entry processed them unfinished), read-only; ``None`` if none is left."""
-    if not completed.size:
-        left = items
-    elif completed.size == 1:
-        left = items[items != completed[0]]
-    else:
-        left = items[~done[items]]
-    if not left.size:
-        return None
-    left.setflags(write=False)
-    return left
-
-
-def _follow_batch(batch: Batch, record: BatchRecord, done: np.ndarray) -> np.ndarray | None:
+def _follow_batch(state: EngineState, batch: Batch, record: BatchRecord) -> np.ndarray | None:
     """The requests a run may continue with after ``batch`` (just applied, ``record``), without a decision.
 
-    After a batch without evictions in which every item generated a token (decodes,
-    and prompt or refill chunks that finished their prompt) and some request completed
-    or finished its prompt: its items but the completed ones, all decoding now, in the
-    batch's order. ``None`` otherwise (a decode-only batch that completed nothing is a
-    repeat's, not a continuation's).
+    After a batch without evictions in which some request completed or finished its
+    prompt: its items but the completed ones, when all of them are decoding now
+    (:meth:`EngineState.left_decoding`). ``None`` otherwise (a decode-only batch that
+    completed nothing is a repeat's, not a continuation's).
     """
-    if (
-        batch.evicted.size
-        or record.generated.size != record.num_items
-        or (record.num_decodes == record.num_items and not record.completed.size)
-    ):
+    if batch.evicted.size or (record.num_decodes == record.num_items and not record.completed.size):
         return None
-    return _left_decoding(batch.requests, record.completed, done)
+    return state.left_decoding()
 
 
-def _follow_run(run: Run, record: RunRecord, done: np.ndarray) -> np.ndarray | None:
-    """:func:`_follow_batch` after a run: its decodes (and the chunk's request when its last chunk
-    finished the prompt) but the completed ones, when something completed or the prompt finished."""
-    chunk, tail = run.chunk, record.tail
-    if tail is not None:
-        return _left_decoding(tail.generated, tail.completed, done)  # the decodes, then the chunk's request
-    if chunk is not None or not record.completed.size:
+def _follow_run(state: EngineState, run: Run, record: RunRecord) -> np.ndarray | None:
+    """:func:`_follow_batch` after a run: when a decode completed or its last chunk finished the prompt."""
+    if record.tail is None and (run.chunk is not None or not record.completed.size):
         return None  # the chunk's request is still in its prompt, or nothing happened but the run's end
-    return _left_decoding(run.requests, record.completed, done)
+    return state.left_decoding()
 
 
 def _run_limit(
@@ -372,7 +348,7 @@ class Stepper:
             record: Record = state.step_run(entry)
             self.num_batches += entry.repeat
             if self.follow is not None and self.num_batches < self.limit:
-                self._following = _follow_run(entry, record, state.done)  # type: ignore[arg-type]
+                self._following = _follow_run(state, entry, record)  # type: ignore[arg-type]
         else:
             rec = state.step(entry)  # type: ignore[arg-type]
             record = rec
@@ -398,7 +374,7 @@ class Stepper:
                 and decided[1] is entry
                 and self.num_batches < self.limit
             ):
-                self._following = _follow_batch(entry, rec, state.done)  # type: ignore[arg-type]
+                self._following = _follow_batch(state, entry, rec)  # type: ignore[arg-type]
         self._decided = None
         self.entries.append(entry)
         self.records.append(record)
@@ -430,7 +406,7 @@ class Stepper:
         )
         add_entry, add_record = self.entries.append, self.records.append
         advance = view._advance
-        n, done = state.n, state.done
+        n = state.n
         num_batches = self.num_batches
         now = 0.0
         following = None  # the requests a run may continue with (_follow_batch, _follow_run)
@@ -486,7 +462,7 @@ class Stepper:
                             )
                     if run is None:
                         if follow is not None:
-                            following = _follow_batch(batch, record, done)
+                            following = _follow_batch(state, batch, record)
                         continue
                 run_record = step_run(run)
                 add_entry(run)
@@ -500,7 +476,7 @@ class Stepper:
                     if tail is not None:
                         on_record(tail)
                 if follow is not None and num_batches < limit:
-                    following = _follow_run(run, run_record, done)
+                    following = _follow_run(state, run, run_record)
         finally:
             self.num_batches = num_batches
             if collecting:

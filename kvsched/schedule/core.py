@@ -150,6 +150,9 @@ class EngineState(RunSteps):
         # a run may repeat of it (runs.STEADY_*): decode-only, or decodes then a chunk that did not
         # finish its prompt, having completed nothing (its items are a run's items again).
         self._applied: tuple[np.ndarray, int, int] | None = None
+        # After a batch or run whose every item generated a token: the batch count, its items and the
+        # completed ones (RunSteps.left_decoding reads them).
+        self._generated_all: tuple[int, np.ndarray, np.ndarray] | None = None
         self._mark = np.zeros(n, dtype=bool)  # scratch for membership tests; all False between calls
         self._slot = np.zeros(n, dtype=np.int64)  # scratch for the duplicate test
         self._arange = np.arange(n, dtype=np.int64)
@@ -169,7 +172,7 @@ class EngineState(RunSteps):
         new.__dict__.update(
             {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()}
         )
-        new._made = new._planned = new._made_run = new._applied = None
+        new._made = new._planned = new._made_run = new._applied = new._generated_all = None
         return new
 
     # ------------------------------------------------------------------ reads
@@ -596,6 +599,8 @@ class EngineState(RunSteps):
         else:
             steady = NOT_STEADY
         self._applied = (req, self.num_batches, steady)
+        if gen.size == size:
+            self._generated_all = (self.num_batches, req, completed)
         return record
 
     def finish(self) -> list[Violation]:

@@ -200,6 +200,30 @@ class RunSteps:
         self._made_run = (run, self.num_batches, k == planned[6])
         return run
 
+    def left_decoding(self: EngineState) -> np.ndarray | None:
+        """The requests of the batch or run just applied that are decoding now, in its order (read-only).
+
+        Only after an entry in which every item generated a token in the last batch
+        (decodes, and prompt or refill chunks that finished their prompt): its items but
+        the ones that completed, each now a decode with one token left. :meth:`plan_run`
+        knows them as such (no re-check). ``None`` after any other entry, or if none is left.
+        """
+        last = self._generated_all
+        if last is None or last[0] != self.num_batches:
+            return None
+        _, items, completed = last
+        if not completed.size:
+            left = items
+        elif completed.size == 1:
+            left = items[items != completed[0]]
+        else:
+            left = items[~self.done[items]]  # the completed ones are the only done ones among them
+        if not left.size:
+            return None
+        left.setflags(write=False)
+        self._applied = (left, self.num_batches, STEADY_DECODES)
+        return left
+
     # --------------------------------------------------------------- checks
     def check_run(self: EngineState, run: Run, index: int | None = None) -> list[Violation]:
         """Every rule ``run`` breaks if applied now: O(items + k), state unchanged.
@@ -355,6 +379,14 @@ class RunSteps:
             )
         if completed.size:
             self._complete(completed, run.end)
+        if (
+            chunk is None or last
+        ):  # every item generated in the last batch (a chunk only when it was the last)
+            self._generated_all = (
+                self.num_batches + k,
+                tail.generated if tail is not None else req,
+                completed,
+            )
         record = RunRecord(
             self.num_batches,
             run if not last else head,
