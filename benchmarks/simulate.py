@@ -26,31 +26,33 @@ engine iterations (a coalesced run of k decode batches counts k) and
 *entries* the schedule's stored entries (batches and runs).
 
 Figures (issue #16), ``sarathi``, CPU seconds. *7987e18*: before the issue,
-measured while the shared 2-core machine was heavily loaded (load 7-11, so
-only CPU seconds are comparable). *f103559*: 2026-11-26 at load 0.7-1.0.
-*c4c1d31* (before mixed runs; the second pass) against *de378c8* (mixed
-prefill-chunk runs): the same day, each case back to back, at load 3.5-4.4
-(other helpers' benchmarks; *de378c8*'s command figures include the command
-start-up work of 7e0afdd and 687907b). *now* (the fourth pass: token statistics
-without per-request sorts, policies and cost models imported on first use, and
-this benchmark compiling kvsched's bytecode before timing the command) against
-7d66b0d, back to back at load 3.0-3.5; its loop figures are de378c8's (the loop
-did not change: 1.89 / 1.90 s azure-10k in that run). The loop best of 3, 100k
-one run each; the peak is the command's own (``VmHWM``; until this date the
+measured while the shared 2-core machine was heavily loaded (load 7-11, so only
+CPU seconds are comparable). *f103559*: 2026-11-26 at load 0.7-1.0. *c4c1d31*
+(before mixed runs; the second pass) against *de378c8* (mixed prefill-chunk
+runs): the same day, each case back to back, at load 3.5-4.4 (other helpers'
+benchmarks; *de378c8*'s command figures include the command start-up work of
+7e0afdd and 687907b). *now* (the fourth pass: token statistics without
+per-request sorts, policies and cost models imported on first use, and this
+benchmark compiling kvsched's bytecode before timing the command) against
+7d66b0d, back to back at load 3.0-3.5 (the loop did not change: 1.89 / 1.90 s
+azure-10k in that run). *d591e3f* (the fifth pass: runs that follow a completion
+or a finished prompt without a policy call) against 913a1e1, back to back at
+load 2.2-2.6 (entries at 913a1e1 are the fourth pass's). The loop best of 3,
+100k one run each; the peak is the command's own (``VmHWM``; until this date the
 column read the child's ``ru_maxrss``, which Linux inflates with the forking
 benchmark's own size).
 
-======================  =========  =================  =============================  ================================  =====================
-case                    batches    entries            loop CPU s                     command CPU s                     peak MB
-                                   c4c1d31 / now      7987e18 / f103559 / c4c1d31 /  7987e18 / f103559 / c4c1d31 /     f103559 / c4c1d31 /
-                                                      now                            de378c8 / now                     de378c8 / now
-======================  =========  =================  =============================  ================================  =====================
-azure-1k                38,265     5,829 / 5,139      2.54 / 0.36 / 0.20 / 0.19      6.51 / 1.27 / 0.63 / 0.52 / 0.42  110 / 57 / 54 / 47
-azure-10k               356,917    60,931 / 51,231    24.2 / 3.92 / 2.18 / 2.14      54.7 / 6.25 / 3.07 / 2.74 / 2.35  312 / 156 / 145 / 122
-azure-100k              3,674,563  596,517 / 509,598  - / 39.0 / 22.3 / 19.6         - / 60.3 / 27.3 / 24.9 / 22.2     2293 / 914 / 820 / 819
-sharegpt-10k-t0 (unit)  15,331     13,864 / 13,326    1.86 / 1.36 / 0.96 / 0.97      4.86 / 3.25 / 1.97 / 1.70 / 1.56  363 / 239 / 226 / 217
-all 36 on azure-1k      1,446,140  131,951 / 127,811  300 / 9.85 / 6.88 / 6.53       -                                 -
-======================  =========  =================  =============================  ================================  =====================
+======================  =========  ===========================  ====================================  ================================  =====================
+case                    batches    entries                      loop CPU s                            command CPU s                     peak MB
+                                   c4c1d31 / 913a1e1 /          7987e18 / f103559 / c4c1d31 /         7987e18 / f103559 / c4c1d31 /     f103559 / c4c1d31 /
+                                   d591e3f                      de378c8 / d591e3f                     de378c8 / now                     de378c8 / now
+======================  =========  ===========================  ====================================  ================================  =====================
+azure-1k                38,265     5,829 / 5,139 / 3,495        2.54 / 0.36 / 0.20 / 0.19 / 0.15      6.51 / 1.27 / 0.63 / 0.52 / 0.42  110 / 57 / 54 / 47
+azure-10k               356,917    60,931 / 51,231 / 35,574     24.2 / 3.92 / 2.18 / 2.14 / 1.48      54.7 / 6.25 / 3.07 / 2.74 / 2.35  312 / 156 / 145 / 122
+azure-100k              3,674,563  596,517 / 509,598 / 351,126  - / 39.0 / 22.3 / 19.6 / 14.9         - / 60.3 / 27.3 / 24.9 / 22.2     2293 / 914 / 820 / 819
+sharegpt-10k-t0 (unit)  15,331     13,864 / 13,326 / 13,209     1.86 / 1.36 / 0.96 / 0.97 / 0.92      4.86 / 3.25 / 1.97 / 1.70 / 1.56  363 / 239 / 226 / 217
+all 36 on azure-1k      1,446,140  131,951 / 127,811 / 121,235  300 / 9.85 / 6.88 / 6.53 / 5.97       -                                 -
+======================  =========  ===========================  ====================================  ================================  =====================
 
 The azure-10k loop is noisy at this load: five interleaved pairs of fresh
 processes (best of 2 each) gave 2.07-2.36 s with c4c1d31 and 2.05-2.15 s with
@@ -62,20 +64,22 @@ azure-10k 2.53 -> 2.32, sharegpt-10k-t0 1.55 -> 1.34, azure-1k 0.54 -> 0.41 CPU 
 policies refuse azure-1k at C = 512 (whole prompts longer than the budget; another
 helper's change): the all-36 row's loop is the sum over the 23 that run (6.0 s).
 
-Issue #16's targets and where this stands. Met: all 36 policies on azure-1k
-<= 10 s; azure-10k peak <= 300 MB (122 MB); azure-100k peak <= 1 GB
-(819 MB). Missed: azure-10k loop <= 1 s and command <= 2 s (1.9 and 2.3 CPU
-s), azure-100k command <= 15 s (22.2 CPU s), sharegpt-10k-t0 command <= 1 s
-(1.3-1.6 CPU s). What is left is mostly the loop: azure-10k still makes about
-30,000 policy calls and 21,000 runs, each event costing 25-45 us of Python
-(policy, core step, record). 8,222 of its 15,657 decode runs end with a
-completion and are followed by one decode-only batch and another run: a run that
-continued across completions (a decode leaving it when it completes, valid while
-nothing waits) would remove about 8,000 calls, but needs ragged runs in the IR
-and the token statistics. Outside the loop a fresh command spends about 0.25 s
-importing (numpy alone 0.1 s), 0.04 s loading a 10k trace (no pandas, no
-pydantic) and 0.2 s (10k) to 3 s (100k) on the batch clock, the token statistics
-and the run metrics. Where each change came from: ``docs/simulation.md``.
+Issue #16's targets and where this stands. Met: all 36 policies on azure-1k <=
+10 s; azure-10k peak <= 300 MB (122 MB); azure-100k peak <= 1 GB (819 MB).
+Missed: azure-10k loop <= 1 s and command <= 2 s (1.5 and 2.0-2.1 CPU s: a fresh
+command 2.42 -> 2.05, peak 122 -> 105 MB, against 913a1e1), azure-100k command
+<= 15 s (its loop alone 14.9 s), sharegpt-10k-t0 command <= 1 s (1.3-1.6 CPU s).
+What is left is mostly the loop: azure-10k makes 13,986 policy calls (30,476 at
+913a1e1; 8,402 of them right after an arrival, which only the policy can answer)
+and 21,690 runs, each entry costing 25-60 us of Python (policy, core plan, check
+and apply, record); ``run_ends.py`` says why entries end. 9,462 of its runs end
+with a completion and the next run continues with the rest: one ragged run
+across completions (a decode leaving it where it completes) would remove those
+entries, but needs ragged runs in the IR, the metrics and the token statistics.
+Outside the loop a fresh command spends about 0.25 s importing (numpy alone 0.1
+s), 0.04 s loading a 10k trace (no pandas, no pydantic) and 0.2 s (10k) to 3 s
+(100k) on the batch clock, the token statistics and the run metrics. Where each
+change came from: ``docs/simulation.md``.
 
 Identical results: every run of ``schedule_fingerprint.py --check`` against the
 pre-issue fingerprints gave 288/288 unchanged.
