@@ -424,36 +424,33 @@ def _batch_totals(trace: Trace, clock: BatchClock) -> _BatchTotals:
     (end - start of each batch, blocks x block size / M), in batch order, so
     their weighted mean is the same number whether runs are coalesced or not.
     """
-    entries = trace.entries
+    cols = clock.columns
     lim = trace.instance.limits
-    ends, offsets, lengths, is_run = clock.ends, clock.offsets, clock.lengths, clock.is_run
+    ends, offsets, lengths = clock.ends, clock.offsets, clock.lengths
     b = int(ends.size)
     durations = clock.starts()
     np.subtract(ends, durations, out=durations)
-    rec_at = np.flatnonzero(~is_run)
-    recs: list[BatchRecord] = [entries[i] for i in rec_at.tolist()]  # type: ignore[misc]
-    runs: list[RunRecord] = [entries[i] for i in np.flatnonzero(is_run).tolist()]  # type: ignore[misc]
     blocks = np.empty(b, dtype=np.int64)
-    blocks[offsets[rec_at]] = np.fromiter((r.kv_blocks for r in recs), dtype=np.int64, count=len(recs))
-    items = sum(r.num_items for r in recs)
-    processed = sum(r.num_tokens for r in recs)
-    generated = sum(r.generated.size for r in recs)
-    if runs:
-        k = lengths[is_run]
-        n = np.fromiter((r.requests.size for r in runs), dtype=np.int64, count=len(runs))
-        chunk = np.fromiter((r.chunk_tokens for r in runs), dtype=np.int64, count=len(runs))
-        if all(r.block_size == 1 for r in runs):
+    blocks[offsets[cols.rec_at]] = cols.rec_blocks
+    items = int(cols.rec_items.sum())
+    processed = int(cols.rec_tokens.sum())
+    generated = int(cols.rec_sizes.sum())
+    if cols.run_at.size:
+        k = lengths[cols.run_at]
+        n, chunk = cols.run_decodes, cols.run_chunk
+        first = offsets[cols.run_at]
+        if cols.run_unit_blocks:
             # Batch j (0-based) of a run holds its blocks before plus (j + 1) (n + c): step j over
             # every run longer than j (the runs sorted by length), as BatchClock lays out their ends.
             order = np.argsort(-k, kind="stable")
-            k_sorted, first = k[order], offsets[is_run][order]
-            base = np.fromiter((r.kv_blocks for r in runs), dtype=np.int64, count=len(runs))[order]
+            k_sorted, first = k[order], first[order]
+            base = cols.run_blocks[order]
             n_sorted = (n + chunk)[order]
             active = np.searchsorted(-k_sorted, -np.arange(int(k_sorted[0])), side="left")
             for j, m in enumerate(active.tolist()):
                 blocks[first[:m] + j] = base[:m] + n_sorted[:m] * (j + 1)
         else:
-            for r, at in zip(runs, offsets[is_run].tolist(), strict=True):
+            for r, at in zip(cols.runs, first.tolist(), strict=True):
                 blocks[at : at + r.repeat] = r.kv_blocks_during()
         decoded = int((k * n).sum())  # every decode of a run generates in each batch, the chunk never
         items += decoded + int(k[chunk > 0].sum())
@@ -470,7 +467,7 @@ def _batch_totals(trace: Trace, clock: BatchClock) -> _BatchTotals:
         items=items,
         generated=generated,
         processed=processed,
-        evicted=sum(r.num_evicted for r in recs),
+        evicted=int(cols.rec_evicted.sum()),
     )
 
 

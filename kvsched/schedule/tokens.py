@@ -9,17 +9,23 @@ batches, most of them inside coalesced runs) per-token arrays of times cost
 gigabytes, so this module works on three smaller things:
 
 * the **batch clock**: every batch's end, runs laid out with numpy exactly as
-  the engine clock adds durations one by one (:class:`BatchClock`);
+  the engine clock adds durations one by one (:class:`BatchClock`), from the
+  trace's per-entry columns (:mod:`kvsched.schedule.tracecols`, each record
+  read once);
 * **participations**: one (request, entry) pair per request generating in a
   batch record or decoding in a run; a request's consecutive participations are
   separated by a *boundary gap*, and inside a run of ``k`` batches it has the
   run's ``k - 1`` *internal gaps*, the same for every item of the run;
-* the **gap values**: the internal gaps of every run once and the boundary gaps,
-  sorted once. Pooled distributions are weighted counts over them; each
-  request's largest gap is a reduce over its boundary gaps and its runs' largest
-  internal gaps (no sort). Its median and p99 (:func:`tbt_quantiles`, read only
-  by the TBT SLO and the per-request frame, so computed only when asked for) sort
-  each request's gap *ranks* (integers) a bounded chunk of requests at a time.
+* the **batch steps**: each batch's end minus the previous one's. An internal
+  gap is the step of its batch, and so is a boundary gap between adjacent
+  entries (a request running in consecutive batches, the usual case), so the
+  pooled distribution (the ITL) is each step weighted by the completed
+  requests with such a gap there, plus the few other boundary gaps, sorted
+  once (about one value per batch). Each request's largest gap is a reduce
+  over its entries' largest steps (no sort). Its median and p99
+  (:func:`tbt_quantiles`, read only by the TBT SLO and the per-request frame,
+  so computed only when asked for) sort each request's gap *ranks* (integers),
+  every gap value once, a bounded chunk of requests at a time.
 
 Every gap is the same floating-point difference of the same two emission times
 as the per-token computation takes (``numpy.diff`` of a request's times), so the
@@ -40,6 +46,7 @@ from typing import TYPE_CHECKING, TypeVar
 import numpy as np
 
 from kvsched.schedule.records import RunRecord
+from kvsched.schedule.tracecols import TraceColumns, read_trace
 
 if TYPE_CHECKING:
     from kvsched.schedule.validate import Trace
@@ -79,6 +86,8 @@ class BatchClock:
         Per entry: the start of its (first) batch.
     is_run
         Per entry: whether it is a :class:`~kvsched.schedule.records.RunRecord`.
+    columns
+        The trace's per-entry columns the clock was laid out from (the metrics read them too).
     """
 
     ends: np.ndarray
@@ -86,41 +95,30 @@ class BatchClock:
     lengths: np.ndarray
     entry_starts: np.ndarray
     is_run: np.ndarray
+    columns: TraceColumns
 
     @classmethod
     def of(cls, trace: Trace) -> BatchClock:
-        entries = trace.entries
-        e = len(entries)
-        is_run = np.fromiter(map(RunRecord.__instancecheck__, entries), dtype=bool, count=e)
-        run_idx = np.flatnonzero(is_run)
-        runs: list[RunRecord] = [entries[i] for i in run_idx.tolist()]  # type: ignore[misc]
-        durations = [r.run.durations for r in runs]
-        lengths = np.ones(e, dtype=np.int64)
-        lengths[run_idx] = np.fromiter(map(len, durations), dtype=np.int64, count=len(runs))
+        cols, flat = read_trace(trace.entries)
+        lengths, run_at = cols.lengths, cols.run_at
         offsets = np.cumsum(lengths) - lengths
-        starts = np.fromiter((x.start for x in entries), dtype=np.float64, count=e)
         ends = np.empty(int(lengths.sum()), dtype=np.float64)
-        rec_idx = np.flatnonzero(~is_run)
-        ends[offsets[rec_idx]] = np.fromiter(
-            (entries[i].end for i in rec_idx.tolist()), dtype=np.float64, count=rec_idx.size
-        )
-        if runs:
-            k = lengths[run_idx]
-            flat = np.concatenate(durations)
-            del durations
+        ends[offsets[cols.rec_at]] = cols.rec_ends
+        if run_at.size:
+            k = lengths[run_at]
             # The engine clock of a run: s_0 = start, s_(j+1) = s_j + d_j (batch j ends at s_(j+1)),
             # one addition at a time as ir.batch_starts adds them, here for every run at once: the
             # runs sorted by length, step j updates the runs longer than j.
             order = np.argsort(-k, kind="stable")
             k_sorted = k[order]
-            at_ends = offsets[run_idx][order]
+            at_ends = offsets[run_at][order]
             at_flat = (np.cumsum(k) - k)[order]
-            clock = starts[run_idx][order]
+            clock = cols.starts[run_at][order]
             active = np.searchsorted(-k_sorted, -np.arange(int(k_sorted[0])), side="left")
             for j, m in enumerate(active.tolist()):
                 clock[:m] += flat[at_flat[:m] + j]
                 ends[at_ends[:m] + j] = clock[:m]
-        return cls(ends, offsets, lengths, starts, is_run)
+        return cls(ends, offsets, lengths, cols.starts, cols.is_run, cols)
 
     @property
     def num_batches(self) -> int:
@@ -293,25 +291,32 @@ def _chunks(total: int, size: int | None = None) -> list[tuple[int, int]]:
     return [(a, min(a + size, total)) for a in range(0, total, size)]
 
 
-def _participations(trace: Trace) -> tuple[np.ndarray, np.ndarray]:
-    """(request, entry) of every request's token in a batch record or its items in a run, by request then entry."""
-    entries = trace.entries
-    e = len(entries)
-    parts = [x.requests if type(x) is RunRecord else x.generated for x in entries]  # type: ignore[union-attr]
-    sizes = np.fromiter(map(len, parts), dtype=np.int64, count=e)
-    if not parts or not sizes.any():
-        empty = np.zeros(0, dtype=np.int32)
-        return empty, empty
-    # One integer key per pair sorts by request, then entry (the trace's order, chronological here).
-    key = np.concatenate(parts).astype(np.int64, copy=False)
-    del parts
-    key *= e
-    key += np.repeat(np.arange(e, dtype=np.int64), sizes)
+def _participations(cols: TraceColumns) -> tuple[np.ndarray, int]:
+    """Every request's token in a batch record and items in a run as sorted keys ``request << shift | entry``.
+
+    Sorted by request, then entry (the trace's order, chronological here);
+    :func:`_split` reads a stretch of keys back as (request, entry) pairs.
+    """
+    key = cols.positions()
+    shift = max(cols.num_entries, 1).bit_length()
+    np.left_shift(key, shift, out=key)
+    np.bitwise_or(key, cols.entries(), out=key)
     key.sort(kind="stable")  # timsort: each entry's positions come in long sorted stretches
+    return key, shift
+
+
+def _split(key: np.ndarray, shift: int) -> tuple[np.ndarray, np.ndarray]:
+    """The (request, entry) pairs of keys of :func:`_participations` (int64)."""
+    return key >> shift, key & np.int64((1 << shift) - 1)
+
+
+def _pairs(cols: TraceColumns) -> tuple[np.ndarray, np.ndarray]:
+    """(request, entry) of every participation, by request then entry (int32 arrays)."""
+    key, shift = _participations(cols)
     pos = np.empty(key.size, dtype=np.int32)
     ent = np.empty(key.size, dtype=np.int32)
     for a, b in _chunks(key.size):
-        pos[a:b], ent[a:b] = np.divmod(key[a:b], e)
+        pos[a:b], ent[a:b] = _split(key[a:b], shift)
     return pos, ent
 
 
@@ -333,18 +338,18 @@ class _Gaps:
     inner_base: np.ndarray
     num_inner: int
     generated: np.ndarray
-    tbt_max: np.ndarray
-    owners: np.ndarray
-    count: np.ndarray
-    all_done: bool
 
 
 def _gaps(trace: Trace, clock: BatchClock) -> tuple[_Gaps, np.ndarray]:
-    """The gaps' owners and every gap value (returned apart: the caller sorts the values and drops these)."""
+    """The gaps' owners and every gap value (returned apart: the caller sorts the values and drops these).
+
+    For the per-request order statistics (:func:`tbt_quantiles`); :func:`_fast_stats`
+    needs neither every value nor their owners.
+    """
     n = len(trace.instance.requests)
     ends, offsets = clock.ends, clock.offsets
     lengths = clock.lengths.astype(np.int32)
-    pos, ent = _participations(trace)
+    pos, ent = _pairs(clock.columns)
     first = np.ones(pos.size, dtype=bool)  # the request's first participation
     np.not_equal(pos[1:], pos[:-1], out=first[1:])
     heads = np.flatnonzero(first)
@@ -360,9 +365,7 @@ def _gaps(trace: Trace, clock: BatchClock) -> tuple[_Gaps, np.ndarray]:
             at = np.flatnonzero(long_run[ent[a:b]]) + a
             generated += np.bincount(pos[at], weights=inner_len[ent[at]], minlength=n).astype(np.int64)
 
-    # Every gap value once (filled a chunk at a time: bounded temporaries), and each
-    # request's largest: a reduce over its boundary gaps and its runs' largest internal gaps
-    # (no sort).
+    # Every gap value once (filled a chunk at a time: bounded temporaries).
     num_inner = clock.num_batches - offsets.size
     inner_base = np.cumsum(inner_len, dtype=np.int64) - inner_len
     values = np.empty(num_inner + pos.size - heads.size, dtype=np.float64)
@@ -382,28 +385,7 @@ def _gaps(trace: Trace, clock: BatchClock) -> tuple[_Gaps, np.ndarray]:
         values[k : k + gaps.size] = gaps
         k += gaps.size
     del first_end, last_end, gaps
-    tbt_max = np.full(n, -np.inf)
-    # The boundary gaps of a request with c participations are c - 1 consecutive values.
-    more = count > 1
-    if more.any():
-        base = num_inner + np.cumsum(count - 1) - (count - 1)
-        tbt_max[owners[more]] = np.maximum.reduceat(values[num_inner:], base[more] - num_inner)
-    if num_inner:
-        # Each run's largest internal gap, then per request over the runs it decoded in (pos is
-        # sorted: a request is one stretch, perhaps split across chunks).
-        run_max = np.full(lengths.size, -np.inf)
-        run_max[long_run] = np.maximum.reduceat(values[:num_inner], inner_base[long_run])
-        for a, b in _chunks(pos.size):
-            at = np.flatnonzero(first[a:b])
-            if not at.size or at[0]:
-                at = np.concatenate(([0], at))
-            owner = pos[a:b][at]
-            tbt_max[owner] = np.maximum(tbt_max[owner], np.maximum.reduceat(run_max[ent[a:b]], at))
-    tbt_max[tbt_max == -np.inf] = np.nan
-    all_done = bool(trace.state.done.all())
-    owned = _Gaps(
-        n, pos, ent, first, lengths, inner_base, num_inner, generated, tbt_max, owners, count, all_done
-    )
+    owned = _Gaps(n, pos, ent, first, lengths, inner_base, num_inner, generated)
     return owned, values
 
 
@@ -422,24 +404,105 @@ def _ranked(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
-    g, values = _gaps(trace, clock)
+    """:class:`TokenStats` of a chronological trace, its gaps weighed per batch where they can be.
+
+    A request's gap before a batch it shares with the batch before is that
+    batch's end minus the previous one's: inside a run, and at an entry whose
+    previous entry the request was in too (every running request, in the usual
+    schedule), the same value for each such request. So the ITL counts each
+    batch's step (weighted by the completed requests with such a gap there) and
+    each gap that spans other batches once: a sort over about one value per
+    batch, not one per gap. The values are the differences the per-token path
+    takes, so the counts are its counts. The participations are read a bounded
+    chunk at a time (:data:`CHUNK_GAPS`): no temporary per token.
+    """
+    n = len(trace.instance.requests)
+    ends, offsets, lengths = clock.ends, clock.offsets, clock.lengths
+    e = lengths.size
+    key, shift = _participations(clock.columns)
+    if not key.size:
+        return TokenStats(np.zeros(n, dtype=np.int64), np.full(n, np.nan), np.zeros(0), np.zeros(0, np.int64))
+    # Each batch's end minus the one before (none before the first), and per entry its largest
+    # step after its first batch (-inf with one batch) and that or the step into it.
+    step = np.empty(ends.size, dtype=np.float64)
+    step[0] = -np.inf
+    np.subtract(ends[1:], ends[:-1], out=step[1:])
+    inner_max = _inner_max(step, offsets, lengths)
+    into_max = np.maximum(inner_max, step[offsets])
+    first_end, last_end = ends[offsets], ends[offsets + lengths - 1]
     done = trace.state.done
-    pos, ent, lengths, num_inner = g.pos, g.ent, g.lengths, g.num_inner
-    rank, values = _ranked(values)  # the unsorted values are freed here
-    # The ITL of the completed requests weighs each value: a run's internal gaps once per
-    # completed item, a boundary gap once if its request completed.
-    run_weight = np.zeros(lengths.size, dtype=np.int64)
-    for a, b in _chunks(pos.size):
-        e = ent[a:b] if g.all_done else ent[a:b][done[pos[a:b]]]
-        run_weight += np.bincount(e, minlength=lengths.size)
-    weights = np.empty(values.size, dtype=np.int32)
-    weights[rank[:num_inner]] = np.repeat(run_weight.astype(np.int32), lengths - 1)
-    del run_weight
-    # A request's c participations bring c - 1 boundary gaps, in request order.
-    weights[rank[num_inner:]] = np.repeat(done[g.owners], g.count - 1)
-    del rank
-    itl_values, itl_counts = merge_counts(values, weights)
-    return TokenStats(g.generated, g.tbt_max, itl_values, itl_counts)
+    all_done = bool(done.all())
+    generated = np.zeros(n, dtype=np.float64)  # sums of integers: exact in float64
+    tbt_max = np.full(n, -np.inf)
+    per_entry = np.zeros(e, dtype=np.int64)  # completed requests taking part in each entry
+    into = np.zeros(e, dtype=np.int64)  # ... of them right after the entry before
+    far_values = []
+    for a, b in _chunks(key.size):
+        # This chunk's participations, after the one before the chunk (a sentinel before the first).
+        if a:
+            pos, ent = _split(key[a - 1 : b], shift)
+        else:
+            pos, ent = (np.concatenate(([-1], x)) for x in _split(key[:b], shift))
+        cur_pos, cur_ent, before = pos[1:], ent[1:], ent[:-1]
+        first = cur_pos != pos[:-1]  # the request's first participation
+        adjacent = ~first & (cur_ent == before + 1)
+        far = np.flatnonzero(~first & ~adjacent)
+        far_gap = first_end[cur_ent[far]] - last_end[before[far]]
+        generated += np.bincount(cur_pos, weights=lengths[cur_ent], minlength=n)
+        # Each request's largest gap: its entries' inner steps, and the gap before each entry.
+        largest = np.where(adjacent, into_max[cur_ent], inner_max[cur_ent])
+        largest[far] = np.maximum(largest[far], far_gap)
+        at = np.flatnonzero(first)
+        if not at.size or at[0]:  # the chunk starts inside a request's participations
+            at = np.concatenate(([0], at))
+        owner = cur_pos[at]
+        tbt_max[owner] = np.maximum(tbt_max[owner], np.maximum.reduceat(largest, at))
+        del largest
+        counted = None if all_done else done[cur_pos]
+        per_entry += np.bincount(cur_ent if counted is None else cur_ent[counted], minlength=e)
+        if counted is not None:
+            adjacent &= counted
+            far_gap = far_gap[counted[far]]
+        into += np.bincount(cur_ent[adjacent], minlength=e)
+        far_values.append(far_gap)
+    del key
+    tbt_max[tbt_max == -np.inf] = np.nan
+    # The ITL of the completed requests: each batch's step once per completed request decoding
+    # into it from the batch before (every item of a run after its first batch; at an entry's
+    # first batch, the adjacent participations), and each other gap once.
+    weight = np.repeat(per_entry.astype(np.int32), lengths)
+    weight[offsets] = into
+    used = weight > 0
+    values = step[used]
+    del step
+    counts = weight[used]
+    del weight, used
+    far = [v for v in far_values if v.size]
+    if far:
+        values = np.concatenate([values, *far])
+        counts = np.concatenate([counts, np.ones(values.size - counts.size, dtype=np.int32)])
+    del far_values, far
+    order = np.argsort(values, kind="stable")
+    values = values[order]
+    counts = counts[order]
+    del order
+    itl_values, itl_counts = merge_counts(values, counts)
+    return TokenStats(generated.astype(np.int64), tbt_max, itl_values, itl_counts)
+
+
+def _inner_max(step: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:
+    """Each entry's largest ``step`` after its first batch (``-inf`` for an entry of one batch)."""
+    out = np.full(offsets.size, -np.inf)
+    long = np.flatnonzero(lengths > 1)
+    if long.size:
+        # One reduceat over (first inner batch, end) pairs: every other segment is an entry's inner steps.
+        bounds = np.empty(2 * long.size, dtype=np.int64)
+        bounds[0::2] = offsets[long] + 1
+        bounds[1::2] = offsets[long] + lengths[long]
+        if bounds[-1] == step.size:  # the last entry's segment runs to the end
+            bounds = bounds[:-1]
+        out[long] = np.maximum.reduceat(step, bounds)[0::2]
+    return out
 
 
 def _group_order_stats(g: _Gaps, rank: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
