@@ -96,7 +96,8 @@ class TraceColumns:
 
         The records' in entry order, then the runs' in entry order; :meth:`entries` says whose.
         """
-        return _joined([*self.rec_parts, *self.run_parts], np.int64)
+        total = int(self.rec_sizes.sum() + self.run_decodes.sum())
+        return _joined([*self.rec_parts, *self.run_parts], np.int64, total)
 
     def entries(self) -> np.ndarray:
         """The entry of each of :meth:`positions` (int32)."""
@@ -120,13 +121,14 @@ def read_trace(entries: Sequence[BatchRecord | RunRecord]) -> tuple[TraceColumns
     run = _numbers(runs, _RUN_NUMBERS, 3)
     run_objs: list[Run] = list(map(_run_of, runs))
     durations = list(map(_durations, run_objs))
-    flat_durations = _joined(durations, np.float64)
     index = np.empty(e, dtype=np.int64)
     index[rec_at] = rec[:, 0]
     index[run_at] = run[:, 0]
-    last = len(durations[-1]) if e and is_run[-1] else 1
-    lengths = _lengths(index, is_run, last, flat_durations.size)
-    if lengths is None:  # the records' indices do not follow each other: count the durations
+    lengths = _lengths(index, len(durations[-1]) if e and is_run[-1] else 1)
+    run_batches = int(lengths[run_at].sum())
+    flat_durations = _joined(durations, np.float64, run_batches)
+    if run_batches != flat_durations.size or (lengths[rec_at] != 1).any() or (lengths[run_at] < 1).any():
+        # The records' indices do not follow each other: count the durations.
         lengths = np.ones(e, dtype=np.int64)
         lengths[run_at] = np.fromiter(map(len, durations), dtype=np.int64, count=u)
     del durations
@@ -172,34 +174,34 @@ def _numbers(objects: list, getter: attrgetter, width: int) -> np.ndarray:
     return flat.reshape(len(objects), width)
 
 
-def _lengths(index: np.ndarray, is_run: np.ndarray, last: int, run_batches: int) -> np.ndarray | None:
-    """Each entry's batches from the indices of the entries' first batches, if they follow each other.
+def _lengths(index: np.ndarray, last: int) -> np.ndarray:
+    """Each entry's batches, if the indices of the entries' first batches follow each other.
 
     A record's index is its batch's, a run record's its first batch's (the core's
     batch count when it applied it), so in a trace an entry's batches are the
-    next entry's index minus its own; ``last`` is the last entry's. ``None``
-    unless every batch record gets 1, every run at least 1 and the runs
-    ``run_batches`` in all (the number of their durations).
+    next entry's index minus its own; ``last`` is the last entry's. The caller
+    checks the result: 1 for every batch record, and for the runs their durations.
     """
-    if not index.size:
-        return np.zeros(0, dtype=np.int64)
-    lengths = np.empty(index.size, dtype=np.int64)
+    lengths = np.full(index.size, last, dtype=np.int64)
     np.subtract(index[1:], index[:-1], out=lengths[:-1])
-    lengths[-1] = last
-    if (lengths[~is_run] != 1).any() or (lengths[is_run] < 1).any():
-        return None
-    return lengths if int(lengths[is_run].sum()) == run_batches else None
+    return lengths
 
 
-def _joined(arrays: list[np.ndarray], dtype: type) -> np.ndarray:
-    """``np.concatenate(arrays)`` as ``dtype`` (a new, writable array), in a third of its time when it can.
+#: Mean array size from which :func:`_joined` leaves joining to numpy (its per-array checks are
+#: then cheap next to the copy, which ``tobytes`` makes twice).
+_JOIN_MAX_MEAN = 64
 
-    When every array has that dtype, their bytes are joined without numpy's
-    per-array checks (``tobytes``: not the buffer protocol, whose export numpy
-    keeps with each array for its lifetime, about 50 bytes an array).
+
+def _joined(arrays: list[np.ndarray], dtype: type, total: int) -> np.ndarray:
+    """``np.concatenate(arrays)`` (``total`` items) as ``dtype``: a new, writable array.
+
+    Many small arrays of that dtype (the usual trace: a few requests per record)
+    have their bytes joined without numpy's per-array checks, in a third of its
+    time (``tobytes``: not the buffer protocol, whose export numpy keeps with
+    each array for its lifetime, about 50 bytes an array).
     """
     if not arrays:
         return np.zeros(0, dtype=dtype)
-    if set(map(_dtype, arrays)) != {np.dtype(dtype)}:
+    if total > _JOIN_MAX_MEAN * len(arrays) or set(map(_dtype, arrays)) != {np.dtype(dtype)}:
         return np.concatenate(arrays).astype(dtype, copy=False)
     return np.frombuffer(bytearray().join(map(np.ndarray.tobytes, arrays)), dtype=dtype)
