@@ -20,7 +20,6 @@ import importlib
 import os
 import sys
 import threading
-import traceback
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
@@ -120,6 +119,8 @@ def _run(args: argparse.Namespace) -> int:
         return 141
     except Exception as exc:  # a bug: one line and a hint, the traceback only on request
         if os.environ.get("KVSCHED_DEBUG", "") not in ("", "0"):
+            import traceback  # here: only a bug prints one
+
             traceback.print_exc()
         detail = (str(exc).splitlines() or [""])[0][:300]
         print(

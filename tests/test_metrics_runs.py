@@ -131,6 +131,18 @@ def test_itl_distribution_of_counts_is_numpys():
     assert empty.n == 0 and math.isnan(empty.mean) and empty.p999 is None
 
 
+def test_linear_quantiles_are_numpys_to_the_bit():
+    rng = np.random.default_rng(5)
+    qs = [0.0, 0.5, 0.9, 0.99, 0.999, 1.0, 1 / 3]
+    for size in (1, 2, 3, 7, 100, 999, 1000, 4321):
+        for values in (rng.exponential(1.0, size), np.round(rng.exponential(1.0, size), 1), np.ones(size)):
+            expected = np.quantile(values, qs, method="linear")
+            got = tokens.linear_quantiles(np.sort(values), qs)
+            assert got.tolist() == expected.tolist(), size
+            d = Distribution.of(values)
+            assert (d.p50, d.p90, d.p99) == tuple(np.quantile(values, [0.5, 0.9, 0.99]).tolist())
+
+
 def test_a_trace_going_back_in_time_takes_the_per_token_path():
     inst = INSTANCES["tight-unit"]
     result = simulate(inst, make_policy("sarathi"), coalesce=False)

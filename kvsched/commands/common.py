@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -206,6 +205,8 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
         yield target
         return
     target.parent.mkdir(parents=True, exist_ok=True)
+    import tempfile  # here: only a command that writes a file needs it (~5 ms to import)
+
     fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix)
     os.close(fd)
     tmp = Path(tmp_name)

@@ -29,7 +29,6 @@ a schedule can say which instance it was made for.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, replace
@@ -272,6 +271,8 @@ def instance_fingerprint(instance: Instance) -> str:
     """
     rows = [[r.id, float(r.arrival), int(r.prompt), int(r.output)] for r in instance.requests]
     text = json.dumps(rows, separators=(",", ":"), ensure_ascii=True)
+    import hashlib  # here: only a saved instance is hashed (its import costs a command ~2 ms)
+
     return "sha256:" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

@@ -27,7 +27,7 @@ from rich.table import Table
 
 from kvsched.schedule.core import TIME_TOL, BatchRecord
 from kvsched.schedule.records import RunRecord
-from kvsched.schedule.tokens import BatchClock, TokenStats, tbt_quantiles, token_stats
+from kvsched.schedule.tokens import BatchClock, TokenStats, linear_quantiles, tbt_quantiles, token_stats
 from kvsched.schedule.tokens import generation_events as _generation_events  # noqa: F401 (plots read it)
 from kvsched.schedule.tokens import sorted_group_quantile as _sorted_group_quantile  # noqa: F401
 from kvsched.schedule.validate import Trace
@@ -389,9 +389,10 @@ def _mean(values: pd.Series | np.ndarray) -> float:
     return float(arr.mean()) if arr.size else float("nan")
 
 
-def _quantile(values: pd.Series | np.ndarray, q: float) -> float:
-    arr = _finite(values)
-    return float(np.quantile(arr, q, method=QUANTILE_METHOD)) if arr.size else float("nan")
+def _quantiles(values: pd.Series | np.ndarray, q: tuple[float, ...]) -> list[float]:
+    """``np.quantile`` (:data:`QUANTILE_METHOD`) of the finite ``values`` at each of ``q``, one sort for all."""
+    arr = np.sort(_finite(values))
+    return linear_quantiles(arr, q).tolist() if arr.size else [float("nan")] * len(q)
 
 
 def _max(values: pd.Series | np.ndarray) -> float:
@@ -510,6 +511,8 @@ def run_metrics(
     completed = int(req["complete"].sum())
     generated = bat.generated
     latency = req["latency"]
+    p50_latency, p99_latency = _quantiles(latency, (0.50, 0.99))
+    p50_ttft, p99_ttft = _quantiles(req["ttft"], (0.50, 0.99))
     return RunMetrics(
         num_requests=int(latency.size),
         num_completed=completed,
@@ -517,11 +520,11 @@ def run_metrics(
         makespan=makespan,
         total_latency=float(_finite(latency).sum()),
         mean_latency=_mean(latency),
-        p50_latency=_quantile(latency, 0.50),
-        p99_latency=_quantile(latency, 0.99),
+        p50_latency=p50_latency,
+        p99_latency=p99_latency,
         mean_ttft=_mean(req["ttft"]),
-        p50_ttft=_quantile(req["ttft"], 0.50),
-        p99_ttft=_quantile(req["ttft"], 0.99),
+        p50_ttft=p50_ttft,
+        p99_ttft=p99_ttft,
         mean_tpot=_mean(req["tpot"]),
         max_tbt=_max(req["tbt_max"]),
         generated_tokens=generated,

@@ -36,8 +36,15 @@ from rich.table import Table
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL
-from kvsched.schedule.metrics import QUANTILE_METHOD, request_arrays, request_metrics
-from kvsched.schedule.tokens import TokenStats, pooled_counts, token_stats
+from kvsched.schedule.metrics import request_arrays, request_metrics
+from kvsched.schedule.tokens import (
+    TokenStats,
+    interpolate,
+    linear_quantiles,
+    pooled_counts,
+    quantile_positions,
+    token_stats,
+)
 from kvsched.schedule.validate import Trace
 
 if TYPE_CHECKING:
@@ -143,7 +150,7 @@ class Distribution:
         arr = arr[~np.isnan(arr)]
         if not arr.size:
             return cls._empty()
-        q = np.quantile(arr, list(_QUANTILES), method=QUANTILE_METHOD)
+        q = linear_quantiles(np.sort(arr), _QUANTILES)  # numpy's linear method (QUANTILE_METHOD)
         return cls._make(int(arr.size), float(arr.mean()), float(arr.std()), q)
 
     @classmethod
@@ -197,28 +204,12 @@ class Distribution:
 
 
 def _counted_quantiles(values: np.ndarray, counts: np.ndarray, n: int, q: np.ndarray) -> np.ndarray:
-    """``np.quantile(spelled_out, q, method="linear")`` for the multiset ``values`` x ``counts`` (n items).
-
-    numpy's steps: virtual index (n - 1) q, its floor and the next index (the
-    last item past the end), and its interpolation between the two.
-    """
-    virtual = (n - 1) * q
-    below = np.floor(virtual)
-    above = below + 1
-    past = virtual >= n - 1
-    below[past] = n - 1
-    above[past] = n - 1
-    below_at, above_at = below.astype(np.intp), above.astype(np.intp)
-    below[past] = -1  # numpy takes its interpolation weight from index -1 there (the values are equal)
-    t = virtual - below
+    """``np.quantile(spelled_out, q, method="linear")`` for the multiset ``values`` x ``counts`` (n items)."""
+    below, above, t = quantile_positions(n, q)
     ends = np.cumsum(counts)  # item j is values[i] for the first i with ends[i] > j
-    a = values[np.searchsorted(ends, below_at, side="right")]
-    b = values[np.searchsorted(ends, above_at, side="right")]
-    diff = b - a
-    out = a + diff * t
-    hi = t >= 0.5
-    out[hi] = (b - diff * (1 - t))[hi]
-    return out
+    a = values[np.searchsorted(ends, below, side="right")]
+    b = values[np.searchsorted(ends, above, side="right")]
+    return interpolate(a, b, t)
 
 
 # ----------------------------------------------------------------------------- metrics
