@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -219,6 +220,25 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+@contextmanager
+def collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a command's simulation and outputs.
+
+    A simulated trace is millions of objects (records, arrays) without reference
+    cycles, kept to the end of the command: each full pass of the collector over
+    them frees nothing and costs about 0.4 s at 100,000 requests (the first
+    allocations after the loop, here the printed tables, set one off). The
+    collector runs again, as it was, when the block ends.
+    """
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 #: What commands left to the end of the process (:func:`keep_until_exit`).

@@ -14,6 +14,7 @@ from kvsched.commands.common import (
     add_limit_args,
     atomic_output,
     check_outputs,
+    collector_paused,
     keep_until_exit,
     load_instance_from_args,
     param_pairs,
@@ -62,14 +63,20 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    from kvsched.heuristics import make_policy, simulate
-    from kvsched.schedule.metrics import print_summary
-
     check_outputs(args, ["out", "requests_csv", "json", "trace"], inputs=["instance"])
     instance = load_instance_from_args(args.instance, args)
     slo = slo_from_args(args, instance)
     if args.engines > 1:
         return _simulate_engines(instance, args, slo)
+    with collector_paused():  # the trace's objects live to the end: no collector pass over them
+        return _simulate_one(instance, args, slo)
+
+
+def _simulate_one(instance, args: argparse.Namespace, slo) -> int:  # type: ignore[no-untyped-def]
+    """One engine: simulate, print the metrics, write the outputs asked for."""
+    from kvsched.heuristics import make_policy, simulate
+    from kvsched.schedule.metrics import print_summary
+
     policy = make_policy(args.policy, **param_pairs(args.param))
     show = sys.stderr.isatty() if args.progress is None else args.progress
     result = simulate(instance, policy, progress=show)
