@@ -224,12 +224,13 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
 
 @contextmanager
 def collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a command's simulation and outputs.
+    """Pause the cyclic garbage collector for a command's loading, simulation and outputs.
 
-    A simulated trace is millions of objects (records, arrays) without reference
-    cycles, kept to the end of the command: each full pass of the collector over
-    them frees nothing and costs about 0.4 s at 100,000 requests (the first
-    allocations after the loop, here the printed tables, set one off). The
+    An instance's requests and a simulated trace are millions of objects
+    (records, arrays) without reference cycles, kept to the end of the command:
+    each full pass of the collector over them frees nothing and costs about
+    0.4 s at 100,000 requests (the first allocations after the loop, the printed
+    tables, set one off; loading the requests another, 0.03-0.06 s). The
     collector runs again, as it was, when the block ends.
     """
     enabled = gc.isenabled()

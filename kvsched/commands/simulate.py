@@ -64,11 +64,12 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
 def cmd_simulate(args: argparse.Namespace) -> int:
     check_outputs(args, ["out", "requests_csv", "json", "trace"], inputs=["instance"])
-    instance = load_instance_from_args(args.instance, args)
-    slo = slo_from_args(args, instance)
-    if args.engines > 1:
-        return _simulate_engines(instance, args, slo)
-    with collector_paused():  # the trace's objects live to the end: no collector pass over them
+    # The instance's and the trace's objects live to the end: no collector pass over them.
+    with collector_paused():
+        instance = load_instance_from_args(args.instance, args)
+        slo = slo_from_args(args, instance)
+        if args.engines > 1:
+            return _simulate_engines(instance, args, slo)
         return _simulate_one(instance, args, slo)
 
 
