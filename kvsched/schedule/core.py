@@ -514,6 +514,20 @@ class EngineState(RunSteps):
     def _complete(self, completed: np.ndarray, end: float) -> None:
         """Requests ``completed`` (non-empty) generated their last token in a batch ending at ``end``: their
         KV is freed, and they are done. A batch and a run (:mod:`kvsched.schedule.runs`) both end here."""
+        if completed.size == 1:
+            # The usual case (one completion): scalar reads and writes cost a fifth of the gathers.
+            r = completed.item(0)
+            m = self.kv.item(r)
+            self.kv_tokens -= m
+            self.kv_blocks -= m if self.block_size == 1 else -(-m // self.block_size)
+            self.num_holding -= 1
+            self.kv[r] = 0
+            self._dropped[r] += m
+            self._left[r] = 0
+            self.done[r] = True
+            self.completion[r] = end
+            self.num_done += 1
+            return
         kv_c = self.kv[completed]
         self.kv_tokens -= isum(kv_c)
         self.kv_blocks -= isum(self._blocks(kv_c))
@@ -537,8 +551,14 @@ class EngineState(RunSteps):
         kv_old = legal.kv
         if legal.new_holders:
             # Only a request that never held KV can be scheduled for the first time.
-            cand = req[kv_old == _ZERO]
-            self.first_scheduled[cand[np.isnan(self.first_scheduled[cand])]] = start
+            first = self.first_scheduled
+            if req.size <= SMALL:  # on the lists: a few items cost less than four array calls
+                for r, m in zip(req.tolist(), kv_old.tolist(), strict=True):
+                    if not m and math.isnan(first.item(r)):
+                        first[r] = start
+            else:
+                cand = req[kv_old == _ZERO]
+                first[cand[np.isnan(first[cand])]] = start
         self.num_holding += legal.new_holders  # every item processes >= 1 token
         self.kv_tokens += legal.num_tokens
         self.kv_blocks += legal.grown_blocks
@@ -560,7 +580,7 @@ class EngineState(RunSteps):
             self._left[req] = left
         generated = self.generated[gen] + _ONE
         self.generated[gen] = generated
-        if not decode_only:
+        if gen.size != legal.num_decodes:  # (else gen is the decodes: no prompt or refill finished)
             # A decode is already in the decode phase, and only a prefill makes a first token.
             self.refilling[gen] = _FALSE
             self._phase[gen] = _DECODE_CODE
