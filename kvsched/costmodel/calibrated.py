@@ -47,6 +47,8 @@ from kvsched.costmodel.small import SMALL, isum
 #: Scalar coefficients, in the order files list them.
 SCALARS = ("a0", "a1", "b0", "b1", "b2", "p0", "p1", "p2", "p3", "p4")
 _KEYED = re.compile(r"^(step|hinge|tile)(\d+)$")
+#: Token loads whose token term a model remembers (batches hold at most a few thousand tokens).
+_TOKEN_MEMO = 65_536
 
 
 def _pairs(values: tuple[tuple[int, float], ...] | dict[int, float]) -> tuple[tuple[int, float], ...]:
@@ -94,6 +96,7 @@ class CalibratedCost:
     _cum: np.ndarray = field(init=False, repr=False, compare=False)
     _knot_list: list[float] = field(init=False, repr=False, compare=False)
     _cum_list: list[float] = field(init=False, repr=False, compare=False)
+    _token_memo: dict[float, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         for attr in ("steps", "hinges", "tiles"):
@@ -119,6 +122,7 @@ class CalibratedCost:
         object.__setattr__(self, "_cum", cum)
         object.__setattr__(self, "_knot_list", knots.tolist())
         object.__setattr__(self, "_cum_list", cum.tolist())
+        object.__setattr__(self, "_token_memo", {})
         # The token term is piecewise linear: checking 1 token and just past each knot covers every piece.
         probe = np.concatenate([[1.0], knots + 1.0])
         if np.any(self.non_attention(probe) < 0):
@@ -195,7 +199,16 @@ class CalibratedCost:
         return np.where(n > 0, t, 0.0)
 
     def _token_scalar(self, tau: float) -> float:
-        # Scalar twin of non_attention: simulators call this once per batch.
+        # Scalar twin of non_attention: simulators call this once per batch (and run), on a token load
+        # that is one of a few hundred integers, so each value is computed once (the same float).
+        t = self._token_memo.get(tau)
+        if t is None:
+            t = self._token_term(tau)
+            if type(tau) is float and len(self._token_memo) < _TOKEN_MEMO:
+                self._token_memo[tau] = t
+        return t
+
+    def _token_term(self, tau: float) -> float:
         t = self.a0 + self.a1 * tau
         if self.steps:
             t += self._cum_list[bisect.bisect_left(self._knot_list, tau)]
