@@ -107,7 +107,7 @@ class SchedulerView:
     def next_arrival(self) -> float | None:
         """The first arrival strictly after :attr:`now`, or ``None`` if every request has arrived."""
         k = self.num_arrived
-        return float(self._sorted_arrival[k]) if k < self.n else None
+        return self._sorted_arrival_list[k] if k < self.n else None  # (the list's floats: no conversion)
 
     def active(self) -> np.ndarray:
         """Positions of the requests that have arrived and are not finished, in arrival order."""

@@ -149,13 +149,14 @@ class _Build:
         """Requests and tokens of the batch, in the order they joined."""
         if not self.parts:
             return self.requests, self.tokens
-        if not self.requests and len(self.parts) == 1:
-            # Copies: the parts are views of the policy's own arrays.
-            return np.array(self.parts[0]), np.array(self.token_parts[0])
-        parts, token_parts = self.parts, self.token_parts
-        if self.requests:
-            parts, token_parts = [*parts, self.requests], [*token_parts, self.tokens]
-        return np.concatenate(parts, dtype=np.int64), np.concatenate(token_parts, dtype=np.int64)
+        # Python lists (fresh: the parts are views of the policy's own arrays), which the core turns
+        # into its batch's arrays in one call each; joining arrays first would cost more on a few items.
+        requests: list[int] = []
+        tokens: list[int] = []
+        for part, token_part in zip(self.parts, self.token_parts, strict=True):
+            requests += part.tolist() if isinstance(part, np.ndarray) else part
+            tokens += token_part.tolist() if isinstance(token_part, np.ndarray) else token_part
+        return requests + self.requests, tokens + self.tokens
 
 
 class InferMax(RunOffers):
@@ -620,11 +621,15 @@ class InferMax(RunOffers):
         arrived = view.num_arrived
         if arrived == self._cursor:
             return
+        waiting, key = self._waiting, self._key
         for r in view.arrival_order[self._cursor : arrived].tolist():
             self._seq[r] = self._counter
             self._counter += 1
-            self._key[r] = (self._rank_value(r), self._seq[r])
-            bisect.insort(self._waiting, r, key=self._key.__getitem__)
+            new = key[r] = (self._rank_value(r), self._seq[r])
+            if not waiting or key[waiting[-1]] <= new:
+                waiting.append(r)  # where insort puts it (after every key not above its own), cheaper
+            else:
+                bisect.insort(waiting, r, key=key.__getitem__)
         self._cursor = arrived
 
     def _rank_value(self, r: int) -> int:
@@ -675,6 +680,11 @@ class InferMax(RunOffers):
     def _merged(self, run: np.ndarray, new: list[int]) -> np.ndarray:
         """``run`` (sorted by key) with ``new`` inserted where their keys belong."""
         key = self._key
+        if len(new) == 1:  # the usual admission: one request, placed without concatenating pieces
+            r = new[0]
+            order = run.tolist()
+            order.insert(bisect.bisect_right(order, key[r], key=key.__getitem__), r)
+            return np.array(order, dtype=np.int64)
         new = sorted(new, key=key.__getitem__)
         pieces: list[Sequence[int]] = []
         prev = 0

@@ -12,12 +12,13 @@ times; :class:`RunOffers` is the half of :class:`InferMax` that answers them.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvsched.costmodel.small import isum, nonzero
+from kvsched.costmodel.small import SMALL, isum, nonzero
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.schedule.search import last_fitting
 
@@ -109,12 +110,20 @@ class RunOffers:
         kv = view.kv[req]  # each batch j = 1, 2, ... of the run wants kv + j reserved
         alloc = self._alloc[req]
         free = self._capacity - self._reserved
-        if self._block == 1 and not nonzero(alloc > kv + _ONE):
+        n = int(req.size)
+        linear = held = 0
+        if self._block == 1:
+            if n <= SMALL:  # the test and the sums on the lists (a few items: cheaper than arrays)
+                kv_list, alloc_list = kv.tolist(), alloc.tolist()
+                linear = max(map(operator.sub, alloc_list, kv_list), default=0) <= 1
+                held = sum(kv_list) - sum(alloc_list)
+            else:
+                linear = not nonzero(alloc > kv + _ONE)
+                held = isum(kv) - isum(alloc)
+        if linear:
             # Tokens are blocks and no reservation exceeds kv + 1 (the usual case: each decode
             # reserved m + 1 before the batch that made its KV m + 1), so from j = 1 on each batch
             # reserves one more per decode: grown(j) = sum(kv) + n j - sum(alloc), linear in j.
-            held = isum(kv) - isum(alloc)
-            n = int(req.size)
             k = max(0, min(limit, (free - held) // n))
             if k:
                 self._reserved += held + n * k  # grown(k)
