@@ -518,10 +518,10 @@ def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
         values = np.concatenate([values, *far])
         counts = np.concatenate([counts, np.ones(values.size - counts.size, dtype=np.int32)])
     del far_values, far
-    order = np.argsort(values, kind="stable")
-    values = values[order]
-    counts = counts[order]
-    del order
+    # The counts in value order; the values sorted in place (equal values are the same float: no
+    # gap is -0.0 or NaN here), one array fewer than gathering them by the order too.
+    counts = counts[np.argsort(values, kind="stable")]
+    values.sort(kind="stable")
     itl_values, itl_counts = merge_counts(values, counts)
     return TokenStats(generated.astype(np.int64), tbt_max, itl_values, itl_counts)
 
