@@ -55,7 +55,7 @@ from typing import Any, Literal, get_args
 
 import numpy as np
 
-from kvsched.costmodel.small import count, isum, nonzero
+from kvsched.costmodel.small import SMALL, count, isum, nonzero
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.heuristics.infermax_runs import RunOffers
@@ -149,14 +149,22 @@ class _Build:
         """Requests and tokens of the batch, in the order they joined."""
         if not self.parts:
             return self.requests, self.tokens
-        # Python lists (fresh: the parts are views of the policy's own arrays), which the core turns
-        # into its batch's arrays in one call each; joining arrays first would cost more on a few items.
-        requests: list[int] = []
-        tokens: list[int] = []
-        for part, token_part in zip(self.parts, self.token_parts, strict=True):
-            requests += part.tolist() if isinstance(part, np.ndarray) else part
-            tokens += token_part.tolist() if isinstance(token_part, np.ndarray) else token_part
-        return requests + self.requests, tokens + self.tokens
+        if len(self.requests) + sum(map(len, self.parts)) <= SMALL:
+            # Python lists (fresh: the parts are views of the policy's own arrays), which the core
+            # turns into its batch's arrays in one call each: cheaper than joining arrays on a few items.
+            requests: list[int] = []
+            tokens: list[int] = []
+            for part, token_part in zip(self.parts, self.token_parts, strict=True):
+                requests += part.tolist() if isinstance(part, np.ndarray) else part
+                tokens += token_part.tolist() if isinstance(token_part, np.ndarray) else token_part
+            return requests + self.requests, tokens + self.tokens
+        if not self.requests and len(self.parts) == 1:
+            # Copies: the parts are views of the policy's own arrays.
+            return np.array(self.parts[0]), np.array(self.token_parts[0])
+        parts, token_parts = self.parts, self.token_parts
+        if self.requests:
+            parts, token_parts = [*parts, self.requests], [*token_parts, self.tokens]
+        return np.concatenate(parts, dtype=np.int64), np.concatenate(token_parts, dtype=np.int64)
 
 
 class InferMax(RunOffers):
@@ -680,7 +688,7 @@ class InferMax(RunOffers):
     def _merged(self, run: np.ndarray, new: list[int]) -> np.ndarray:
         """``run`` (sorted by key) with ``new`` inserted where their keys belong."""
         key = self._key
-        if len(new) == 1:  # the usual admission: one request, placed without concatenating pieces
+        if len(new) == 1 and run.size <= SMALL:  # the usual admission: one request, on the list
             r = new[0]
             order = run.tolist()
             order.insert(bisect.bisect_right(order, key[r], key=key.__getitem__), r)
