@@ -47,6 +47,8 @@ from kvsched.costmodel.small import SMALL, isum
 #: Scalar coefficients, in the order files list them.
 SCALARS = ("a0", "a1", "b0", "b1", "b2", "p0", "p1", "p2", "p3", "p4")
 _KEYED = re.compile(r"^(step|hinge|tile)(\d+)$")
+#: Decode runs of up to this many batches are priced on Python floats (measured break-even: 30-40).
+_LIST_RUN = 32
 #: Token loads whose token term a model remembers (batches hold at most a few thousand tokens).
 _TOKEN_MEMO = 65_536
 
@@ -283,7 +285,7 @@ class CalibratedCost:
         """:meth:`batch_time` of ``k`` decode batches with KV ``context + j``, in its exact float order."""
         n = float(context.size)
         base = self._token_scalar(n)
-        if k <= SMALL:
+        if k <= _LIST_RUN:
             # The same float operations in the same order on Python floats (IEEE doubles both): a few
             # batches cost less than seven numpy calls.
             kv0, b0, b1, b2n = float(isum(context)), self.b0, self.b1, self.b2 * n

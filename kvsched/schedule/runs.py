@@ -25,12 +25,13 @@ before the next arrival is the simulator's.
 from __future__ import annotations
 
 import math
+import operator
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from kvsched.costmodel.base import chunk_run_times, decode_run_times
-from kvsched.costmodel.small import imax, imin, isum, nonzero
+from kvsched.costmodel.small import SMALL, imax, imin, isum, nonzero
 from kvsched.schedule.ir import Chunk, Phase, Run
 from kvsched.schedule.records import BatchRecord, Rule, RunRecord, ScheduleError, Violation
 from kvsched.schedule.search import last_fitting
@@ -110,7 +111,12 @@ class RunSteps:
         if max_tokens is not None and n + c > max_tokens:
             return 0, 0, 0
         holding = self.num_holding
-        decodes = imin(self.output[dec] - self.generated[dec]) if n else None  # the first completion
+        if not n:
+            decodes = None
+        elif n <= SMALL:  # the first completion, on the lists (cheaper than a subtraction on a few items)
+            decodes = min(map(operator.sub, self.output[dec].tolist(), self.generated[dec].tolist()))
+        else:
+            decodes = imin(self.output[dec] - self.generated[dec])
         left = m = chunks = 0
         tail = False
         if p >= 0:
@@ -269,7 +275,12 @@ class RunSteps:
         if start + TIME_TOL >= self._last_arrival:
             return True
         req, chunk = run.requests, run.chunk
-        if req.size and _count(self.arrival[req] > start + TIME_TOL):
+        size = req.size
+        if size and (
+            max(self.arrival[req].tolist()) > start + TIME_TOL  # (a few items: cheaper on the list)
+            if size <= SMALL and self._plain_arrivals
+            else _count(self.arrival[req] > start + TIME_TOL)
+        ):
             return False
         # (NaN never compares greater: a missing arrival counts as arrived, as for single batches.)
         return chunk is None or not self.arrival[chunk.request] > start + TIME_TOL
