@@ -215,8 +215,10 @@ def finer_start(
     A shape with structure inside the coarsest blocks loses it when averaged over them: the
     mean-busy-time prices on Azure conversations 10k are worth 1.97e7 on blocks of 4,096 slots and
     2.59e7 on blocks of 1,024. ``cost`` is the seconds of a pricing on ``spans[0]``; a finer level's is
-    predicted from it by the ratio of block lengths (at most inversely proportional). Returns the best
-    level priced (from 1), or None when none fits.
+    predicted from it by the ratio of block lengths (at most inversely proportional). The descent stops at
+    the first level worth less than the one before (each costs about four times more: ShareGPT 10k spent
+    12 s of a 30 s Lagrangian on levels that gave nothing). Returns the best level priced (from 1), or None
+    when none fits.
     """
     horizon = -(-shape.size // spans[0]) * spans[0]
     padded = np.zeros(horizon)
@@ -232,8 +234,9 @@ def finer_start(
         cost = time.perf_counter() - tic
         if on_value is not None:
             on_value(value)
-        if best is None or value > best.value:
-            best = FinerStart(level, value, np.repeat(means, spans[level]))
+        if best is not None and value <= best.value:
+            break
+        best = FinerStart(level, value, np.repeat(means, spans[level]))
     return best
 
 
