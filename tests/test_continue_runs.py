@@ -10,6 +10,7 @@ import pytest
 from kvsched.heuristics import list_policies, make_policy, simulate
 from kvsched.heuristics.base import continue_decodes
 from kvsched.heuristics.infermax import InferMax
+from kvsched.heuristics.kfcfs import KFCFS
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.core import EngineState
 from kvsched.schedule.ir import Batch, Run
@@ -18,7 +19,9 @@ from tests.test_runs import INSTANCES
 from tests.test_simulator_equivalence import assert_same_state
 
 CONTINUING = [s.name for s in list_policies() if continue_decodes(make_policy(s.name)) is not None]
-#: InferMax's bookkeeping, compared after a run with and without coalescing.
+#: Each opted-in family's bookkeeping, compared after a run with and without coalescing.
+ENGINE_BOOKS = ("_waiting", "_running", "_cursor", "_kv.tokens", "_kv.used")  # vllm-v1, orca
+#: InferMax's.
 BOOKS = (
     "_alloc",
     "_reserved",
@@ -31,6 +34,21 @@ BOOKS = (
     "_hist",
     "_seen",
 )
+
+
+def _books(policy) -> tuple[str, ...]:
+    """The bookkeeping attributes of ``policy`` (dotted paths); KFCFS keeps none between calls."""
+    if isinstance(policy, InferMax):
+        return BOOKS
+    if isinstance(policy, KFCFS):
+        return ()
+    return ENGINE_BOOKS
+
+
+def _get(obj, dotted: str):
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
 
 
 def _calls(policy):
@@ -49,6 +67,9 @@ def _calls(policy):
 def test_the_infermax_family_opts_in_and_the_default_is_no():
     assert {"sarathi", "vllm", "sarathi-ef", "vllm-hy", "sarathi-nocp"} <= set(CONTINUING)
     assert not {"rank-i", "infermax-sec6"} & set(CONTINUING)  # merged groups, kv-desc order
+    assert {"kfcfs", "kfcfs-sp", "kfcfs-sr", "vllm-v1", "orca"} <= set(CONTINUING)
+    assert not {"slai", "rad", "wait", "fastertransformer"} & set(CONTINUING)  # read time or history
+    assert continue_decodes(KFCFS(order="shortest-remaining", lengths="predicted")) is not None
     assert continue_decodes(make_policy("mcsf-alg1")) is None
     assert continue_decodes(make_policy("class-priority")) is None  # a wrapper does not inherit it
     assert continue_decodes(InferMax(priority="none")) is None
@@ -88,8 +109,8 @@ def test_continued_runs_keep_the_batches_and_the_policys_bookkeeping(name, polic
     fast = simulate(inst, fast_policy)
     assert fast.schedule.same_as(plain.schedule, tol=0.0)
     assert_same_state(fast.trace.state, plain.trace.state)
-    for attr in BOOKS:
-        a, b = getattr(fast_policy, attr), getattr(plain_policy, attr)
+    for attr in _books(fast_policy):
+        a, b = _get(fast_policy, attr), _get(plain_policy, attr)
         assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, attr
     assert_same_state(replay(inst, fast.schedule).state, plain.trace.state)
     # Every continued run saved a decision: the policy was asked once per stored batch, no more.

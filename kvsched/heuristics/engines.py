@@ -20,7 +20,7 @@ Seed 001's model ignores memory; the memory rules here are the engines'.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,7 +223,36 @@ class _Engine:
         decode's reservation grows to its KV plus one; the first batch where they no
         longer all fit would preempt, so the run ends before it.
         """
-        req = np.asarray(decision.requests, dtype=np.int64)
+        return self._grow_reserved(view, np.asarray(decision.requests, dtype=np.int64), limit)
+
+    def _continue_reserved_decodes(
+        self, view: SchedulerView, requests: np.ndarray, limit: Callable[[], int]
+    ) -> int:
+        """Runs after a completion or a finished prompt (:class:`~kvsched.heuristics.base.ContinueDecodes`),
+        for the engines that opt in to :meth:`_repeat_reserved_decodes` and compose a batch from the
+        running requests (admission order), then the waiting queue, with nothing preempted:
+        ``continue_decodes = _Engine._continue_reserved_decodes`` (vLLM v1, Orca).
+
+        :meth:`next_batch` first syncs (arrivals join the queue, finished requests release their
+        reservations: idempotent, so done here). With nothing waiting and the running requests
+        exactly ``requests`` in admission order (all decoding: the simulator's guarantee), the
+        batch is one decode of each, in that order, while C lasts (n <= C) and each decode's
+        reservation grows to its KV plus one without preempting; there are no prompts to go first
+        (Orca) and no one to admit. Through the run this holds as :meth:`_repeat_reserved_decodes`
+        argues, so the run lasts while the grown reservations fit, from its first batch on.
+        """
+        self._sync(view)
+        n = int(requests.size)
+        if self._waiting or len(self._running) != n or n > self._C:
+            return 0
+        if self._running != requests.tolist():
+            return 0
+        most = limit()
+        return self._grow_reserved(view, requests, most) if most else 0
+
+    def _grow_reserved(self, view: SchedulerView, req: np.ndarray, limit: int) -> int:
+        """The batches (at most ``limit``) for which the decodes ``req`` keep fitting their reservations
+        of KV plus one, taken as if each batch had been decided (the reservations grown to the last)."""
         kv = view.kv[req]  # batch j = 1, 2, ... of the run wants kv + j reserved
         res = self._kv
         held = res.tokens[req]
@@ -383,6 +412,7 @@ class VllmV1(_Engine):
     """
 
     repeat_decodes = _Engine._repeat_reserved_decodes
+    continue_decodes = _Engine._continue_reserved_decodes
 
     def __init__(
         self,
@@ -474,6 +504,7 @@ class Orca(_Engine):
     """
 
     repeat_decodes = _Engine._repeat_reserved_decodes
+    continue_decodes = _Engine._continue_reserved_decodes
 
     def __init__(
         self,

@@ -12,11 +12,12 @@ handled by preemption in the rule's order.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Literal, get_args
 
 import numpy as np
 
+from kvsched.costmodel.small import nonzero
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.heuristics.engines import check_positive
@@ -235,6 +236,32 @@ class KFCFS:
         if self.order == "shortest-remaining" and self.lengths == "predicted":
             return 0
         return limit
+
+    def continue_decodes(self, view: SchedulerView, requests: np.ndarray, limit: Callable[[], int]) -> int:
+        """Runs after a completion or a finished prompt (:class:`~kvsched.heuristics.base.ContinueDecodes`).
+
+        :meth:`next_batch` keeps no state between calls, so its decision is read off the
+        view. When the active requests are exactly ``requests`` (all decoding, as the
+        simulator guarantees), every one is eligible unless K_d < n, and the batch is
+        one decode of each in rank order while the budget C lasts (n <= C) and memory
+        allows: the run's decodes fit the KV capacity (``limit()`` respects it), so no
+        decode lacks blocks and nothing is evicted. So the decision is ``requests``
+        exactly when they are in rank order, and then it stays so through the run for
+        the reasons :meth:`repeat_decodes` gives (predicted remaining tokens: stepped).
+        """
+        if self.order == "shortest-remaining" and self.lengths == "predicted":
+            return 0
+        n = int(requests.size)
+        if n > self._C or (self.k_decode is not None and n > self.k_decode):
+            return 0
+        active = view.active()  # arrival order; ``requests`` are active, so equal sizes mean equal sets
+        if active.size != n:
+            return 0
+        if self.order != "fcfs":
+            active = active[np.argsort(self._key(view, active), kind="stable")]  # next_batch's ranking
+        if nonzero(active != requests):
+            return 0
+        return limit()
 
     def _alone(
         self, view: SchedulerView, ranked: list[int], is_eligible: list[bool], is_decode: list[bool]
