@@ -232,6 +232,8 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         stats={**stats, "found_by": best.name, "batches": len(best.schedule.batches)},
         scope=Scope.ALL,
         bounds=tuple(log.bounds),
-        stopped="" if status == SolveStatus.OPTIMAL else ("deadline" if deadline.expired() else "gap"),
+        # Before the deadline the stages have run out of work (the local search found no improving move and
+        # the Lagrangian stalled or converged); the pipeline takes no gap target, so "gap" would mislead.
+        stopped="" if status == SolveStatus.OPTIMAL else ("deadline" if deadline.expired() else "converged"),
         trace=log.trace_of(best.value),
     )

@@ -77,7 +77,8 @@ class Result:
         callers need not replay it again), else None.
     stopped
         Why the solve stopped before proving optimality (``"deadline"``,
-        ``"interrupted"``, ``"limit"``, ``"not built"``) or ``""``.
+        ``"interrupted"``, ``"limit"``, ``"not built"``; the certified pipeline's
+        ``"converged"``: its stages ran out of improving work before the deadline) or ``""``.
     runtime
         Wall-clock seconds, model building included.
     schedule
