@@ -9,9 +9,10 @@ from hypothesis import strategies as st
 
 from kvsched.csp.bounds import _block_kernels, chain_lagrangian
 from kvsched.csp.bounds.chain import ChainData, evaluate
-from kvsched.csp.bounds.chain_blocks import block_spans, evaluate_blocks
+from kvsched.csp.bounds.chain_blocks import block_spans, evaluate_blocks, finer_start
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.schedule.validate import replay
+from kvsched.stop import Deadline
 from tests.brute import brute_force
 from tests.strategies import SETTINGS, instances, legal_schedules
 
@@ -96,3 +97,28 @@ def test_block_ladder():
     assert block_spans(100) == (2,)
     assert block_spans(17_000) == (512, 128, 32, 8)
     assert all(a % b == 0 for a, b in zip(block_spans(150_000), block_spans(150_000)[1:], strict=False))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(instances(max_requests=5, cost="unit"), st.integers(0, 2**31))
+def test_finer_start_prices_levels_until_one_does_not_pay(inst, seed):
+    """Each level is the block pricing of the shape's block means (a Lagrangian value, so a bound); the
+    descent keeps the levels while each beats the one before and stops at the first that does not."""
+    data = ChainData.from_instance(inst)
+    spans = (8, 4, 2, 1)
+    shape = np.random.default_rng(seed).exponential(0.5, 24)
+    padded = np.zeros(24)
+    padded[: shape.size] = shape
+    values = [evaluate_blocks(data, s, padded.reshape(-1, s).mean(axis=1), None)[0] for s in spans]
+    seen: list[float] = []
+    got = finer_start(data, shape, spans, Deadline.never(), 0.0, on_value=seen.append)
+    # The levels the descent priced: 1, 2, ... up to and including the first worth no more than the last kept.
+    expected = 1
+    while expected + 1 < len(spans) and values[expected + 1] > values[expected]:
+        expected += 1
+    assert got is not None and got.level == expected
+    assert got.value == pytest.approx(values[expected], abs=TOL)
+    assert seen == pytest.approx(values[1 : min(expected + 2, len(spans))], abs=TOL)
+    assert got.y.size == 24 and np.allclose(
+        got.y, np.repeat(padded.reshape(-1, spans[expected]).mean(1), spans[expected])
+    )
