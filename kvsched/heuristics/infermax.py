@@ -76,6 +76,7 @@ _DECODE = int(Phase.DECODE)
 _DECODE_CODE = np.array(_DECODE, dtype=np.int8)
 _ZERO = np.array(0, dtype=np.int64)
 _ONE = np.array(1, dtype=np.int64)
+_accumulate = np.add.accumulate  # running sums (np.cumsum's wrapper costs more than the sum on a batch)
 
 #: Token budget C when neither the instance nor the policy sets one (Llama-2-7B, seed 003 Sec. 4.1).
 DEFAULT_TOKEN_BUDGET = 4096
@@ -449,14 +450,20 @@ class InferMax(RunOffers):
                     self._add_decodes(build, pos, taken)
             else:
                 alive = alloc > _ZERO  # not evicted earlier in this call
-                need = np.where(alive, np.maximum(want_blocks[seg:] - self._blocks_of(alloc), 0), 0)
-                fits = (np.cumsum(need) <= build.free) & (np.cumsum(alive) <= room)
-                k = count(fits)  # a prefix: both sums only grow
-                take = np.flatnonzero(alive[:k])
+                need = want_blocks[seg:] - self._blocks_of(alloc)
+                np.maximum(need, _ZERO, out=need)
+                need *= alive  # an evicted candidate needs nothing (and does not join)
+                # Both running sums only grow, so the candidates that fit are a prefix (the ufuncs
+                # directly: np.cumsum and np.flatnonzero add Python layers on every call).
+                k = min(
+                    int(_accumulate(need).searchsorted(build.free, "right")),
+                    int(_accumulate(alive, dtype=np.int64).searchsorted(room, "right")),
+                )
+                take = alive[:k].nonzero()[0]
                 if take.size:
                     pos = cands[take]
                     self._alloc[pos] = np.maximum(alloc[take], want[seg:][take])
-                    self._add_decodes(build, pos, int(need[:k].sum()))
+                    self._add_decodes(build, pos, isum(need[:k]))
             i += k
             if i < hi:
                 self._consider_running(build, i)
@@ -519,7 +526,7 @@ class InferMax(RunOffers):
         Returns whether ``cand`` joined the batch.
         """
         waiting = rank < 0
-        alloc = int(self._alloc[cand])
+        alloc = self._alloc.item(cand)
         if not waiting and alloc == 0:
             return False  # evicted earlier in this call
         # (2) Hybrid batching.
@@ -536,7 +543,10 @@ class InferMax(RunOffers):
             return False
         # (3) M, with (4) evictions for running candidates.
         want = self._want(cand, waiting, decode, unprocessed + kv, kv, alloc)
-        need = max(0, self._blocks(want) - self._blocks(alloc))
+        if self._block == 1:  # (blocks are tokens: the same number without two calls)
+            need = want - alloc if want > alloc else 0
+        else:
+            need = max(0, self._blocks(want) - self._blocks(alloc))
         while need > build.free:
             if waiting:
                 if self.on_waiting_mfail == "stop":

@@ -329,8 +329,8 @@ class EngineState(RunSteps):
             positions = req.tolist()
             if min(positions) < 0 or imin(tok) < 1 or len(set(positions)) != size:
                 return None
-        elif imin(req) < 0 or imin(tok) < 1 or not self._distinct(req):
-            return None
+        elif _count(req < _ZERO) or _count(tok < _ONE) or not self._distinct(req):
+            return None  # (a comparison and a count cost half a reduction on a few hundred items)
         ev_count = 0
         ev_blocks = 0
         if ev.size:
