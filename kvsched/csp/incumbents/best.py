@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from kvsched.costmodel.base import CostModel
@@ -14,6 +14,7 @@ from kvsched.csp.incumbents.base import Incumbent, confirmed, eviction_is_free
 from kvsched.csp.incumbents.greedy import greedy
 from kvsched.csp.incumbents.knapsack import applies as knapsack_applies
 from kvsched.csp.incumbents.knapsack import knapsack
+from kvsched.csp.incumbents.knots import token_caps
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
@@ -34,6 +35,7 @@ class Variant:
     min_chunk: int = 0
     fit_chunk: bool = False
     fill: bool = False
+    token_cap: int = 0
 
     def kwargs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rule"}
@@ -74,6 +76,15 @@ COSTLY_EVICTION_VARIANTS: tuple[Variant, ...] = (
     Variant("remaining-area", True, 16, 4.0, 32, True),
     Variant("remaining-area", False, 0, 16.0, 32, True),
 )
+#: Where the cost model's token term has cliffs under the budget (:func:`~kvsched.csp.incumbents.knots.token_caps`),
+#: these variants run first with each cap, before the variants above: on the A100 rows (Azure conversations,
+#: C = P = 512) the first of them capped at 384 tokens is the best greedy at 1k and 10k (15,483 and 8.737e5,
+#: against 17,721 and 1.016e6 for the best uncapped variant).
+CAPPED_VARIANTS: tuple[Variant, ...] = (
+    Variant("remaining-area", False, 16),
+    Variant("remaining-area", False, 0),
+    Variant("remaining-area", True, 64),
+)
 #: ... and under unit time with a token budget, where a refill of m tokens takes ceil(m / C) batches of
 #: budget: holders are ranked by what evicting them costs (``refill_weight``), long prompts start only
 #: with a real first chunk and started ones go on with what the KV holds (docs/bounds.md, *Certified
@@ -94,6 +105,18 @@ BUDGET_VARIANTS: tuple[Variant, ...] = (
 )
 #: The variants for an instance, first one first (:func:`variant_kind`).
 VARIANTS = {"free": FREE_EVICTION_VARIANTS, "costly": COSTLY_EVICTION_VARIANTS, "budget": BUDGET_VARIANTS}
+
+
+def variants_for(instance: Instance, cost_model: CostModel) -> tuple[Variant, ...]:
+    """The greedy variants :func:`best_incumbent` runs on ``instance``, first one first.
+
+    :data:`VARIANTS` of its :func:`variant_kind`; under a seconds-based model whose token term has
+    cliffs below the budget, :data:`CAPPED_VARIANTS` at each cap come first.
+    """
+    kind = variant_kind(instance, cost_model)
+    caps = token_caps(cost_model, instance.limits) if kind == "costly" else ()
+    capped = tuple(replace(v, token_cap=cap) for cap in caps for v in CAPPED_VARIANTS)
+    return capped + VARIANTS[kind]
 
 
 def variant_kind(instance: Instance, cost_model: CostModel) -> str:
@@ -130,7 +153,8 @@ def best_incumbent(
 ) -> Incumbent:
     """The best validated schedule of the greedy variants and ``policies``, with its value and name.
 
-    ``variants`` defaults to the instance's :data:`VARIANTS` (see :func:`variant_kind`); under unit time
+    ``variants`` defaults to :func:`variants_for` (the instance's :data:`VARIANTS`, after capped ones
+    where the token term has cliffs); under unit time
     with a token budget the knapsack greedy (:mod:`~kvsched.csp.incumbents.knapsack`) runs after the
     first. The first variant always runs (it is the first schedule of every time-limited solve; past the deadline it
     finishes in its cheapest mode). Each further candidate runs only if its
@@ -143,7 +167,7 @@ def best_incumbent(
     cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
     kind = variant_kind(instance, cost_model)
     if variants is None:
-        variants = VARIANTS[kind]
+        variants = variants_for(instance, cost_model)
     tried: dict[str, float] = {}
     skipped: list[str] = []
     first, *others = variants

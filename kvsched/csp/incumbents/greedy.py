@@ -74,6 +74,7 @@ def decide(
     min_chunk: int = 0,
     fit_chunk: bool = False,
     fill: bool = False,
+    token_cap: int = 0,
     deadline: Deadline | None = None,
     cost_model: CostModel | None = None,
     jit: bool = True,
@@ -114,6 +115,11 @@ def decide(
         before a run item larger than that item plus the KV left, so no such swap keeps the priority
         order. Where eviction is free (unit time, no token budget) a replaced holder is evicted;
         elsewhere only admissions are replaced (they stay waiting).
+    token_cap
+        Fill a batch with at most this many tokens (below the budgets C and P; 0: off): a knot of the
+        cost model's token term (:func:`kvsched.csp.incumbents.knots.token_caps`), past which a batch pays
+        a step of its non-attention time that its few extra tokens do not earn back. The schedule is legal
+        under the instance's own budgets (it keeps a tighter one).
     deadline
         Once it expires the kernel stops first-fit search and preemption: it finishes
         the schedule with the cheapest rule it has (holders first, waiting list walked
@@ -140,8 +146,12 @@ def decide(
     fa[0] = [r.arrival for r in instance.requests]
     fa[1] = skey
     const = isinstance(cost_model, UnitCost)
+    batch_tokens, prefill_tokens = (
+        _capped(lim.max_batch_tokens, token_cap),
+        _capped(lim.max_prefill_tokens, token_cap),
+    )
     # A refill costs nothing only under unit time without a budget (best.eviction_is_free).
-    free_eviction = const and lim.max_batch_tokens is None and lim.max_prefill_tokens is None
+    free_eviction = const and batch_tokens is None and prefill_tokens is None
 
     def budget(value: int | None) -> int:
         return -1 if value is None else int(value)
@@ -150,8 +160,8 @@ def decide(
         [
             lim.kv_blocks,
             lim.block_size,
-            budget(lim.max_batch_tokens),
-            budget(lim.max_prefill_tokens),
+            budget(batch_tokens),
+            budget(prefill_tokens),
             budget(lim.max_running),
             code,
             int(preempt),
@@ -162,7 +172,7 @@ def decide(
             min(
                 [
                     int(min_chunk),
-                    *(b for b in (lim.max_batch_tokens, lim.max_prefill_tokens) if b is not None),
+                    *(b for b in (batch_tokens, prefill_tokens) if b is not None),
                 ]
             ),
             int(fit_chunk),
@@ -215,6 +225,13 @@ def decide(
         it[3, :ni].astype(np.int8),
         ev[:ne].copy(),
     )
+
+
+def _capped(budget: int | None, cap: int) -> int | None:
+    """A token budget tightened to ``cap`` (0: no cap)."""
+    if not cap:
+        return budget
+    return cap if budget is None else min(int(budget), int(cap))
 
 
 def _time_batches(
@@ -331,6 +348,7 @@ def greedy(
     min_chunk: int = 0,
     fit_chunk: bool = False,
     fill: bool = False,
+    token_cap: int = 0,
     objective: str = "total-latency",
     deadline: Deadline | None = None,
     cost_model: CostModel | None = None,
@@ -374,6 +392,7 @@ def greedy(
         min_chunk=min_chunk,
         fit_chunk=fit_chunk,
         fill=fill,
+        token_cap=token_cap,
         deadline=deadline,
         cost_model=cost_model,
         jit=jit,
@@ -387,12 +406,15 @@ def greedy(
         + (f"/min-chunk={min_chunk}" if min_chunk else "")
         + ("/fit-chunk" if fit_chunk else "")
         + ("/fill" if fill else "")
+        + (f"/token-cap={token_cap}" if token_cap else "")
     )
     params = {"rule": rule, "preempt": preempt, "lookahead": lookahead}
     if refill_weight or min_chunk or fit_chunk:  # the original three alone where these are off
         params.update(refill_weight=float(refill_weight), min_chunk=int(min_chunk), fit_chunk=bool(fit_chunk))
     if fill:
         params.update(fill=True)
+    if token_cap:
+        params.update(token_cap=int(token_cap))
     return incumbent_of(
         instance, log, label, params, objective, cost_model, decide_s=t1 - t0, replay_schedule=replay_schedule
     )

@@ -61,7 +61,16 @@ _DYNAMIC_RULES = ("remaining-area", "remaining-output")
 
 
 #: The greedy's keyword arguments the local search re-runs an incumbent with.
-_GREEDY_KEYS = ("rule", "preempt", "lookahead", "refill_weight", "min_chunk", "fit_chunk", "fill")
+_GREEDY_KEYS = (
+    "rule",
+    "preempt",
+    "lookahead",
+    "refill_weight",
+    "min_chunk",
+    "fit_chunk",
+    "fill",
+    "token_cap",
+)
 _KNAPSACK_KEYS = ("candidates", "cells", "tail", "min_chunk", "hold_weight", "chunk_discount")
 
 
