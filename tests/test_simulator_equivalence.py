@@ -199,3 +199,45 @@ def test_a_copied_state_steps_on_its_own(built):
         state.apply(batch)
         assert_same_state(state, twin)
         np.testing.assert_array_equal(state.phase_of(np.arange(state.n)), twin.phase_of(np.arange(state.n)))
+
+
+def test_step_and_apply_agree_on_large_batches_with_chunks_after_the_decodes():
+    """_advance_legal applies the few prompt and refill chunks after a batch's decodes on their lists.
+
+    Sarathi puts every decode first; with a small M it evicts, so some chunks are refills, and at
+    this scale batches hold more than SMALL decodes. Stepping them (the tail path) and applying
+    them through the tolerant path leave the same state and records, batch by batch.
+    """
+    from kvsched.costmodel import make_cost_model
+    from kvsched.costmodel.small import SMALL
+
+    inst = synthetic(
+        400,
+        5,
+        Limits(kv_capacity=12_000, max_batch_tokens=600),
+        TimeModel("unit"),
+        prompt=LogNormal.from_mean(60, sigma=1.0, max=500),
+        output=LogNormal.from_mean(80, sigma=1.0, max=400),
+    )
+    batches = simulate(inst, make_policy("sarathi"), coalesce=False).schedule.batches
+    fast, plain = EngineState(inst, make_cost_model("unit")), EngineState(inst, make_cost_model("unit"))
+    seen = {"tail": 0, "refill": 0, "first": 0, "mixed": 0}
+    for batch in batches:
+        decodes = int(np.count_nonzero(batch.phases == Phase.DECODE))
+        chunks = batch.phases[decodes:]
+        if decodes > SMALL and chunks.size and not np.count_nonzero(chunks == Phase.DECODE):
+            seen["tail"] += 1
+            seen["refill"] += int(np.count_nonzero(chunks == Phase.REFILL))
+            seen["first"] += int(np.count_nonzero(fast.kv[batch.requests[decodes:]] == 0))
+        elif decodes and decodes < batch.requests.size:
+            seen["mixed"] += 1
+        made = fast.make_batch(batch.start, batch.requests, batch.tokens, batch.evicted)
+        got, want = fast.step(made), plain.apply(batch)
+        for field in ("index", "num_items", "num_tokens", "prefill_tokens", "num_decodes", "kv_tokens"):
+            assert getattr(got, field) == getattr(want, field), field
+        np.testing.assert_array_equal(got.generated, want.generated)
+        np.testing.assert_array_equal(got.completed, want.completed)
+        assert_same_state(fast, plain)
+        np.testing.assert_array_equal(fast._left, plain._left)
+        np.testing.assert_array_equal(fast.phase_of(np.arange(fast.n)), derived_phases(fast))
+    assert fast.all_done and min(seen.values()) > 0, seen

@@ -87,6 +87,9 @@ class _Legal:
     num_tokens: int
     grown_blocks: int
     new_holders: int  # items whose request held no KV before the batch
+    # Whether the decodes are the batch's first num_decodes items (policies put them first or
+    # alone): then the other items, a few chunks, are applied on their lists.
+    decodes_first: bool
 
 
 class EngineState(RunSteps):
@@ -385,7 +388,10 @@ class EngineState(RunSteps):
             expected = self._time_of(tok, kv, phases, is_decode, num_decodes, num_tokens)
             if abs(duration - expected) > DURATION_RTOL * max(1.0, abs(expected)):
                 return None
-        return _Legal(kv, left, num_decodes, num_tokens, grown, new_holders)
+        decodes_first = (
+            num_decodes == size or not num_decodes or count(is_decode[:num_decodes]) == num_decodes
+        )
+        return _Legal(kv, left, num_decodes, num_tokens, grown, new_holders, decodes_first)
 
     # ------------------------------------------------------------------- apply
     def apply(self, batch: Batch) -> BatchRecord:
@@ -549,11 +555,19 @@ class EngineState(RunSteps):
         start = batch.start
         end = start + batch.duration
         kv_old = legal.kv
+        size = req.size
+        num_decodes = legal.num_decodes
+        decode_only = num_decodes == size
+        # The chunks (prompt or refill items) on their lists when they follow the decodes and are few.
+        tail = (
+            num_decodes if not decode_only and legal.decodes_first and size - num_decodes <= SMALL else None
+        )
         if legal.new_holders:
-            # Only a request that never held KV can be scheduled for the first time.
+            # Only a request that never held KV can be scheduled for the first time (not a decode).
             first = self.first_scheduled
-            if req.size <= SMALL:  # on the lists: a few items cost less than four array calls
-                for r, m in zip(req.tolist(), kv_old.tolist(), strict=True):
+            if size <= SMALL or tail is not None:  # on the lists: a few items cost less than four array calls
+                lo = tail or 0
+                for r, m in zip(req[lo:].tolist(), kv_old[lo:].tolist(), strict=True):
                     if not m and math.isnan(first.item(r)):
                         first[r] = start
             else:
@@ -565,23 +579,48 @@ class EngineState(RunSteps):
         self.kv[req] = kv_old + tok
         kv_during, blocks_during, running = self.kv_tokens, self.kv_blocks, self.num_holding
 
-        size = req.size
-        decode_only = legal.num_decodes == size
+        finished_prompts: list[int] = []  # chunks that finished their prompt (tail path)
         if decode_only:
             # A decode processes its one token left and generates: one token is left again.
             gen = req
+        elif tail is not None:
+            # Each decode generates and keeps one token left; a chunk generates when it takes all it has left.
+            left_of = self._left
+            for r, have, c in zip(
+                req[tail:].tolist(), legal.left[tail:].tolist(), tok[tail:].tolist(), strict=True
+            ):
+                if have == c:
+                    finished_prompts.append(r)
+                    left_of[r] = 1  # the token just generated
+                else:
+                    left_of[r] = have - c
+            # The record keeps these arrays for the whole run: share the batch's own (read-only)
+            # positions when every item generated.
+            if len(finished_prompts) == size - tail:
+                gen = req
+            elif not finished_prompts:
+                gen = req[:tail]
+            else:
+                gen = np.concatenate((req[:tail], finished_prompts), dtype=np.int64)
         else:
             left = legal.left - tok
             made = left == _ZERO
-            # The record keeps these arrays for the whole run: share the batch's own (read-only)
-            # positions when every item generated.
             gen = req if _count(made) == size else req[made]
             left[made] = _ONE  # the token just generated
             self._left[req] = left
         generated = self.generated[gen] + _ONE
         self.generated[gen] = generated
-        if gen.size != legal.num_decodes:  # (else gen is the decodes: no prompt or refill finished)
+        if finished_prompts:
             # A decode is already in the decode phase, and only a prefill makes a first token.
+            generated_of, first_token = self.generated, self.first_token
+            for r in finished_prompts:
+                self.refilling[r] = False
+                self._phase[r] = _DECODE
+                if generated_of.item(r) == 1:
+                    first_token[r] = end
+        elif (
+            gen.size != num_decodes and tail is None
+        ):  # (else gen is the decodes: no prompt or refill finished)
             self.refilling[gen] = _FALSE
             self._phase[gen] = _DECODE_CODE
             self.first_token[gen[generated == _ONE]] = end
@@ -592,7 +631,7 @@ class EngineState(RunSteps):
             self._complete(completed, end)
 
         # Positional: the keywords would cost more than the rest of this block (fields in order).
-        num_tokens, num_decodes = legal.num_tokens, legal.num_decodes
+        num_tokens = legal.num_tokens
         record = BatchRecord(
             self.num_batches,
             start,
