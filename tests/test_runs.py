@@ -250,3 +250,43 @@ def test_a_policy_keeps_its_bookkeeping_through_runs(policy, params, attrs):
         for attr in attrs:
             assert getattr(fast, attr) == getattr(plain, attr), attr
     assert any(type(e) is Run for e in result.schedule.entries)
+
+
+@pytest.mark.parametrize("name", ["poisson-calibrated", "tight-unit"])
+def test_a_plan_up_to_a_time_is_a_prefix_of_the_plan_and_knows_its_ends(name):
+    """plan_run(until=t) keeps the full plan's batches that start before t (within TIME_TOL) from
+    the clock, and a run made from its plan ends where the run's own durations, added one by one, do."""
+    from kvsched.costmodel.small import SMALL
+    from kvsched.schedule.core import TIME_TOL
+    from kvsched.schedule.ir import batch_starts
+    from kvsched.schedule.validate import instance_cost_model
+
+    inst = INSTANCES[name]
+    schedule = simulate(inst, make_policy("sarathi")).schedule
+    cost = instance_cost_model(inst)
+    state = EngineState(inst, cost)
+    probed = long = 0
+    for entry in schedule.entries:
+        if type(entry) is Run and entry.chunk is None and entry.start == state.clock:
+            req = np.array(entry.requests)
+            req.setflags(write=False)
+            full = state.__copy__()
+            durations = full.plan_run(req)[1].copy()
+            long += durations.size > SMALL  # (cut on numpy arrays, not lists)
+            starts = batch_starts(state.clock, durations)
+            # Before the first batch, inside the run, exactly at a start, and past its last.
+            for until in (state.clock, *starts[1:3].tolist(), starts[-1] + TIME_TOL / 2, starts[-1] + 1e9):
+                probe = state.__copy__()
+                k, cut = probe.plan_run(req, 0, until)
+                assert k == int(np.count_nonzero(starts + TIME_TOL < until))
+                np.testing.assert_array_equal(cut, durations[:k])
+                for j in {1, k} if k else ():
+                    run = probe.make_run(probe.clock, req, j)
+                    assert run.end == Run.of(run.start, durations[:j], req).end
+                    np.testing.assert_array_equal(run.durations, durations[:j])
+                probed += 1
+        if type(entry) is Run:
+            state.step_run(entry)
+        else:
+            state.step(entry)
+    assert state.all_done and probed > 20 and (long or name == "tight-unit"), (probed, long)

@@ -44,7 +44,6 @@ from collections.abc import Callable
 import numpy as np
 
 from kvsched.costmodel import CostModel
-from kvsched.costmodel.small import SMALL
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import (
     Decision,
@@ -154,35 +153,26 @@ def _run_limit(
     ``horizon`` and end by it (as the lock-step run decides and commits them; both
     within :data:`TIME_TOL`).
     """
+    upcoming = view.next_arrival()  # the first request the policy has not seen
+    if horizon is None:
+        # A batch that starts once the next request has arrived sees it: the core plans up to it.
+        return state.plan_run(req, chunk, upcoming)[0]
     limit, durations = state.plan_run(req, chunk)
     if not limit:
         return 0
-    upcoming = view.next_arrival()  # the first request the policy has not seen
-    if horizon is None and upcoming is not None and limit <= SMALL:
-        # As below, on Python floats: the same running sum of the same durations (batch_starts adds
-        # them one by one too), cheaper than four numpy calls on a few batches.
-        start, fits = state.clock, 0
-        for d in durations.tolist():
-            if start + TIME_TOL >= upcoming:
-                break
-            start += d
-            fits += 1
-        return fits
-    if upcoming is not None or horizon is not None:
-        starts = batch_starts(state.clock, durations)  # a fresh array
-        if horizon is not None:
-            # Decided while start < horizon - TOL, committed while end <= horizon + TOL
-            # (ends are the next starts: the same running sum, bit for bit).
-            ends = starts + durations
-            limit = min(
-                limit,
-                int(starts.searchsorted(horizon - TIME_TOL, "left")),
-                int(ends.searchsorted(horizon + TIME_TOL, "right")),
-            )
-        if upcoming is not None:
-            # A batch that starts once the next request has arrived sees it: the run stops before.
-            starts += TIME_TOL
-            limit = min(limit, int(starts.searchsorted(upcoming, "left")))
+    starts = batch_starts(state.clock, durations)  # a fresh array
+    # Decided while start < horizon - TOL, committed while end <= horizon + TOL
+    # (ends are the next starts: the same running sum, bit for bit).
+    ends = starts + durations
+    limit = min(
+        limit,
+        int(starts.searchsorted(horizon - TIME_TOL, "left")),
+        int(ends.searchsorted(horizon + TIME_TOL, "right")),
+    )
+    if upcoming is not None:
+        # A batch that starts once the next request has arrived sees it: the run stops before.
+        starts += TIME_TOL
+        limit = min(limit, int(starts.searchsorted(upcoming, "left")))
     return limit
 
 

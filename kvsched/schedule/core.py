@@ -147,7 +147,7 @@ class EngineState(RunSteps):
         self.num_done = 0
         self.num_batches = 0
         self._made: _Made | None = None  # last make_batch result
-        self._planned: tuple[int, np.ndarray, int, int, np.ndarray, int] | None = None  # last plan_run
+        self._planned: tuple | None = None  # last plan_run (RunSteps.plan_run)
         self._made_run: tuple[Run, int, bool] | None = None  # last make_run result (and "a decode completes")
         # The positions of the last batch the quick path accepted, the batch count after it, and what
         # a run may repeat of it (runs.STEADY_*): decode-only, or decodes then a chunk that did not

@@ -235,11 +235,19 @@ class Run:
         return cls(float(start), dur, req, _end(float(start), dur), chunk)
 
     @classmethod
-    def _trusted(cls, start: float, durations: np.ndarray, requests: np.ndarray, chunk: Chunk | None) -> Run:
+    def _trusted(
+        cls,
+        start: float,
+        durations: np.ndarray,
+        requests: np.ndarray,
+        chunk: Chunk | None,
+        end: float | None = None,
+    ) -> Run:
         """:meth:`of` for the core's :meth:`~kvsched.schedule.core.EngineState.make_run`, which built every
         argument already as :meth:`of` would (read-only owned durations, read-only positions, a checked
-        chunk): the same run without the checks."""
-        return cls(start, durations, requests, _end(start, durations), chunk)
+        chunk, and ``end`` when given, the durations added one by one from ``start``): the same run
+        without the checks."""
+        return cls(start, durations, requests, _end(start, durations) if end is None else end, chunk)
 
     @property
     def repeat(self) -> int:

@@ -32,7 +32,7 @@ import numpy as np
 
 from kvsched.costmodel.base import chunk_run_times, decode_run_times
 from kvsched.costmodel.small import SMALL, imax, imin, isum, nonzero
-from kvsched.schedule.ir import Chunk, Phase, Run
+from kvsched.schedule.ir import Chunk, Phase, Run, batch_starts
 from kvsched.schedule.records import BatchRecord, Rule, RunRecord, ScheduleError, Violation
 from kvsched.schedule.search import last_fitting
 from kvsched.schedule.violations import DURATION_RTOL, TIME_TOL
@@ -57,6 +57,31 @@ def _with(req: np.ndarray, p: int) -> np.ndarray:
     out[:-1] = req
     out[-1] = p
     return out
+
+
+def _cut(
+    clock: float, durations: np.ndarray, until: float
+) -> tuple[np.ndarray, list[float] | np.ndarray | None]:
+    """The ``durations`` of the batches that start before ``until`` (within :data:`TIME_TOL`) from
+    ``clock``, and each one's end (the running sum, added one by one as the engine clock adds them;
+    ``None`` when all of many batches start before it)."""
+    size = durations.size
+    if size <= SMALL:
+        # On Python floats: the same running sum of the same durations as batch_starts, cheaper on a few.
+        start, ends = clock, []
+        for d in durations.tolist():
+            if start + TIME_TOL >= until:
+                break
+            start += d
+            ends.append(start)
+        k = len(ends)
+    else:
+        starts = batch_starts(clock, durations)  # a fresh array
+        k = int((starts + TIME_TOL).searchsorted(until, "left"))
+        ends = starts[1 : k + 1] if k < size else None  # (batch j ends where j + 1 starts)
+    if k < size:  # a copy, not a view: a run keeps no more than its own k durations
+        durations = durations[:k].copy()
+    return durations, ends
 
 
 class RunSteps:
@@ -153,8 +178,16 @@ class RunSteps:
             return chunks + 1, left - chunks * c, decodes or 0
         return k, 0, decodes or 0
 
-    def plan_run(self: EngineState, requests: np.ndarray, chunk: int = 0) -> tuple[int, np.ndarray]:
-        """:meth:`run_limit` and the durations of that many batches (kept for :meth:`make_run`)."""
+    def plan_run(
+        self: EngineState, requests: np.ndarray, chunk: int = 0, until: float | None = None
+    ) -> tuple[int, np.ndarray]:
+        """:meth:`run_limit` and the durations of that many batches (kept for :meth:`make_run`).
+
+        With ``until``, only the batches that start before it (within :data:`TIME_TOL`) from the
+        engine's clock: the run a simulator may take before it must show the policy the request
+        arriving then. The batches' ends, added one by one as the clock adds them, are kept too
+        (a run made from the clock then needs no second pass over its durations).
+        """
         if self.cost_model is None:
             raise ValueError("plan_run needs a cost model")
         limit, last, completes = self._plan_limit(requests, chunk)
@@ -173,8 +206,13 @@ class RunSteps:
             )
         else:
             durations = decode_run_times(self.cost_model, self.kv[requests], limit)
+        ends = None
+        if until is not None and limit:
+            durations, ends = _cut(self.clock, durations, until)
+            if durations.size < limit:
+                limit, last = int(durations.size), 0  # (the prompt's last chunk is cut off)
         durations.flags.writeable = False  # a run of all of them keeps the array itself
-        self._planned = (self.num_batches, requests, chunk, limit, durations, last, completes)
+        self._planned = (self.num_batches, requests, chunk, limit, durations, last, completes, ends)
         return limit, durations
 
     def planned_durations(self: EngineState) -> np.ndarray | None:
@@ -204,12 +242,16 @@ class RunSteps:
             durations = durations[:k].copy()
             durations.flags.writeable = False
         start = float(start)
+        ends = planned[7]
+        end = ends[k - 1] if ends is not None and start == self.clock else None  # (planned from the clock)
         if chunk:
             p = int(requests[-1])
             last = planned[5] if k == limit else 0
-            run = Run._trusted(start, durations, requests[:-1], Chunk(p, chunk, int(self._phase[p]), last))
+            run = Run._trusted(
+                start, durations, requests[:-1], Chunk(p, chunk, int(self._phase[p]), last), end
+            )
         else:
-            run = Run._trusted(start, durations, requests, None)
+            run = Run._trusted(start, durations, requests, None, end)
         # Whether a decode completes in the run (in its last batch, k being the plan's first completion).
         self._made_run = (run, self.num_batches, k == planned[6])
         return run
