@@ -677,9 +677,14 @@ class InferMax(RunOffers):
         waiting, key = self._waiting, self._key
         admitted = None
         if build.admitted:  # (most calls admit nothing: no list built)
-            admitted = [waiting[j] for j in build.admitted]
-            for j in reversed(build.admitted):
-                del waiting[j]
+            taken = build.admitted  # increasing indices
+            if taken[-1] == len(taken) - 1:  # the queue's head (the usual case): one deletion
+                admitted = waiting[: len(taken)]
+                del waiting[: len(taken)]
+            else:
+                admitted = [waiting[j] for j in taken]
+                for j in reversed(taken):
+                    del waiting[j]
         if build.evicted:
             # Every running request holds a reservation but the ones evicted in this call.
             self._running = self._running[self._alloc[self._running] > _ZERO]
@@ -704,6 +709,8 @@ class InferMax(RunOffers):
             order.insert(bisect.bisect_right(order, key[r], key=key.__getitem__), r)
             return np.array(order, dtype=np.int64)
         new = sorted(new, key=key.__getitem__)
+        if not run.size or key[new[0]] > key[int(run[-1])]:  # all after the running ones (new arrivals)
+            return np.concatenate((run, new), dtype=np.int64)
         pieces: list[Sequence[int]] = []
         prev = 0
         for r in new:
