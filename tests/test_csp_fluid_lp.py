@@ -174,3 +174,25 @@ def test_a_passed_deadline_stops_the_build():
     inst = _many(12, LINEAR, 3)
     got = fluid_lp_bound(inst, Deadline(time.monotonic() - 2.0, 1.0))
     assert got.bound is None and got.status == "deadline while building" and got.cells == 0
+
+
+def test_a_stepped_fit_gets_the_flat_forms_machine_row_too(monkeypatch):
+    """Each separable form's machine row holds for every schedule: the flat one (largest fixed part) joins
+    the half-full batch's hull edge, which only tightens the LP, and the bound stays below the optimum."""
+    from kvsched.costmodel.coeffile import resolve_cost_model
+    from kvsched.csp.bounds import fluid_lp
+
+    a100 = TimeModel(*resolve_cost_model("llama-2-7b_a100-80gb_tp1"))
+    forms = separable_forms(instance_cost_model(Instance((Request("a", 0, 2, 2),), Limits(8), a100)), 512)
+    first, flat = fluid_lp.machine_forms(forms, 512)
+    assert first is fluid_lp.pick_form(forms, 512)
+    assert flat.fixed > first.fixed and flat.per_token < first.per_token
+    linear = separable_forms(instance_cost_model(Instance((Request("a", 0, 2, 2),), Limits(8), LINEAR)), 8)
+    assert len(fluid_lp.machine_forms(linear, 8)) == 1
+    inst = _many(10, STEPPED, 5)
+    both = fluid_lp_bound(inst, step=1.0, window=50.0).bound.value
+    monkeypatch.setattr(fluid_lp, "machine_forms", lambda forms, tau: [fluid_lp.pick_form(forms, tau)])
+    one = fluid_lp_bound(inst, step=1.0, window=50.0).bound.value
+    assert both >= one * (1 - 1e-6)
+    above = OBJECTIVES["total-latency"](replay(inst, simulate(inst, make_policy("sarathi")).schedule))
+    assert both <= above + TOL * above

@@ -16,14 +16,15 @@ generate one of j's tokens 2..O (a decode, or the last chunk of a refill). Then
 * the machine: ``F R_i + sum_j (work of those items) <= D + o_i - o_{i-1}``, ``0 <= o_i <= T_max``
   (``o_i``: how far the last batch started before the end of W_i runs past it; the batches starting in
   W_i lie in ``[start + o_{i-1}, end + o_i]``), with ``F = fixed + min(fixed_decode, fixed_prefill)``
-  and each item's least own term ``g``;
+  and each item's least own term ``g``: one row per separable form of :func:`machine_forms` (each
+  holds for every batch);
 * token, prefill and running budgets: ``sum (x + d) <= C R_i``, ``sum x <= P R_i``, ``sum (e + d) <= r R_i``;
 * in j's arrival interval at most ``(end - a_j) / delta + 1`` of its batches start (each lasts >= delta).
 
 Objective (the mean-busy-time form): the generating batches of j's tokens u = 2..O start at
 ``t_2 < ... < t_O``, and ``C_j >= t_u + sum_{v >= u} b_v`` (each later one is a separate batch of at
-least ``b_v = F + g``); averaging over u, ``C_j - a_j >= mean_u (t_u - a_j) + sum_v (v - 1) b_v / (O - 1)``,
-and ``t_u >= max(start of its interval, a_j)``. Requests with O = 1 take their isolated prompt time.
+least ``b_v = F + g``, the most any of the forms charges it); averaging over u,
+``C_j - a_j >= mean_u (t_u - a_j) + sum_v (v - 1) b_v / (O - 1)``, and ``t_u >= max(start of its interval, a_j)``. Requests with O = 1 take their isolated prompt time.
 Batches later than ``window`` after a_j are put in one overflow column at that time, with no capacity
 (a relaxation), which keeps the LP to the intervals near each arrival.
 
@@ -132,9 +133,14 @@ def _op_costs(f: Separable, s: np.ndarray) -> np.ndarray:
     return np.minimum(decode, refill)
 
 
-def _build(instance: Instance, f: Separable, step: float, window: float, t_max: float, deadline: Deadline):
+def _build(
+    instance: Instance, lines: list[Separable], step: float, window: float, t_max: float, deadline: Deadline
+):
     """The LP's rows and columns, its objective constant and its request-interval count; None when the
-    deadline passes while building (at 10^4-10^5 request-intervals the build takes seconds)."""
+    deadline passes while building (at 10^4-10^5 request-intervals the build takes seconds).
+
+    Every form of ``lines`` gives each interval a machine row; a batch lasts at least the most any of
+    them charges it, so the least batch times (the tails, delta) are their maxima."""
     lim = instance.limits
     tok = Tokens.of(instance)
     a, prompt, out = tok.arrival, tok.prompt, tok.output
@@ -142,21 +148,23 @@ def _build(instance: Instance, f: Separable, step: float, window: float, t_max: 
     c_cap = tok.c_cap
     p_cap = None if lim.max_prefill_tokens is None else float(lim.max_prefill_tokens)
     r_cap = tok.r_cap
-    fixed = f.fixed + min(f.fixed_decode, f.fixed_prefill)
-    delta = shortest_batch(f)
-    chunk_item = f.prefill
-    tok_item = f.per_token + f.prefill_token + f.prefill_sq
+    fixed = [f.fixed + min(f.fixed_decode, f.fixed_prefill) for f in lines]
+    delta = max(shortest_batch(f) for f in lines)
+    chunk_item = [f.prefill for f in lines]
+    tok_item = [f.per_token + f.prefill_token + f.prefill_sq for f in lines]
     kp = np.maximum(1.0, np.ceil(prompt / q))
     nd = out - 1
-    op_cost = _op_costs(f, prompt + 1)  # the cheapest generating op of j (costs grow with S)
-    iso_prompt = _prompt_isolated(f, tok)
+    op_cost = [_op_costs(f, prompt + 1) for f in lines]  # the cheapest generating op of j (costs grow with S)
+    iso_prompt = np.max([_prompt_isolated(f, tok) for f in lines], axis=0)
     nint = max(1, math.ceil((float(a.max()) + window) / step))
     starts = np.arange(nint) * step
     m = _Model()
     r_max = (step + t_max) / delta + 1.0
     R = m.cols(nint, r_max)
     o = m.cols(nint, t_max)
-    mach: list[list[np.ndarray]] = [[] for _ in range(4)]  # interval, col, coefficient (machine)
+    mach: list[list[np.ndarray]] = [
+        [] for _ in range(2 + len(lines))
+    ]  # interval, col, a coefficient per line
     toks: list[list[np.ndarray]] = [[] for _ in range(2)]  # tokens (x and d)
     pref: list[list[np.ndarray]] = [[] for _ in range(2)]  # prefill tokens (x)
     runs: list[list[np.ndarray]] = [[] for _ in range(2)]  # items (e and d)
@@ -175,7 +183,7 @@ def _build(instance: Instance, f: Separable, step: float, window: float, t_max: 
             w = 1.0 / nd[j]
             over_t = float(starts[i1 - 1] + step - a[j]) if i1 == nint else window
             s = prompt[j] + np.arange(2, out[j] + 1) - 1  # S of tokens 2..O
-            b = fixed + _op_costs(f, s)
+            b = np.max([fx + _op_costs(f, s) for fx, f in zip(fixed, lines, strict=True)], axis=0)
             const += float((np.arange(1, b.size + 1) * b).sum()) * w
         else:
             w, over_t = 0.0, 0.0
@@ -207,10 +215,11 @@ def _build(instance: Instance, f: Separable, step: float, window: float, t_max: 
                 m.row([cd[s_], cx[s_]], [1.0 / nd[j], -1.0 / prompt[j]], hi=0.0)
         else:
             m.row(d, 1.0, hi=0.0)
-        for col, coef in ((e, chunk_item), (d, float(op_cost[j])), (x, tok_item)):
+        for col, coefs in ((e, chunk_item), (d, [float(c[j]) for c in op_cost]), (x, tok_item)):
             mach[0].append(ii)
             mach[1].append(col)
-            mach[2].append(np.full(k, coef))
+            for line, coef in enumerate(coefs):
+                mach[2 + line].append(np.full(k, coef))
         toks[0] += [ii, ii]
         toks[1] += [x, d]
         pref[0].append(ii)
@@ -230,14 +239,15 @@ def _grouped(interval: np.ndarray, cols: np.ndarray, vals: np.ndarray, nint: int
     return order, bounds, cols[order], vals[order]
 
 
-def _interval_rows(m: _Model, nint: int, mach, fixed: float, R, o, step: float) -> None:
-    iv, cols, vals = np.concatenate(mach[0]), np.concatenate(mach[1]), np.concatenate(mach[2])
-    _, bnd, cols, vals = _grouped(iv, cols, vals, nint)
-    for i in range(nint):
-        cc, vv = cols[bnd[i] : bnd[i + 1]], vals[bnd[i] : bnd[i + 1]]
-        head_c = [R[i], o[i]] + ([o[i - 1]] if i else [])
-        head_v = [fixed, -1.0] + ([1.0] if i else [])
-        m.row(np.concatenate([head_c, cc]), np.concatenate([head_v, vv]), hi=step)
+def _interval_rows(m: _Model, nint: int, mach, fixed: list[float], R, o, step: float) -> None:
+    iv, cols0 = np.concatenate(mach[0]), np.concatenate(mach[1])
+    for line, fx in enumerate(fixed):
+        _, bnd, cols, vals = _grouped(iv, cols0, np.concatenate(mach[2 + line]), nint)
+        for i in range(nint):
+            cc, vv = cols[bnd[i] : bnd[i + 1]], vals[bnd[i] : bnd[i + 1]]
+            head_c = [R[i], o[i]] + ([o[i - 1]] if i else [])
+            head_v = [fx, -1.0] + ([1.0] if i else [])
+            m.row(np.concatenate([head_c, cc]), np.concatenate([head_v, vv]), hi=step)
 
 
 def _budget_rows(m: _Model, nint: int, parts, R, cap: float) -> None:
@@ -309,6 +319,20 @@ def pick_form(forms: list[Separable], tau_max: int) -> Separable:
     )
 
 
+def machine_forms(forms: list[Separable], tau_max: int) -> list[Separable]:
+    """The forms whose machine rows the LP takes: :func:`pick_form`'s, and the one with the largest fixed part.
+
+    Each form's row holds for every schedule, so several only tighten the LP. Under a stepped fit the
+    form charging most to a half-full batch is a hull edge with a small fixed part (6.7 ms on
+    ``llama-2-7b_a100-80gb_tp1``), which lets short decode batches run more often than the flat line at
+    the fit's smallest batch time (9.5 ms) allows: the two rows together gave 3,501 against 3,156 for
+    the first alone on the A100 row (D = 3.04 s; every form, six rows, 3,505).
+    """
+    first = pick_form(forms, tau_max)
+    flat = max(forms, key=lambda f: (f.fixed + min(f.fixed_decode, f.fixed_prefill), -f.per_token))
+    return [first] if flat is first else [first, flat]
+
+
 def fluid_lp_bound(
     instance: Instance,
     deadline: Deadline | None = None,
@@ -348,7 +372,9 @@ def fluid_lp_bound(
         step = max(window * n / cells, (span + window) / cells, 1e-9)
     if step > coarsest * window:  # an interval as long as a good part of the window proves next to nothing
         return FluidLPResult(None, step, window, 0, time.monotonic() - started, "grid too coarse")
-    built = _build(instance, f, float(step), float(window), float(t_max), deadline)
+    built = _build(
+        instance, machine_forms(forms, tau_max), float(step), float(window), float(t_max), deadline
+    )
     if built is None:
         return FluidLPResult(None, step, window, 0, time.monotonic() - started, "deadline while building")
     m, const, n_cells = built
