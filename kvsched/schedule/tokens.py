@@ -473,25 +473,41 @@ def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
     per_entry = np.zeros(e, dtype=np.int64)  # completed requests taking part in each entry
     into = np.zeros(e, dtype=np.int64)  # ... of them right after the entry before
     far_values = []
+    # Each entry's largest step for a participation that came from the entry before (into_max) and
+    # for one that did not (inner_max), interleaved: one gather per participation picks its own.
+    steps_of = np.stack((inner_max, into_max), axis=1).reshape(-1)
     for a, b in _chunks(key.size):
-        # This chunk's participations, after the one before the chunk (a sentinel before the first).
         if a:
+            # This chunk's participations, after the one before the chunk.
             pos, ent = _split(key[a - 1 : b], shift)
+            cur_pos, cur_ent = pos[1:], ent[1:]
+            first = cur_pos != pos[:-1]  # the request's first participation
+            adjacent = ~first & (cur_ent == ent[:-1] + 1)
         else:
-            pos, ent = (np.concatenate(([-1], x)) for x in _split(key[:b], shift))
-        cur_pos, cur_ent, before = pos[1:], ent[1:], ent[:-1]
-        first = cur_pos != pos[:-1]  # the request's first participation
-        adjacent = ~first & (cur_ent == before + 1)
+            # The first chunk: its first participation is its request's first (no sentinel joined to
+            # the chunk's arrays: a copy of each).
+            cur_pos, cur_ent = pos, ent = _split(key[:b], shift)
+            first = np.empty(pos.size, dtype=bool)
+            first[0] = True
+            np.not_equal(pos[1:], pos[:-1], out=first[1:])
+            adjacent = np.zeros(pos.size, dtype=bool)
+            np.equal(ent[1:], ent[:-1] + 1, out=adjacent[1:])
+            adjacent &= ~first
         far = np.flatnonzero(~first & ~adjacent)
-        far_gap = first_end[cur_ent[far]] - last_end[before[far]]
-        generated += np.bincount(cur_pos, weights=lengths[cur_ent], minlength=n)
-        # Each request's largest gap: its entries' inner steps, and the gap before each entry.
-        largest = np.where(adjacent, into_max[cur_ent], inner_max[cur_ent])
-        largest[far] = np.maximum(largest[far], far_gap)
+        # The participation before each far one (past the first, never a request's first).
+        far_gap = first_end[cur_ent[far]] - last_end[ent[far] if a else ent[far - 1]]
         at = np.flatnonzero(first)
         if not at.size or at[0]:  # the chunk starts inside a request's participations
             at = np.concatenate(([0], at))
-        owner = cur_pos[at]
+        owner = cur_pos[at]  # distinct: the keys are sorted by request
+        # Tokens: each participation's entry's batches (integer sums per request: exact in float64).
+        generated[owner] += np.add.reduceat(lengths[cur_ent], at)
+        # Each request's largest gap: its entries' inner steps, and the gap before each entry.
+        pick = cur_ent << 1
+        pick += adjacent
+        largest = steps_of[pick]
+        del pick
+        largest[far] = np.maximum(largest[far], far_gap)
         tbt_max[owner] = np.maximum(tbt_max[owner], np.maximum.reduceat(largest, at))
         del largest
         counted = None if all_done else done[cur_pos]
