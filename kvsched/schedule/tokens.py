@@ -534,10 +534,12 @@ def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
         values = np.concatenate([values, *far])
         counts = np.concatenate([counts, np.ones(values.size - counts.size, dtype=np.int32)])
     del far_values, far
-    # The counts in value order; the values sorted in place (equal values are the same float: no
-    # gap is -0.0 or NaN here), one array fewer than gathering them by the order too.
-    counts = counts[np.argsort(values, kind="stable")]
-    values.sort(kind="stable")
+    # The values and counts in value order, both gathered by one sort's order: a second sort of the
+    # values (0.2 s at 3.7 million, azure-100k) costs more than the one array of them it would save
+    # at the peak (30 MB there).
+    order = np.argsort(values, kind="stable")
+    counts, values = counts[order], values[order]
+    del order
     itl_values, itl_counts = merge_counts(values, counts)
     return TokenStats(generated.astype(np.int64), tbt_max, itl_values, itl_counts)
 
