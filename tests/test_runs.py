@@ -196,6 +196,11 @@ def test_simulate_command_writes_npz_that_validate_and_convert_read(tmp_path, ca
     replayed = capsys.readouterr().out
     # The summary of the one-pass run equals the independent replay's (the runtime line aside).
     assert one_pass.split("simulated")[0] == replayed.split("simulated")[0]
+    # The batch count printed (the core's) is the schedule's, a run of k counting k.
+    batches = len(load_schedule(out, inst))
+    assert batches > len(load_schedule(out, inst).entries)
+    for text in (one_pass, replayed):
+        assert f"simulated {batches} batches in " in text
     assert load_schedule(out, inst).has_runs
     assert main(["validate", str(tmp_path / "inst.json"), str(out)]) == 0
     assert "valid:" in capsys.readouterr().out
