@@ -81,6 +81,13 @@ s), 0.04 s loading a 10k trace (no pandas, no pydantic) and 0.2 s (10k) to 3 s
 (100k) on the batch clock, the token statistics and the run metrics. Where each
 change came from: ``docs/simulation.md``.
 
+Eighth pass (``docs/simulation.md``), 7274a76 against 432b1fe / 110389b, fresh
+processes interleaved at load 1.5-1.9: sharegpt-10k-t0 loop 0.91-0.95 -> 0.83-0.86,
+command 1.23-1.31 -> 1.13-1.17 s wall (target 1: missed), peak 188 -> 176 MB;
+azure-10k loop 1.35-1.37 (unchanged within noise; target 1: missed), command
+1.70-1.88 -> 1.67-1.71 s wall; azure-100k command 17.2-19.0 -> 16.0-16.5 s wall
+(target 15: missed), peak 684 -> 706 MB.
+
 Identical results: every run of ``schedule_fingerprint.py --check`` against the
 pre-issue fingerprints gave 288/288 unchanged.
 """
