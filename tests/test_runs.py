@@ -119,6 +119,43 @@ def test_closed_form_run_times_equal_the_batch_times_bit_for_bit(model):
         np.testing.assert_array_equal(fast, np.array(slow))
 
 
+@pytest.mark.parametrize("model", sorted(REGISTRY))
+def test_run_times_up_to_a_time_are_the_run_times_cut_bit_for_bit(model):
+    """decode_run_until: the batches of decode_run_times that start before a time, and their ends
+    (the running sum from the start), or None where the model leaves the cut to the caller."""
+    from kvsched.costmodel.base import decode_run_until
+    from kvsched.costmodel.small import SMALL
+    from kvsched.schedule.core import TIME_TOL
+
+    params = dict(resolve_cost_model("llama-2-7b_a100-80gb_tp1")[1]) if model == "calibrated" else {}
+    cost = make_cost_model(model, params)
+    rng = np.random.default_rng(11)
+    answered = 0
+    for n in (1, 7, 80):
+        context = rng.integers(1, 3000, n)
+        for k in (1, 5, SMALL, SMALL + 1, 300):
+            durations = decode_run_times(cost, context, k)
+            start = float(rng.uniform(0, 100))
+            ends = np.add.accumulate(np.concatenate(([start], durations)))[1:]
+            starts = ends - durations  # (not the sums themselves: only to pick untils)
+            for until in (start, start + TIME_TOL, *rng.choice(starts, 3).tolist(), float(ends[-1]) + 1.0):
+                got = decode_run_until(cost, context, k, start, until, TIME_TOL)
+                keep = 0
+                t = start
+                for d in durations.tolist():  # the stepper's cut, spelled out
+                    if t + TIME_TOL >= until:
+                        break
+                    t += d
+                    keep += 1
+                if got is None:
+                    assert (k > SMALL and keep >= SMALL) or not hasattr(cost, "decode_run_until")
+                    continue
+                answered += 1
+                np.testing.assert_array_equal(got[0], durations[:keep])
+                assert got[1] == ends[:keep].tolist()
+    assert answered or not hasattr(cost, "decode_run_until")
+
+
 def _run_fixture():
     inst = INSTANCES["tight-unit"]
     result = simulate(inst, make_policy("sarathi"))

@@ -301,6 +301,29 @@ class CalibratedCost:
         t += base
         return t
 
+    def decode_run_until(
+        self, context: np.ndarray, k: int, start: float, until: float, tol: float
+    ) -> tuple[np.ndarray, list[float]] | None:
+        """:func:`~kvsched.costmodel.base.decode_run_until`: :meth:`decode_run_times`' floats, priced
+        one by one while the batch starts before ``until``, for up to SMALL batches (``None`` past)."""
+        n = float(context.size)
+        base = self._token_scalar(n)
+        kv0, b0, b1, b2n = float(isum(context)), self.b0, self.b1, self.b2 * n
+        out: list[float] = []
+        ends: list[float] = []
+        t = start
+        for j in range(min(k, SMALL)):
+            if t + tol >= until:
+                break
+            d = (((j * n + kv0) * b1) + b0 + b2n) + base  # (decode_run_times' operations, in its order)
+            t += d
+            out.append(d)
+            ends.append(t)
+        else:
+            if k > SMALL:
+                return None  # the cut lies further: the caller prices the run on arrays
+        return np.array(out, dtype=np.float64), ends
+
     def chunk_run_times(
         self, context: np.ndarray, chunk_context: int, chunk_tokens: int, k: int, last: int = 0
     ) -> np.ndarray:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvsched.costmodel.base import chunk_run_times, decode_run_times
+from kvsched.costmodel.base import chunk_run_times, decode_run_times, decode_run_until
 from kvsched.costmodel.small import SMALL, imax, imin, isum, nonzero
 from kvsched.schedule.ir import Chunk, Phase, Run, batch_starts
 from kvsched.schedule.records import BatchRecord, Rule, RunRecord, ScheduleError, Violation
@@ -191,6 +191,7 @@ class RunSteps:
         if self.cost_model is None:
             raise ValueError("plan_run needs a cost model")
         limit, last, completes = self._plan_limit(requests, chunk)
+        ends: list[float] | np.ndarray | None = None
         if not limit:
             durations = np.zeros(0)
         elif chunk:
@@ -205,8 +206,17 @@ class RunSteps:
                 last,
             )
         else:
-            durations = decode_run_times(self.cost_model, self.kv[requests], limit)
-        ends = None
+            kv = self.kv[requests]
+            priced = None
+            if until is not None:  # only the batches that start before it, where the model can
+                priced = decode_run_until(self.cost_model, kv, limit, self.clock, until, TIME_TOL)
+            if priced is not None:
+                durations, ends = priced
+                if durations.size < limit:
+                    limit = int(durations.size)
+                until = None  # (cut)
+            else:
+                durations = decode_run_times(self.cost_model, kv, limit)
         if until is not None and limit:
             durations, ends = _cut(self.clock, durations, until)
             if durations.size < limit:
