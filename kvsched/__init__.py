@@ -15,9 +15,10 @@ torch are imported only by what needs them.
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from kvsched.lazy import lazy_names
 
 
 def _version() -> str:
@@ -125,20 +126,18 @@ def example(name: str) -> Path:
     return path
 
 
+_exported, _listed = lazy_names("kvsched", _EXPORTS, globals())
+
+
 def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if name == "__version__":
-        value: Any = _version()
-    elif module is None:
-        raise AttributeError(f"module 'kvsched' has no attribute {name!r}")
-    else:
-        value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later lookups skip __getattr__
+    if name != "__version__":
+        return _exported(name)  # imports the name's module, then keeps the name here
+    value = globals()["__version__"] = _version()
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS, "__version__"})
+    return sorted({*_listed(), "__version__"})
 
 
 # Spelled out (not built from _EXPORTS) so that linters and IDEs read it; a test checks they agree.
