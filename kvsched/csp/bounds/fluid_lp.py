@@ -24,7 +24,8 @@ generate one of j's tokens 2..O (a decode, or the last chunk of a refill). Then
 Objective (the mean-busy-time form): the generating batches of j's tokens u = 2..O start at
 ``t_2 < ... < t_O``, and ``C_j >= t_u + sum_{v >= u} b_v`` (each later one is a separate batch of at
 least ``b_v = F + g``, the most any of the forms charges it); averaging over u,
-``C_j - a_j >= mean_u (t_u - a_j) + sum_v (v - 1) b_v / (O - 1)``, and ``t_u >= max(start of its interval, a_j)``. Requests with O = 1 take their isolated prompt time.
+``C_j - a_j >= mean_u (t_u - a_j) + sum_v (v - 1) b_v / (O - 1)``, and ``t_u >= max(start of its
+interval, a_j)``. Requests with O = 1 take their isolated prompt time.
 Batches later than ``window`` after a_j are put in one overflow column at that time, with no capacity
 (a relaxation), which keeps the LP to the intervals near each arrival.
 
@@ -162,9 +163,8 @@ def _build(
     r_max = (step + t_max) / delta + 1.0
     R = m.cols(nint, r_max)
     o = m.cols(nint, t_max)
-    mach: list[list[np.ndarray]] = [
-        [] for _ in range(2 + len(lines))
-    ]  # interval, col, a coefficient per line
+    # The machine rows' entries: interval, column, then a coefficient per form of ``lines``.
+    mach: list[list[np.ndarray]] = [[] for _ in range(2 + len(lines))]
     toks: list[list[np.ndarray]] = [[] for _ in range(2)]  # tokens (x and d)
     pref: list[list[np.ndarray]] = [[] for _ in range(2)]  # prefill tokens (x)
     runs: list[list[np.ndarray]] = [[] for _ in range(2)]  # items (e and d)
