@@ -148,32 +148,24 @@ def _run_limit(
     """The most batches a run of the items ``req`` may take from the engine's clock (0: none), planned.
 
     The core's limit (:meth:`EngineState.plan_run`, whose plan :meth:`EngineState.make_run`
-    then takes), cut before the first batch that starts once the next request has arrived
-    (the policy would see it) and, with a ``horizon``, to the batches that start before
+    then takes), planned up to the first batch that starts once the next request has arrived
+    (the policy would see it) and, with a ``horizon``, cut to the batches that start before
     ``horizon`` and end by it (as the lock-step run decides and commits them; both
     within :data:`TIME_TOL`).
     """
-    upcoming = view.next_arrival()  # the first request the policy has not seen
-    if horizon is None:
-        # A batch that starts once the next request has arrived sees it: the core plans up to it.
-        return state.plan_run(req, chunk, upcoming)[0]
-    limit, durations = state.plan_run(req, chunk)
-    if not limit:
-        return 0
+    # A batch that starts once the next request has arrived sees it: the core plans up to it.
+    limit, durations = state.plan_run(req, chunk, view.next_arrival())
+    if horizon is None or not limit:
+        return limit
     starts = batch_starts(state.clock, durations)  # a fresh array
     # Decided while start < horizon - TOL, committed while end <= horizon + TOL
     # (ends are the next starts: the same running sum, bit for bit).
     ends = starts + durations
-    limit = min(
+    return min(
         limit,
         int(starts.searchsorted(horizon - TIME_TOL, "left")),
         int(ends.searchsorted(horizon + TIME_TOL, "right")),
     )
-    if upcoming is not None:
-        # A batch that starts once the next request has arrived sees it: the run stops before.
-        starts += TIME_TOL
-        limit = min(limit, int(starts.searchsorted(upcoming, "left")))
-    return limit
 
 
 def _repeat(
