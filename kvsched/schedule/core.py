@@ -610,17 +610,16 @@ class EngineState(RunSteps):
             self._left[req] = left
         generated = self.generated[gen] + _ONE
         self.generated[gen] = generated
+        # A decode is already in the decode phase, and only a prefill makes a first token; when gen is
+        # the decodes alone, no prompt or refill finished.
         if finished_prompts:
-            # A decode is already in the decode phase, and only a prefill makes a first token.
             generated_of, first_token = self.generated, self.first_token
             for r in finished_prompts:
                 self.refilling[r] = False
                 self._phase[r] = _DECODE
                 if generated_of.item(r) == 1:
                     first_token[r] = end
-        elif (
-            gen.size != num_decodes and tail is None
-        ):  # (else gen is the decodes: no prompt or refill finished)
+        elif gen.size != num_decodes and tail is None:
             self.refilling[gen] = _FALSE
             self._phase[gen] = _DECODE_CODE
             self.first_token[gen[generated == _ONE]] = end

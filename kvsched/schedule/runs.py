@@ -450,9 +450,8 @@ class RunSteps:
             )
         if completed.size:
             self._complete(completed, run.end)
-        if (
-            chunk is None or last
-        ):  # every item generated in the last batch (a chunk only when it was the last)
+        # Every item generated in the last batch (a chunk only when it was its prompt's last).
+        if chunk is None or last:
             self._generated_all = (
                 self.num_batches + k,
                 tail.generated if tail is not None else req,
