@@ -364,7 +364,8 @@ def fluid_lp_bound(
     t_max = max_batch_seconds(cost, tau_max, lim.kv_blocks * lim.block_size, s_max)
     if t_max is None:
         return FluidLPResult(None, 0.0, 0.0, 0, 0.0, "not supported")
-    f = pick_form(forms, tau_max)
+    lines = machine_forms(forms, tau_max)
+    f = lines[0]  # pick_form's: it sizes the window
     span = max(r.arrival for r in instance.requests)
     if window is None:
         window = 16.0 * _mean_isolated(instance, f)
@@ -372,9 +373,7 @@ def fluid_lp_bound(
         step = max(window * n / cells, (span + window) / cells, 1e-9)
     if step > coarsest * window:  # an interval as long as a good part of the window proves next to nothing
         return FluidLPResult(None, step, window, 0, time.monotonic() - started, "grid too coarse")
-    built = _build(
-        instance, machine_forms(forms, tau_max), float(step), float(window), float(t_max), deadline
-    )
+    built = _build(instance, lines, float(step), float(window), float(t_max), deadline)
     if built is None:
         return FluidLPResult(None, step, window, 0, time.monotonic() - started, "deadline while building")
     m, const, n_cells = built
