@@ -119,6 +119,8 @@ def test_an_expired_deadline_still_returns_a_valid_bound():
         (10, 0.3, None, False, "total-latency"),
         (12, 0.2, None, True, "total-latency"),
         (8, 0.3, 6, False, "total-latency"),
+        (8, 0.3, 4, True, "total-latency"),  # prompts of up to 11 tokens: up to two prompt batches
+        (8, 0.3, 4, True, "sum-ttft"),
         (10, 0.3, None, True, "sum-ttft"),
     ],
 )
@@ -151,6 +153,28 @@ def test_numba_and_numpy_pricings_agree(inst, seed, objective):
     # Re-pricing from last call's chains narrows the band only: same value.
     again = evaluate(data, y, z, prev=pricing.chains)
     assert again.value == pytest.approx(pricing.value, abs=1e-9)
+
+
+@pytest.mark.parametrize("objective", CHAIN_OBJECTIVES)
+def test_prompt_batches_before_the_first_token_hold_kv(objective):
+    """I = 10 under q = 4 takes three batches; the two before the first token's hold >= 10 - 2*4 = 2 and
+    >= 10 - 4 = 6 tokens. At y = 1 in every slot (40 of them: a chain past them costs more) the chain costs 2 + 6 + 10 (KV) + 2 + 1 (first token in
+    slot 2) + 11 (the second token's KV) for total latency."""
+    inst = Instance(
+        (Request("a", 0.0, 10, 2),), Limits(kv_capacity=20, max_batch_tokens=4), TimeModel("unit")
+    )
+    data = ChainData.from_instance(inst, objective)
+    assert data.chunk == 4
+    assert list(data.pre_offset) == [0, 2]
+    pricing = evaluate(data, np.ones(40), np.zeros(40))
+    kv = 2 + 6 + 10 + (11 if objective == "total-latency" else 0)
+    assert pricing.price[0] == pytest.approx(kv + (4 if objective == "total-latency" else 3))
+    assert evaluate_numpy(data, np.ones(40), np.zeros(40)) == pytest.approx(pricing.value)
+    assert pricing.load[:3] == pytest.approx([2, 6, 10])
+    # Without them the same chain costs 8 less: the relaxation with them is the tighter one.
+    assert evaluate(data.without_prompt_batches(), np.ones(40), np.zeros(40)).value == pytest.approx(
+        pricing.value - 8
+    )
 
 
 def test_warm_start_counts_requests_in_the_system():

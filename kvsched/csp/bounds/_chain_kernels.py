@@ -11,7 +11,10 @@ padded horizon, so the two agreeing checks the band as well as the compiled code
 Arrays (one entry per request): ``release`` (first slot it may use), ``earliest``
 (first slot its first token may be generated in), ``output`` (O), ``prompt`` (I),
 ``arrival`` (in slots, real), ``offset`` (start of its chain in the flat chain
-array, the cumulative sum of ``output``). ``y`` and ``z`` are padded with zeros
+array, the cumulative sum of ``output``), ``pre_offset`` (start of its prompt batches
+in the flat array of those, ``n + 1`` entries; request ``j`` has ``pre_offset[j + 1] -
+pre_offset[j] = earliest - release`` of them under a chunk cap ``chunk = q > 0``, none
+without one). ``y`` and ``z`` are padded with zeros
 past the dual horizon so that every slot a chain may use has a price.
 """
 
@@ -33,6 +36,13 @@ def _weight(prompt: int, u: int, block: int) -> float:
     return float((prompt + u - 1 + block - 1) // block)
 
 
+@nb.njit(cache=True, inline="always")
+def _pre_weight(prompt: int, m: int, chunk: int, block: int) -> float:
+    """Blocks held by the ``m``-th prompt batch before the first token's: at least ``I - m q`` tokens."""
+    rest = prompt - m * chunk
+    return float((rest + block - 1) // block) if rest > 0 else 0.0
+
+
 @nb.njit(cache=True)
 def _price_one(
     j,
@@ -51,10 +61,17 @@ def _price_one(
     use_prev,
     chains,
     pslot,
+    chunk,
+    pre_offset,
+    pre_chains,
 ):  # pragma: no cover - compiled
     e = earliest[j]
     o = output[j]
     a = arrival[j]
+    r = release[j]
+    # The prompt batches before the first token's: k = 1..npre in slots r + k - 1 + d (d the band index),
+    # the k-th holding at least I - (npre - k + 1) q tokens (each later batch processes <= q of them).
+    npre = pre_offset[j + 1] - pre_offset[j]
     big = y.size  # every slot >= the padded length is priced 0 (the arrays end in zeros)
     # Prompt tokens under the budget rows: z_t for the token generating in slot t, and the I - 1
     # others in the cheapest slot of [release, t] (the per-slot cap q dropped: a relaxation).
@@ -80,13 +97,14 @@ def _price_one(
             c += _weight(prompt[j], u, block) * y[t]
             if has_z and u > 1:
                 c += z[t]
+    c += _pre_cost(prompt[j], npre, chunk, block, y, e - npre)
     if objective == LATENCY:
         c += e + o - a
     else:
         c += e + 1 - a
     ub = min(ub, c)
-    # (2) every op past the padded horizon, where nothing is priced
-    t0 = max(big, e)
+    # (2) every op past the padded horizon, where nothing is priced (the prompt batches too)
+    t0 = max(big + npre, e)
     ub = min(ub, t0 + (o if objective == LATENCY else 1) - a)
     # (3) the previous optimum chain, re-priced
     if use_prev and prev[offset[j]] >= 0:
@@ -102,6 +120,7 @@ def _price_one(
                 if has_z and u > 1:
                     c += z[t]
         t1 = prev[offset[j]]
+        c += _pre_cost(prompt[j], npre, chunk, block, y, t1 - npre)  # prompt batches just before t1
         if has_z:
             mm = pre_min
             for s in range(e, min(t1 + 1, big)):
@@ -122,6 +141,32 @@ def _price_one(
         width = int(np.floor(a + ub - 1 - e + BAND_TOL)) + 1
     width = max(width, 1)
 
+    # The prompt batches: g[d] is the cheapest run of the first k of them with the k-th at r + k - 1 + d;
+    # the first op at e + d follows the last of them at any d' <= d (gm, garg).
+    g = np.zeros(width)
+    parg = np.empty((max(npre, 1), width), dtype=np.int32)
+    for k in range(1, npre + 1):
+        run = np.inf
+        ra = 0
+        wk = _pre_weight(prompt[j], npre - k + 1, chunk, block)
+        for d in range(width):
+            if g[d] < run:
+                run = g[d]
+                ra = d
+            parg[k - 1, d] = ra
+            t = r + k - 1 + d
+            g[d] = run + (wk * y[t] if t < big else 0.0)
+    gm = np.zeros(width)
+    garg = np.zeros(width, dtype=np.int32)
+    if npre > 0:
+        run = np.inf
+        ra = 0
+        for d in range(width):
+            if g[d] < run:
+                run = g[d]
+                ra = d
+            gm[d] = run
+            garg[d] = ra
     f = np.empty(width)
     p1 = np.empty(width, dtype=np.int64)  # where the other prompt tokens go, per first-op slot
     m = pre_min
@@ -136,7 +181,7 @@ def _price_one(
                     m = z[t]
                     marg = t
                 v += z[t] + rest * m
-        f[d] = v
+        f[d] = v + gm[d]
         p1[d] = marg
     if objective == TTFT:
         best = np.inf
@@ -150,6 +195,7 @@ def _price_one(
         for u in range(2, o + 1):
             chains[offset[j] + u - 1] = -1
         pslot[j] = p1[bd]
+        _backtrack_prompt(j, npre, r, garg[bd], parg, pre_offset, pre_chains)
         return best
 
     arg = np.empty((o, width), dtype=np.int32)
@@ -184,7 +230,28 @@ def _price_one(
         if u > 1:
             d = arg[u - 2, d]
     pslot[j] = p1[d]
+    _backtrack_prompt(j, npre, r, garg[d], parg, pre_offset, pre_chains)
     return best
+
+
+@nb.njit(cache=True, inline="always")
+def _pre_cost(prompt, npre, chunk, block, y, first):  # pragma: no cover - compiled
+    """The price of ``npre`` prompt batches in slots ``first .. first + npre - 1``."""
+    c = 0.0
+    for k in range(1, npre + 1):
+        t = first + k - 1
+        if t < y.size:
+            c += _pre_weight(prompt, npre - k + 1, chunk, block) * y[t]
+    return c
+
+
+@nb.njit(cache=True, inline="always")
+def _backtrack_prompt(j, npre, r, d, parg, pre_offset, pre_chains):  # pragma: no cover - compiled
+    """Write the slots of request ``j``'s prompt batches, the last at band index ``d``."""
+    for k in range(npre, 0, -1):
+        pre_chains[pre_offset[j] + k - 1] = r + k - 1 + d
+        if k > 1:
+            d = parg[k - 1, d]
 
 
 @nb.njit(cache=True, parallel=True)
@@ -201,8 +268,11 @@ def price_chains(
     objective,
     prev,
     use_prev,
+    chunk,
+    pre_offset,
 ):  # pragma: no cover - compiled
-    """Each request's cheapest chain under ``(y, z)``: prices, flat chain slots, prompt slots.
+    """Each request's cheapest chain under ``(y, z)``: prices, flat chain slots, prompt slots, the slots of
+    the prompt batches before the first token's (flat, at ``pre_offset``).
 
     Exact: a chain costing more than a known chain (contiguous from the earliest
     slot, all past the horizon, or last call's optimum ``prev``) is never
@@ -213,6 +283,7 @@ def price_chains(
     price = np.empty(n)
     chains = np.empty(offset[n - 1] + output[n - 1], dtype=np.int64)
     pslot = np.empty(n, dtype=np.int64)
+    pre_chains = np.empty(pre_offset[n], dtype=np.int64)
     has_z = z.size > 0
     for j in nb.prange(n):
         price[j] = _price_one(
@@ -232,15 +303,26 @@ def price_chains(
             use_prev,
             chains,
             pslot,
+            chunk,
+            pre_offset,
+            pre_chains,
         )
-    return price, chains, pslot
+    return price, chains, pslot, pre_chains
 
 
 @nb.njit(cache=True)
-def chain_loads(output, prompt, offset, block, chains, pslot, horizon, with_tokens):  # pragma: no cover
-    """Blocks (and tokens) the chains put in each slot ``< horizon``."""
+def chain_loads(
+    output, prompt, offset, block, chains, pslot, horizon, with_tokens, chunk, pre_offset, pre_chains
+):  # pragma: no cover - compiled
+    """Blocks (and tokens) the chains and their prompt batches put in each slot ``< horizon``."""
     load = np.zeros(horizon)
     tokens = np.zeros(horizon if with_tokens else 0)
+    for j in range(output.size):
+        npre = pre_offset[j + 1] - pre_offset[j]
+        for k in range(1, npre + 1):
+            t = pre_chains[pre_offset[j] + k - 1]
+            if 0 <= t < horizon:
+                load[t] += _pre_weight(prompt[j], npre - k + 1, chunk, block)
     for j in range(output.size):
         for u in range(1, output[j] + 1):
             t = chains[offset[j] + u - 1]
@@ -263,11 +345,13 @@ def price_chains_numpy(
     y: np.ndarray,
     z: np.ndarray,
     objective: int,
+    chunk: int = 0,
 ) -> np.ndarray:
     """The reference: each request's optimum chain price by the full dynamic programme (no band).
 
     Slots run from ``earliest`` to the padded length of ``y`` plus ``O``
-    (past the padding every price is 0, so no chain ends later and gains).
+    (past the padding every price is 0, so no chain ends later and gains); under a
+    chunk cap the ``earliest - release`` prompt batches run over slots from ``release``.
     """
     big = y.size
     prices = np.empty(output.size)
@@ -280,6 +364,7 @@ def price_chains_numpy(
             zz = np.where(slots < big, z[np.minimum(slots, big - 1)], 0.0)
             before = z[release[j] : e].min(initial=np.inf) if e > release[j] else np.inf
             f = f + zz + (i_j - 1) * np.minimum(np.minimum.accumulate(zz), before)
+        f = f + _prompt_batches_numpy(int(release[j]), e, i_j, chunk, block, y, slots)
         if objective == TTFT:
             prices[j] = float(np.min(f + slots + 1 - a))
             continue
@@ -295,6 +380,25 @@ def price_chains_numpy(
                 zz = zz[1:]
         prices[j] = float(np.min(f + slots + 1 - a))
     return prices
+
+
+def _prompt_batches_numpy(
+    r: int, e: int, i_j: int, chunk: int, block: int, y: np.ndarray, slots: np.ndarray
+) -> np.ndarray | float:
+    """The cheapest run of the ``e - r`` prompt batches ending before each first-op slot in ``slots``."""
+    npre = e - r if chunk else 0
+    if npre == 0:
+        return 0.0
+    grid = np.arange(r, int(slots[-1]) + 1)
+    price = np.where(grid < y.size, y[np.minimum(grid, y.size - 1)], 0.0)
+    g = _pre_weight(i_j, npre, chunk, block) * price  # the first of them, in any slot from r
+    for k in range(2, npre + 1):
+        g = (
+            np.concatenate([[np.inf], np.minimum.accumulate(g)[:-1]])
+            + _pre_weight(i_j, npre - k + 1, chunk, block) * price
+        )
+    last = np.concatenate([[np.inf], np.minimum.accumulate(g)[:-1]])  # the last one at any earlier slot
+    return last[slots - r]
 
 
 @nb.njit(cache=True, inline="always")

@@ -16,9 +16,14 @@ prefill, a decode and a refill all end with every known token held), so
 
     sum over the ops (j, u) with t_{j,u} = t of  w_{j,u}  <=  M,   w_{j,u} = blocks(I_j + u - 1),  (mem_t)
 
-for every slot ``t``. Batches that only process prompt chunks, requests that
-hold KV while paused, and refills hold more: dropping them only relaxes
-(mem_t). With a token budget ``C``, the generating batch processes at least one
+for every slot ``t``. Under a chunk cap ``q`` the first token's batch is the last
+of at least ``K_j = ceil(I_j / q)`` batches of the prompt's last pass (after an
+eviction the prompt starts again from no KV), each processing at most ``q`` of
+its tokens, so the ``m``-th of them before it (``m = 1..K_j - 1``) holds at least
+``I_j - m q`` tokens after it: these **prompt batches** add
+``blocks(I_j - m q)`` to (mem_t) in strictly increasing slots ``>= r_j`` before
+``t_{j,1}``. Other prompt batches, requests that hold KV while paused, and
+refills hold more: dropping them only relaxes (mem_t). With a token budget ``C``, the generating batch processes at least one
 of the request's tokens, and its other ``I_j - 1`` prompt tokens are processed
 in slots ``[r_j, t_{j,1}]``, so
 
@@ -40,7 +45,10 @@ and a spread ``x`` of its other prompt tokens of
     t_O + 1 - a_j + sum_u (w_{j,u} y_{t_u} + z_{t_u}) + sum_t z_t x_t;
 
 the spread is linear, so at its cheapest all ``I_j - 1`` tokens sit in the
-cheapest slot ``p in [r_j, t_1]``.
+cheapest slot ``p in [r_j, t_1]``; the prompt batches add their weighted prices,
+in slots chosen independently of ``p``. (The block-constant programme of
+:mod:`kvsched.csp.bounds.chain_blocks` leaves the prompt batches out: a weaker
+relaxation, so its values are bounds too.)
 
 Chains may run past ``H``, where nothing is priced ("the zero-price tail"):
 without it the bound would silently assume the optimum ends by ``H``. The
@@ -86,7 +94,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -144,6 +152,10 @@ class ChainData:
         O, I and the arrival in slots (real).
     offset
         Where each request's chain starts in a flat chain array.
+    chunk, pre_offset
+        The chunk cap ``q = min(C, P)`` (0 without a budget), and where each request's prompt batches
+        before its first token's start in a flat array of them (``n + 1`` entries; ``earliest -
+        release`` of them each, none without a cap).
     block, capacity, budget
         Block size, KV capacity in blocks, token budget C (None: no budget rows).
     slot
@@ -158,6 +170,8 @@ class ChainData:
     prompt: np.ndarray
     arrival: np.ndarray
     offset: np.ndarray
+    chunk: int
+    pre_offset: np.ndarray
     block: int
     capacity: int
     budget: int | None
@@ -188,6 +202,7 @@ class ChainData:
         if chunk is not None:
             earliest += np.maximum(1, -(-prompt // chunk)) - 1
         offset = np.concatenate([[0], np.cumsum(output)[:-1]]).astype(np.int64)
+        pre_offset = np.concatenate([[0], np.cumsum(earliest - release)]).astype(np.int64)
         return cls(
             release=release,
             earliest=earliest,
@@ -195,6 +210,8 @@ class ChainData:
             prompt=prompt,
             arrival=arrival,
             offset=offset,
+            chunk=int(chunk or 0),
+            pre_offset=pre_offset,
             block=int(lim.block_size),
             capacity=int(lim.kv_blocks),
             budget=lim.max_batch_tokens,
@@ -205,6 +222,11 @@ class ChainData:
     @property
     def n(self) -> int:
         return int(self.output.size)
+
+    def without_prompt_batches(self) -> ChainData:
+        """The same relaxation without the prompt batches before a first token (what the block programme
+        prices: a weaker relaxation, so its values are bounds too)."""
+        return replace(self, chunk=0, pre_offset=np.zeros(self.n + 1, dtype=np.int64))
 
     def to_bound(self, value: float) -> float:
         """The objective bound (instance time unit) implied by a Lagrangian value ``value`` (slots)."""
@@ -259,13 +281,14 @@ def evaluate(
     use_prev = prev is not None
     prev = prev if prev is not None else np.zeros(1, dtype=np.int64)
     kernels = _kernels()
-    price, chains, pslot = kernels.price_chains(
+    price, chains, pslot, pre = kernels.price_chains(
         data.release, data.earliest, data.output, data.prompt, data.arrival, data.offset, data.block,
-        y, z, data.objective, prev, use_prev,
+        y, z, data.objective, prev, use_prev, data.chunk, data.pre_offset,
     )  # fmt: skip
     load, tokens = kernels.chain_loads(
-        data.output, data.prompt, data.offset, data.block, chains, pslot, y.size, z.size > 0
-    )
+        data.output, data.prompt, data.offset, data.block, chains, pslot, y.size, z.size > 0, data.chunk,
+        data.pre_offset, pre,
+    )  # fmt: skip
     value = float(price.sum() - data.capacity * y.sum())
     if z.size:
         value -= float(data.budget) * float(z.sum())
@@ -277,8 +300,9 @@ def evaluate_numpy(data: ChainData, y: np.ndarray, z: np.ndarray | None = None) 
     y = np.asarray(y, dtype=np.float64)
     z = np.zeros(0) if z is None or data.budget is None else np.asarray(z, dtype=np.float64)
     price = _kernels().price_chains_numpy(
-        data.release, data.earliest, data.output, data.prompt, data.arrival, data.block, y, z, data.objective
-    )
+        data.release, data.earliest, data.output, data.prompt, data.arrival, data.block, y, z, data.objective,
+        data.chunk,
+    )  # fmt: skip
     value = float(price.sum() - data.capacity * y.sum())
     if z.size:
         value -= float(data.budget) * float(z.sum())

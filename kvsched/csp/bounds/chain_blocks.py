@@ -100,8 +100,21 @@ def evaluate_blocks(
         data.release, data.earliest, data.output, data.prompt, data.arrival, data.offset, data.block, span,
         y, z, data.objective, prev, use_prev,
     )  # fmt: skip
+    # The block programme leaves out the prompt batches before a first token (the slot pricing's
+    # ``pre_offset``): a weaker relaxation, so still a bound, and its loads are its own subgradient.
+    none = np.zeros(data.n + 1, dtype=np.int64)
     load, tokens = _chain_kernels().chain_loads(
-        data.output, data.prompt, data.offset, data.block, chains, pslot, y.size * span, z.size > 0
+        data.output,
+        data.prompt,
+        data.offset,
+        data.block,
+        chains,
+        pslot,
+        y.size * span,
+        z.size > 0,
+        0,
+        none,
+        none,
     )
     value = float(price.sum() - data.capacity * span * y.sum())
     if z.size:

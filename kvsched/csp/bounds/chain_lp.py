@@ -1,7 +1,9 @@
 """The chain LP: the linear programme whose optimum the chain Lagrangian reaches (a yardstick for tests).
 
-Each request's chains are the paths of a small network (nodes: ops done x slot;
-arcs: wait a slot, or run the next op in this slot), so its chain polytope is
+Each request's chains are the paths of a small network (nodes: ops done x slot,
+after a prompt phase of prompt batches done x other prompt tokens placed or not x
+slot; arcs: wait a slot, or run the next op or prompt batch in this slot, or place
+the prompt tokens in this slot), so its chain polytope is
 integral and the LP with the coupling rows (mem_t) and (tok_t) of
 :mod:`kvsched.csp.bounds.chain` added has the same optimum as the Lagrangian
 dual ``max_{y, z >= 0} L(y, z)`` over the same horizon ``H`` (slots ``>= H``
@@ -32,24 +34,45 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
         i_j = int(data.prompt[j])
         lo = min(r, horizon)
         top = max(horizon, e)
-        node: dict[tuple[int, int], int] = {}
+        npre = int(data.pre_offset[j + 1] - data.pre_offset[j])
+        node: dict[tuple, int] = {}
 
-        def nid(u: int, t: int, node=node) -> int:
-            if (u, t) not in node:
-                node[(u, t)] = len(node)
-            return node[(u, t)]
+        def nid(key: tuple, node=node) -> int:
+            if key not in node:
+                node[key] = len(node)
+            return node[key]
 
         arcs: list[tuple[float, int, int | None, list[int], list[float]]] = []  # cost, from, to, rows, coefs
-        # Layer -1 (prompt tokens not placed yet) exists only with budget rows; layer 0 = prompt placed.
-        start_layer = -1 if budget else 0
+        # The prompt phase, nodes ("p", k, placed, t): k of the npre prompt batches before the first
+        # token's done, and (with budget rows) whether the other I - 1 prompt tokens are placed yet; they
+        # go in one slot of [r, t_1] whatever the batches do (the kernel's two separate minima).
+        flags = (0, 1) if budget else (1,)
         for t in range(lo, top):
-            arcs.append((0.0, nid(start_layer, t), nid(start_layer, t + 1), [], []))
-            if budget:  # place the other I - 1 prompt tokens in slot t
-                arcs.append((0.0, nid(-1, t), nid(0, t), [n_mem + t] if t < horizon else [], [i_j - 1.0]))
+            for k in range(npre + 1):
+                for f in flags:
+                    arcs.append((0.0, nid(("p", k, f, t)), nid(("p", k, f, t + 1)), [], []))
+                    if k < npre:  # prompt batch k + 1 in slot t holds >= I - (npre - k) q tokens
+                        rows, coefs = [], []
+                        rest = i_j - (npre - k) * data.chunk
+                        if t < horizon and rest > 0:
+                            rows, coefs = [t], [float(-(-rest // data.block))]
+                        arcs.append((0.0, nid(("p", k, f, t)), nid(("p", k + 1, f, t + 1)), rows, coefs))
+                if budget:  # place the other I - 1 prompt tokens in slot t
+                    rows = [n_mem + t] if t < horizon else []
+                    arcs.append(
+                        (0.0, nid(("p", k, 0, t)), nid(("p", k, 1, t)), rows, [i_j - 1.0] * len(rows))
+                    )
+            # Prompt done (and tokens placed): the first token may follow in this slot.
+            arcs.append((0.0, nid(("p", npre, 1, t)), nid((0, t)), [], []))
         layers = o if data.objective == LATENCY else 1  # TTFT: later ops are free past H
+        for k in range(npre + 1):
+            for f in flags:
+                # From slot `top` on nothing is priced: the rest of the prompt batches, then every op,
+                # contiguously.
+                arcs.append((top + npre - k + layers - a, nid(("p", k, f, top)), None, [], []))
         for u in range(layers):
             for t in range(lo if u == 0 else e + u, top):
-                arcs.append((0.0, nid(u, t), nid(u, t + 1), [], []))  # wait a slot
+                arcs.append((0.0, nid((u, t)), nid((u, t + 1)), [], []))  # wait a slot
                 if u == 0 and t < e:
                     continue
                 rows, coefs = [], []
@@ -59,14 +82,12 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
                         rows.append(n_mem + t)
                         coefs.append(1.0)
                 if u + 1 == layers:
-                    arcs.append((t + 1 - a, nid(u, t), None, rows, coefs))
+                    arcs.append((t + 1 - a, nid((u, t)), None, rows, coefs))
                 else:
-                    arcs.append((0.0, nid(u, t), nid(u + 1, t + 1), rows, coefs))
+                    arcs.append((0.0, nid((u, t)), nid((u + 1, t + 1)), rows, coefs))
             # From slot `top` on nothing is priced: finish contiguously.
-            arcs.append((top + layers - u - a, nid(u, top), None, [], []))
-        if budget:
-            arcs.append((0.0, nid(-1, top), nid(0, top), [], []))
-        source = nid(start_layer, lo)
+            arcs.append((top + layers - u - a, nid((u, top)), None, [], []))
+        source = nid(("p", 0, flags[0], lo))
         base = row
         for cost, frm, to, rows, coefs in arcs:
             r_ = [*rows, base + frm]
