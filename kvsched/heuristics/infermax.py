@@ -58,6 +58,7 @@ import numpy as np
 from kvsched.costmodel.small import SMALL, count, isum, nonzero
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.heuristics.infermax_queue import WaitingQueue
 from kvsched.heuristics.infermax_runs import RunOffers
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Phase
@@ -323,7 +324,7 @@ class InferMax(RunOffers):
         self._counter = 0  # next seq at the tail
         self._front = -1  # next seq at the front
         self._cursor = 0  # arrivals taken so far (prefix of view.arrival_order)
-        self._waiting: list[int] = []  # sorted by key
+        self._waiting = WaitingQueue()  # sorted by key
         self._running = np.zeros(0, dtype=np.int64)  # sorted by key; every one holds a reservation
         self._ones = np.ones(min(self._C, n), dtype=np.int64)  # the tokens of a batch of decodes
         self._ones.flags.writeable = False
@@ -491,21 +492,23 @@ class InferMax(RunOffers):
     def _consider_merged(self, build: _Build, view: SchedulerView) -> None:
         """One group of every request (Rank_*): running and waiting merged by priority key."""
         order, decode = build.order.tolist(), build.decode.tolist()
-        waiting, key = self._waiting, self._key
+        # The queue's live part, read in place (this call does not change the queue).
+        items, head, key = self._waiting.items, self._waiting.head, self._key
+        num_waiting = len(items) - head
         i = j = 0
-        while i < len(order) or j < len(waiting):
-            if j < len(waiting) and (i == len(order) or key[waiting[j]] < key[order[i]]):
+        while i < len(order) or j < num_waiting:
+            if j < num_waiting and (i == len(order) or key[items[head + j]] < key[order[i]]):
                 if not self._waiting_can_join(build):
-                    j = len(waiting)
+                    j = num_waiting
                     continue
-                r = waiting[j]
+                r = items[head + j]
                 if self._consider(build, r, int(view.unprocessed(r)), 0, False, -1):
                     build.admitted.append(j)
                 j += 1
             elif decode[i]:
                 # A run of decodes ahead of the next waiting request goes in bulk.
                 end = i + 1
-                bound = key[waiting[j]] if j < len(waiting) else None
+                bound = key[items[head + j]] if j < num_waiting else None
                 while end < len(order) and decode[end] and (bound is None or key[order[end]] < bound):
                     end += 1
                 self._consider_decodes(build, i, end)
@@ -640,14 +643,15 @@ class InferMax(RunOffers):
         if arrived == self._cursor:
             return
         waiting, key = self._waiting, self._key
+        items = waiting.items  # (the same list object however the queue changes: appended to in place)
         for r in view.arrival_order[self._cursor : arrived].tolist():
             self._seq[r] = self._counter
             self._counter += 1
             new = key[r] = (self._rank_value(r), self._seq[r])
-            if not waiting or key[waiting[-1]] <= new:
-                waiting.append(r)  # where insort puts it (after every key not above its own), cheaper
+            if not items or key[items[-1]] <= new:
+                items.append(r)  # where insort puts it (after every key not above its own), cheaper
             else:
-                bisect.insort(waiting, r, key=key.__getitem__)
+                waiting.insort(r, key.__getitem__)
         self._cursor = arrived
 
     def _rank_value(self, r: int) -> int:
@@ -677,14 +681,7 @@ class InferMax(RunOffers):
         waiting, key = self._waiting, self._key
         admitted = None
         if build.admitted:  # (most calls admit nothing: no list built)
-            taken = build.admitted  # increasing indices
-            if taken[-1] == len(taken) - 1:  # the queue's head (the usual case): one deletion
-                admitted = waiting[: len(taken)]
-                del waiting[: len(taken)]
-            else:
-                admitted = [waiting[j] for j in taken]
-                for j in reversed(taken):
-                    del waiting[j]
+            admitted = waiting.take(build.admitted)  # (increasing indices, usually the queue's head)
         if build.evicted:
             # Every running request holds a reservation but the ones evicted in this call.
             self._running = self._running[self._alloc[self._running] > _ZERO]
@@ -698,7 +695,7 @@ class InferMax(RunOffers):
                 self._seq[r] = self._front
                 self._front -= 1
             key[r] = (key[r][0], self._seq[r])
-            bisect.insort(waiting, r, key=key.__getitem__)
+            waiting.insort(r, key.__getitem__)
 
     def _merged(self, run: np.ndarray, new: list[int]) -> np.ndarray:
         """``run`` (sorted by key) with ``new`` inserted where their keys belong."""
