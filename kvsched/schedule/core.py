@@ -63,6 +63,7 @@ _ONE = np.array(1, dtype=np.int64)
 _DECODE_CODE = np.array(_DECODE, dtype=np.int8)
 _TRUE = np.array(True)
 _FALSE = np.array(False)
+_SEQUENCES = (tuple, list)  # evictions given as a Python sequence (an empty one is the usual case)
 
 
 @dataclass(slots=True, eq=False)
@@ -230,15 +231,19 @@ class EngineState(RunSteps):
             req = req.reshape(-1)
         if tok.ndim != 1:
             tok = tok.reshape(-1)
-        if isinstance(evicted, tuple | list) and not evicted:
+        if req.size != tok.size:
+            raise ValueError("requests, tokens and phases must have the same length")
+        if type(evicted) in _SEQUENCES and not evicted:
+            # No evictions (most batches): the phases and KV of the items are the state's.
             ev = _NO_EVICTIONS
+            phases = self._phase[req]
+            context = self.kv[req]
         else:
             ev = np.array(evicted, dtype=np.int64).reshape(-1)
             if not ev.size:
                 ev = _NO_EVICTIONS
-        if req.size != tok.size:
-            raise ValueError("requests, tokens and phases must have the same length")
-        phases, context = self._phases_after(req, ev)
+            phases, context = self._phases_after(req, ev)
+            ev.setflags(write=False)
         is_decode = phases == _DECODE_CODE
         num_decodes = count(is_decode)
         num_tokens = isum(tok)
@@ -246,7 +251,6 @@ class EngineState(RunSteps):
         req.setflags(write=False)  # (cheaper than through .flags)
         tok.setflags(write=False)
         phases.setflags(write=False)
-        ev.setflags(write=False)
         batch = Batch(float(start), float(duration), req, tok, phases, ev)
         # Its duration is right by construction while the state is unchanged: check() skips recomputing it.
         self._made = _Made(batch, self.num_batches, context, is_decode, num_decodes, num_tokens)
@@ -258,7 +262,7 @@ class EngineState(RunSteps):
         context = self.kv[req]
         if ev.size:
             hit = self._member(req, ev)
-            if hit.any():
+            if _count(hit):
                 context[hit] = 0
                 phases[hit] = np.where(self.generated[req[hit]] == 0, Phase.PREFILL, Phase.REFILL)
         return phases, context
@@ -282,6 +286,10 @@ class EngineState(RunSteps):
             return np.isin(values, pool)
         if max(_max(values), _max(pool)) >= n:
             return np.isin(values, pool)
+        return self._marked(values, pool)
+
+    def _marked(self, values: np.ndarray, pool: np.ndarray) -> np.ndarray:
+        """:meth:`_member` of positions already known to be in range (no bounds' reductions)."""
         mark = self._mark
         mark[pool] = True
         hit = mark[values]
@@ -345,7 +353,8 @@ class EngineState(RunSteps):
                 if _count(ordered[1:] == ordered[:-1]):
                     return None
             held = self.kv[ev]
-            if not imin(held) > 0 or _count(self._member(ev, req)):
+            # Both in range by now (req's reads in make_batch or above, ev's bounds just checked).
+            if not imin(held) > 0 or _count(self._marked(ev, req)):
                 return None
             ev_count = int(ev.size)
             ev_blocks = isum(self._blocks(held))
