@@ -314,7 +314,7 @@ class InferMax(RunOffers):
         self._budgets = {"C": self._C, "P": self._P, "max_running": self._R}
         self._block = lim.block_size
         self._capacity = lim.kv_blocks
-        n = len(instance)
+        n = self._n = len(instance)
         self._prompt = [r.prompt for r in instance.requests]
         self._prompt_arr = np.array(self._prompt, dtype=np.int64)
         self._alloc = np.zeros(n, dtype=np.int64)  # KV tokens reserved per request
@@ -477,16 +477,20 @@ class InferMax(RunOffers):
         build.add_decodes(pos, self._ones[: pos.size])
 
     def _consider_running(self, build: _Build, rank: int) -> None:
-        r = int(build.order[rank])
-        unprocessed = int(build.view.unprocessed(r))
-        self._consider(build, r, unprocessed, int(build.kv[rank]), bool(build.decode[rank]), rank)
+        r = build.order.item(rank)
+        kv = build.kv.item(rank)  # the view's KV of r (read in this call; the state changes after it)
+        # view.unprocessed(r) (S - m) on Python ints: a few scalar reads instead of three array ones.
+        unprocessed = self._prompt[r] + build.view.generated.item(r) - kv
+        self._consider(build, r, unprocessed, kv, build.decode.item(rank), rank)
 
     def _consider_waiting(self, build: _Build, view: SchedulerView) -> None:
         """The waiting group, in priority order, until admission stops."""
+        prompt, generated, kv = self._prompt, view.generated, view.kv
         for j, r in enumerate(self._waiting):
             if not self._waiting_can_join(build):
                 break
-            if self._consider(build, r, int(view.unprocessed(r)), 0, False, -1):
+            # view.unprocessed(r) (S - m) on Python ints (a waiting request holds no KV: m is 0).
+            if self._consider(build, r, prompt[r] + generated.item(r) - kv.item(r), 0, False, -1):
                 build.admitted.append(j)
 
     def _consider_merged(self, build: _Build, view: SchedulerView) -> None:
@@ -639,6 +643,8 @@ class InferMax(RunOffers):
     # ------------------------------------------------------------- bookkeeping
     def _take_arrivals(self, view: SchedulerView) -> None:
         """GETNEWREQUESTS: new arrivals join the waiting queue in arrival order."""
+        if self._cursor == self._n:
+            return  # every request has arrived (no clock read)
         arrived = view.num_arrived
         if arrived == self._cursor:
             return
