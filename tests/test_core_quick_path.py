@@ -63,3 +63,33 @@ def test_batches_built_by_make_batch_take_the_quick_path(built):
         again = state.make_batch(batch.start, batch.requests, batch.tokens, batch.evicted)
         assert state._quick_ok(again) and state._full_check(again) == []
         state.step(again)
+
+
+@settings(max_examples=30, deadline=None, derandomize=True, database=None)
+@given(legal_schedules(instances()), st.integers(0, 2**31))
+def test_a_few_evictions_one_by_one_equal_the_array_path(built, seed):
+    """EngineState._evict applies up to _FEW evictions on scalars: the same state as its array path."""
+    import copy
+
+    import kvsched.schedule.core as core
+
+    rng = np.random.default_rng(seed)
+    state = EngineState(built.instance, built.cost_model)
+    for batch in built.schedule.batches:
+        holders = np.flatnonzero(state.kv > 0)
+        if holders.size:
+            ev = rng.permutation(holders)[: int(rng.integers(1, holders.size + 1))]
+            scalar, vector = copy.copy(state), copy.copy(state)
+            scalar._evict(ev)
+            few, core._FEW = core._FEW, 0
+            try:
+                vector._evict(ev)
+            finally:
+                core._FEW = few
+            for name, value in vars(scalar).items():
+                other = vars(vector)[name]
+                if isinstance(value, np.ndarray):
+                    assert np.array_equal(value, other, equal_nan=value.dtype.kind == "f"), name
+                elif isinstance(value, int | float):
+                    assert value == other, name
+        state.apply(batch)

@@ -63,6 +63,7 @@ _ONE = np.array(1, dtype=np.int64)
 _DECODE_CODE = np.array(_DECODE, dtype=np.int8)
 _TRUE = np.array(True)
 _FALSE = np.array(False)
+_FEW = 8  # evictions up to this many are applied one by one (EngineState._evict)
 _SEQUENCES = (tuple, list)  # evictions given as a Python sequence (an empty one is the usual case)
 
 
@@ -453,6 +454,24 @@ class EngineState(RunSteps):
     def _evict(self, ev: np.ndarray) -> None:
         """Drop the KV of ``ev`` (distinct requests that hold KV)."""
         if not ev.size:
+            return
+        if ev.size <= _FEW:
+            # A few evictions (the usual batch's one to three): scalar reads and writes cost a fraction
+            # of a dozen array calls. The same values in the same places.
+            kv, dropped, generated, prompt = self.kv, self._dropped, self.generated, self.prompt
+            bs = self.block_size
+            for r in ev.tolist():
+                m = kv.item(r)
+                self.kv_tokens -= m
+                self.kv_blocks -= m if bs == 1 else -(-m // bs)
+                kv[r] = 0
+                dropped[r] = dropped.item(r) + m
+                g = generated.item(r)
+                self._left[r] = prompt.item(r) + g  # all S tokens again
+                self.refilling[r] = g > 0
+                self._phase[r] = _REFILL if g > 0 else _PREFILL
+                self.evictions[r] = self.evictions.item(r) + 1
+            self.num_holding -= int(ev.size)
             return
         kv_ev = self.kv[ev]
         self.kv_tokens -= isum(kv_ev)
