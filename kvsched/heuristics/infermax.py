@@ -485,8 +485,11 @@ class InferMax(RunOffers):
 
     def _consider_waiting(self, build: _Build, view: SchedulerView) -> None:
         """The waiting group, in priority order, until admission stops."""
+        waiting = self._waiting
+        if not waiting.items:
+            return
         prompt, generated, kv = self._prompt, view.generated, view.kv
-        for j, r in enumerate(self._waiting):
+        for j, r in enumerate(waiting):
             if not self._waiting_can_join(build):
                 break
             # view.unprocessed(r) (S - m) on Python ints (a waiting request holds no KV: m is 0).

@@ -74,7 +74,7 @@ class RunOffers:
         if (n and not self.hybrid) or n + c != self._P or len(decision.evict):
             return 0
         chunks = (int(view.unprocessed(int(req[-1]))) - 1) // c  # full chunks before the prompt's last
-        if limit > chunks and (self._waiting or self._running.size != n + 1):
+        if limit > chunks and (self._waiting.items or self._running.size != n + 1):
             limit = chunks  # the last chunk would leave room to another request
         if not limit:
             return 0
@@ -92,9 +92,10 @@ class RunOffers:
         """
         if self.uses_true_output:
             self._output = view.output
-        if not self._waiting:  # (else it stays: arrivals only join the queue)
+        # (The queue's list: empty exactly when the queue is, without a method call.)
+        if not self._waiting.items:  # (else it stays: arrivals only join the queue)
             self._take_arrivals(view)
-        if self._waiting:
+        if self._waiting.items:
             return 0
         running = self._release_finished(view)
         if running.size != requests.size or nonzero(running != requests):
