@@ -38,17 +38,50 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from kvsched.csp.bounds._chain_kernels import BAND_TOL, LATENCY, TTFT
+from kvsched.csp.bounds._chain_kernels import BAND_TOL, LATENCY, TTFT, _pre_weight
 
 __all__ = ["LATENCY", "TTFT", "price_blocks", "price_blocks_python"]
 
 
 @nb.njit(cache=True)
+def _pre_cost(i_j, npre, chunk, kv_block, span, y, t1):  # pragma: no cover - compiled
+    """The price of the ``npre`` prompt batches in the slots just before a first op at ``t1``."""
+    c = 0.0
+    for m in range(1, npre + 1):
+        b = (t1 - m) // span
+        if b < y.size:
+            c += _pre_weight(i_j, m, chunk, kv_block) * y[b]
+    return c
+
+
+@nb.njit(cache=True)
+def _pre_min(i_j, npre, chunk, kv_block, span, y, b, s):  # pragma: no cover - compiled
+    """The cheapest prompt batches for a first op in block ``b`` at or after slot ``s``, and that slot.
+
+    From slot ``b span + npre`` on they all lie in block ``b`` and cost the same, so only the first
+    ``npre + 1`` slots are tried.
+    """
+    best = np.inf
+    at = s
+    for t1 in range(s, min(b * span + span - 1, max(s, b * span + npre)) + 1):
+        c = _pre_cost(i_j, npre, chunk, kv_block, span, y, t1)
+        if c < best:
+            best = c
+            at = t1
+    return best, at
+
+
+@nb.njit(cache=True)
 def _price_one(
     j, release, earliest, output, prompt, arrival, offset, kv_block, span, y, z, has_z, objective, prev, use_prev,
-    chains, pslot,
+    chains, pslot, chunk, pre_offset, pre_chains,
 ):  # pragma: no cover - compiled  # fmt: skip
     e = earliest[j]
+    # The prompt batches before the first op (see _chain_kernels): just before it. Under block-constant
+    # multipliers the cheapest of them for a first op in block b is taken on its own (_pre_min), apart
+    # from the ops' placement at the block's earliest slots: a lower bound on each chain's price, exact
+    # for span 1.
+    npre = pre_offset[j + 1] - pre_offset[j]
     o = output[j]
     a = arrival[j]
     r = release[j]
@@ -63,7 +96,7 @@ def _price_one(
         wsum[u] = wsum[u - 1] + float((i_j + u - 1 + kv_block - 1) // kv_block)
 
     # An upper bound on the optimum: (1) contiguous from e, (2) wholly past the horizon, (3) last optimum.
-    ub = max(big, e) + (o if objective == LATENCY else 1) - a
+    ub = max(big + npre, e) + (o if objective == LATENCY else 1) - a
     zp = np.inf  # the cheapest z in [r, t] as t grows (block-constant z: a running minimum over blocks)
     zp_at = r
     if has_z:
@@ -84,6 +117,7 @@ def _price_one(
                     c += rest * m
         if objective == TTFT:
             break
+    c += _pre_cost(i_j, npre, chunk, kv_block, span, y, e)
     c += e + (o if objective == LATENCY else 1) - a
     ub = min(ub, c)
     if use_prev and prev[offset[j]] >= 0:
@@ -99,6 +133,7 @@ def _price_one(
                 if has_z:
                     c += z[t // span]
         t1 = prev[offset[j]]
+        c += _pre_cost(i_j, npre, chunk, kv_block, span, y, t1)
         if has_z and t1 < big:
             mm = zp
             for t in range(e, t1 + 1):
@@ -120,6 +155,7 @@ def _price_one(
     if objective == TTFT:
         best = np.inf
         bt = e
+        bt1 = e
         bp = r
         zp_run = zp
         zarg = zp_at
@@ -133,14 +169,19 @@ def _price_one(
                     zp_run = zb
                     zarg = max(b * span, r)
                 v += zb + rest * zp_run
+            pre, at = _pre_min(i_j, npre, chunk, kv_block, span, y, b, s) if npre else (0.0, s)
+            v += pre
             if v < best:
                 best = v
                 bt = s
                 bp = zarg
+                bt1 = at
         chains[offset[j]] = bt
         for u in range(2, o + 1):
             chains[offset[j] + u - 1] = -1
         pslot[j] = bp
+        for k in range(npre):
+            pre_chains[pre_offset[j] + k] = bt1 - npre + k
         return best
 
     # States: ops done at the end of block b, u in [lo_b, hi_b] (u < o; finishing is handled apart).
@@ -158,6 +199,7 @@ def _price_one(
     f_cur = np.empty(size)
     arg = np.empty((nb_ + 1, size), dtype=np.int32)  # ops done before the block, per state
     parg = np.empty(nb_ + 1, dtype=np.int64)  # prompt slot if the chain starts in this block
+    pt1 = np.empty(nb_ + 1, dtype=np.int64)  # the first op's slot its prompt batches were priced for
     dq = np.empty(size + 1, dtype=np.int64)
     g = np.empty(size)
     best = np.inf
@@ -177,6 +219,10 @@ def _price_one(
                 zp_run = zb
                 zarg = max(b * span, r)
             start_cost = rest * zp_run
+        pt1[k] = s
+        if npre:
+            pre, pt1[k] = _pre_min(i_j, npre, chunk, kv_block, span, y, b, s)
+            start_cost += pre
         parg[k] = zarg
         plo, phi = lo[k - 1], hi[k - 1]
         # Finishing in this block: v ops before it, o - v in it, the last at s + o - v - 1.
@@ -237,6 +283,8 @@ def _price_one(
             chains[offset[j] + q - 1] = s + q - v - 1
         if v == 0:
             pslot[j] = parg[k]
+            for q in range(npre):
+                pre_chains[pre_offset[j] + q] = pt1[k] - npre + q
             break
         u = v
         k -= 1
@@ -246,25 +294,29 @@ def _price_one(
 
 @nb.njit(cache=True, parallel=True)
 def price_blocks(
-    release, earliest, output, prompt, arrival, offset, kv_block, span, y, z, objective, prev, use_prev,
+    release, earliest, output, prompt, arrival, offset, kv_block, span, y, z, objective, prev, use_prev, chunk,
+    pre_offset,
 ):  # pragma: no cover - compiled  # fmt: skip
     """Each request's cheapest chain under block-constant ``(y, z)`` (``y[b]`` on slots ``[b span, b span + span)``).
 
     Returns prices, flat chain slots (each block's ops at its earliest slots; ``-1``
-    past the first op under the first-token objective) and prompt slots, as
-    :func:`kvsched.csp.bounds._chain_kernels.price_chains` does.
+    past the first op under the first-token objective), prompt slots and the prompt
+    batches' slots, as :func:`kvsched.csp.bounds._chain_kernels.price_chains` does
+    (the batches where they were priced: just before the first op's slot in its block
+    that prices them cheapest).
     """
     n = output.size
     price = np.empty(n)
     chains = np.empty(offset[n - 1] + output[n - 1], dtype=np.int64)
     pslot = np.empty(n, dtype=np.int64)
+    pre_chains = np.empty(pre_offset[n], dtype=np.int64)
     has_z = z.size > 0
     for j in nb.prange(n):
         price[j] = _price_one(
             j, release, earliest, output, prompt, arrival, offset, kv_block, span, y, z, has_z, objective, prev,
-            use_prev, chains, pslot,
+            use_prev, chains, pslot, chunk, pre_offset, pre_chains,
         )  # fmt: skip
-    return price, chains, pslot
+    return price, chains, pslot, pre_chains
 
 
 def price_blocks_python(
@@ -278,6 +330,7 @@ def price_blocks_python(
     y: np.ndarray,
     z: np.ndarray,
     objective: int,
+    chunk: int = 0,
 ) -> np.ndarray:
     """The reference: the block programme in plain Python, every block to the end of the tail, no band.
 
@@ -295,6 +348,7 @@ def price_blocks_python(
             if z.size
             else 0.0
         )
+        npre = e - r if chunk else 0
         f = {0: 0.0}  # ops done -> cheapest price so far (without the objective term)
         best = np.inf
         for b in range(e // span, (max(nblk * span, e) + o) // span + 1):
@@ -312,6 +366,7 @@ def price_blocks_python(
                         + yb * (wsum[v + m] - wsum[v])
                         + zb * m
                         + ((i_j - 1) * zp if v == 0 and z.size else 0.0)
+                        + (_pre_min_python(i_j, npre, chunk, kv_block, span, y, b, s) if v == 0 else 0.0)
                     )
                     if objective == TTFT:  # the first op prices the chain; the rest go to the tail
                         best = min(best, c - zb * (m - 1) - yb * (wsum[v + m] - wsum[v + 1]) + s + 1 - a)
@@ -323,3 +378,19 @@ def price_blocks_python(
             f = new
         prices[j] = best
     return prices
+
+
+def _pre_min_python(
+    i_j: int, npre: int, chunk: int, kv_block: int, span: int, y: np.ndarray, b: int, s: int
+) -> float:
+    """The cheapest prompt batches for a first op anywhere in block ``b`` at or after ``s`` (every slot tried)."""
+    if npre == 0:
+        return 0.0
+
+    def price(t: int) -> float:
+        return float(y[t // span]) if t // span < y.size else 0.0
+
+    return min(
+        sum(_pre_weight(i_j, m, chunk, kv_block) * price(t1 - m) for m in range(1, npre + 1))
+        for t1 in range(s, b * span + span)
+    )

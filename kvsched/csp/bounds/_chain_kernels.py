@@ -68,9 +68,8 @@ def _price_one(
     e = earliest[j]
     o = output[j]
     a = arrival[j]
-    r = release[j]
-    # The prompt batches before the first token's: k = 1..npre in slots r + k - 1 + d (d the band index),
-    # the k-th holding at least I - (npre - k + 1) q tokens (each later batch processes <= q of them).
+    # The prompt batches before the first token's: the k-th (k = 1..npre) holds at least
+    # I - (npre - k + 1) q tokens (each later batch processes <= q of them).
     npre = pre_offset[j + 1] - pre_offset[j]
     big = y.size  # every slot >= the padded length is priced 0 (the arrays end in zeros)
     # Prompt tokens under the budget rows: z_t for the token generating in slot t, and the I - 1
@@ -141,32 +140,14 @@ def _price_one(
         width = int(np.floor(a + ub - 1 - e + BAND_TOL)) + 1
     width = max(width, 1)
 
-    # The prompt batches: g[d] is the cheapest run of the first k of them with the k-th at r + k - 1 + d;
-    # the first op at e + d follows the last of them at any d' <= d (gm, garg).
-    g = np.zeros(width)
-    parg = np.empty((max(npre, 1), width), dtype=np.int32)
-    for k in range(1, npre + 1):
-        run = np.inf
-        ra = 0
-        wk = _pre_weight(prompt[j], npre - k + 1, chunk, block)
-        for d in range(width):
-            if g[d] < run:
-                run = g[d]
-                ra = d
-            parg[k - 1, d] = ra
-            t = r + k - 1 + d
-            g[d] = run + (wk * y[t] if t < big else 0.0)
+    # The prompt batches. In the prompt's last pass nothing is evicted, so between two of them (and
+    # between the last and the first op) the request holds what the earlier one left: a gap after batch
+    # k costs its weight a slot, as much as batch k itself in that slot, while batch k - 1 weighs less.
+    # So moving a batch later into a gap never costs more, and the cheapest chain has its batches in the
+    # npre slots just before its first op: gm[d] is their price for the first op at e + d.
     gm = np.zeros(width)
-    garg = np.zeros(width, dtype=np.int32)
-    if npre > 0:
-        run = np.inf
-        ra = 0
-        for d in range(width):
-            if g[d] < run:
-                run = g[d]
-                ra = d
-            gm[d] = run
-            garg[d] = ra
+    for d in range(width):
+        gm[d] = _pre_cost(prompt[j], npre, chunk, block, y, e + d - npre)
     f = np.empty(width)
     p1 = np.empty(width, dtype=np.int64)  # where the other prompt tokens go, per first-op slot
     m = pre_min
@@ -195,7 +176,8 @@ def _price_one(
         for u in range(2, o + 1):
             chains[offset[j] + u - 1] = -1
         pslot[j] = p1[bd]
-        _backtrack_prompt(j, npre, r, garg[bd], parg, pre_offset, pre_chains)
+        for k in range(npre):
+            pre_chains[pre_offset[j] + k] = e + bd - npre + k
         return best
 
     arg = np.empty((o, width), dtype=np.int32)
@@ -230,7 +212,8 @@ def _price_one(
         if u > 1:
             d = arg[u - 2, d]
     pslot[j] = p1[d]
-    _backtrack_prompt(j, npre, r, garg[d], parg, pre_offset, pre_chains)
+    for k in range(npre):
+        pre_chains[pre_offset[j] + k] = e + d - npre + k
     return best
 
 
@@ -243,15 +226,6 @@ def _pre_cost(prompt, npre, chunk, block, y, first):  # pragma: no cover - compi
         if t < y.size:
             c += _pre_weight(prompt, npre - k + 1, chunk, block) * y[t]
     return c
-
-
-@nb.njit(cache=True, inline="always")
-def _backtrack_prompt(j, npre, r, d, parg, pre_offset, pre_chains):  # pragma: no cover - compiled
-    """Write the slots of request ``j``'s prompt batches, the last at band index ``d``."""
-    for k in range(npre, 0, -1):
-        pre_chains[pre_offset[j] + k - 1] = r + k - 1 + d
-        if k > 1:
-            d = parg[k - 1, d]
 
 
 @nb.njit(cache=True, parallel=True)
@@ -321,7 +295,7 @@ def chain_loads(
         npre = pre_offset[j + 1] - pre_offset[j]
         for k in range(1, npre + 1):
             t = pre_chains[pre_offset[j] + k - 1]
-            if 0 <= t < horizon:
+            if 0 <= t < horizon:  # contiguous before the first op: nothing held in a gap
                 load[t] += _pre_weight(prompt[j], npre - k + 1, chunk, block)
     for j in range(output.size):
         for u in range(1, output[j] + 1):
@@ -385,19 +359,27 @@ def price_chains_numpy(
 def _prompt_batches_numpy(
     r: int, e: int, i_j: int, chunk: int, block: int, y: np.ndarray, slots: np.ndarray
 ) -> np.ndarray | float:
-    """The cheapest run of the ``e - r`` prompt batches ending before each first-op slot in ``slots``."""
+    """The cheapest run of the ``e - r`` prompt batches ending before each first-op slot in ``slots``, with
+    the KV each holds until the next (or the first op)."""
     npre = e - r if chunk else 0
     if npre == 0:
         return 0.0
     grid = np.arange(r, int(slots[-1]) + 1)
     price = np.where(grid < y.size, y[np.minimum(grid, y.size - 1)], 0.0)
     g = _pre_weight(i_j, npre, chunk, block) * price  # the first of them, in any slot from r
+
+    def after(g: np.ndarray, held: float) -> np.ndarray:
+        # The cheapest g at an earlier slot t' plus ``held`` x the prices of the slots strictly between.
+        cum = np.concatenate([[0.0], np.cumsum(held * price)])  # cum[i]: the slots before grid index i
+        best = np.concatenate([[np.inf], np.minimum.accumulate(g - cum[1:])[:-1]])
+        return cum[:-1] + best
+
     for k in range(2, npre + 1):
         g = (
-            np.concatenate([[np.inf], np.minimum.accumulate(g)[:-1]])
+            after(g, _pre_weight(i_j, npre - k + 2, chunk, block))
             + _pre_weight(i_j, npre - k + 1, chunk, block) * price
         )
-    last = np.concatenate([[np.inf], np.minimum.accumulate(g)[:-1]])  # the last one at any earlier slot
+    last = after(g, _pre_weight(i_j, 1, chunk, block))  # the first op after the last of them
     return last[slots - r]
 
 

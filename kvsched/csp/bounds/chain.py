@@ -22,8 +22,13 @@ eviction the prompt starts again from no KV), each processing at most ``q`` of
 its tokens, so the ``m``-th of them before it (``m = 1..K_j - 1``) holds at least
 ``I_j - m q`` tokens after it: these **prompt batches** add
 ``blocks(I_j - m q)`` to (mem_t) in strictly increasing slots ``>= r_j`` before
-``t_{j,1}``. Other prompt batches, requests that hold KV while paused, and
-refills hold more: dropping them only relaxes (mem_t). With a token budget ``C``, the generating batch processes at least one
+``t_{j,1}``, and nothing is evicted in that pass, so in a slot between two of them
+(or between the last and ``t_{j,1}``) the earlier one's KV is held. A gap after
+the ``m``-th costs its weight, as much as that batch in the gap's slot, while the
+one before it weighs less: moving a batch later never costs more, so the
+cheapest chain has them in the ``K_j - 1`` slots just before ``t_{j,1}``. Other
+prompt batches, requests that hold KV while paused, and refills hold more:
+dropping them only relaxes (mem_t). With a token budget ``C``, the generating batch processes at least one
 of the request's tokens, and its other ``I_j - 1`` prompt tokens are processed
 in slots ``[r_j, t_{j,1}]``, so
 
@@ -46,9 +51,7 @@ and a spread ``x`` of its other prompt tokens of
 
 the spread is linear, so at its cheapest all ``I_j - 1`` tokens sit in the
 cheapest slot ``p in [r_j, t_1]``; the prompt batches add their weighted prices,
-in slots chosen independently of ``p``. (The block-constant programme of
-:mod:`kvsched.csp.bounds.chain_blocks` leaves the prompt batches out: a weaker
-relaxation, so its values are bounds too.)
+in slots chosen independently of ``p``.
 
 Chains may run past ``H``, where nothing is priced ("the zero-price tail"):
 without it the bound would silently assume the optimum ends by ``H``. The
@@ -94,7 +97,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -222,11 +225,6 @@ class ChainData:
     @property
     def n(self) -> int:
         return int(self.output.size)
-
-    def without_prompt_batches(self) -> ChainData:
-        """The same relaxation without the prompt batches before a first token (what the block programme
-        prices: a weaker relaxation, so its values are bounds too)."""
-        return replace(self, chunk=0, pre_offset=np.zeros(self.n + 1, dtype=np.int64))
 
     def to_bound(self, value: float) -> float:
         """The objective bound (instance time unit) implied by a Lagrangian value ``value`` (slots)."""

@@ -96,26 +96,14 @@ def evaluate_blocks(
     z = np.zeros(0) if z is None or data.budget is None else np.ascontiguousarray(z, dtype=np.float64)
     use_prev = prev is not None
     prev = prev if prev is not None else np.zeros(1, dtype=np.int64)
-    price, chains, pslot = _block_kernels().price_blocks(
+    price, chains, pslot, pre = _block_kernels().price_blocks(
         data.release, data.earliest, data.output, data.prompt, data.arrival, data.offset, data.block, span,
-        y, z, data.objective, prev, use_prev,
+        y, z, data.objective, prev, use_prev, data.chunk, data.pre_offset,
     )  # fmt: skip
-    # The block programme leaves out the prompt batches before a first token (the slot pricing's
-    # ``pre_offset``): a weaker relaxation, so still a bound, and its loads are its own subgradient.
-    none = np.zeros(data.n + 1, dtype=np.int64)
     load, tokens = _chain_kernels().chain_loads(
-        data.output,
-        data.prompt,
-        data.offset,
-        data.block,
-        chains,
-        pslot,
-        y.size * span,
-        z.size > 0,
-        0,
-        none,
-        none,
-    )
+        data.output, data.prompt, data.offset, data.block, chains, pslot, y.size * span, z.size > 0, data.chunk,
+        data.pre_offset, pre,
+    )  # fmt: skip
     value = float(price.sum() - data.capacity * span * y.sum())
     if z.size:
         value -= float(data.budget) * span * float(z.sum())

@@ -49,8 +49,11 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
         flags = (0, 1) if budget else (1,)
         for t in range(lo, top):
             for k in range(npre + 1):
+                # Waiting after batch k of the last pass holds what it left (nothing is evicted there).
+                rest = i_j - (npre - k + 1) * data.chunk
+                hold = ([t], [float(-(-rest // data.block))]) if k > 0 and t < horizon else ([], [])
                 for f in flags:
-                    arcs.append((0.0, nid(("p", k, f, t)), nid(("p", k, f, t + 1)), [], []))
+                    arcs.append((0.0, nid(("p", k, f, t)), nid(("p", k, f, t + 1)), *hold))
                     if k < npre:  # prompt batch k + 1 in slot t holds >= I - (npre - k) q tokens
                         rows, coefs = [], []
                         rest = i_j - (npre - k) * data.chunk
@@ -72,7 +75,13 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
                 arcs.append((top + npre - k + layers - a, nid(("p", k, f, top)), None, [], []))
         for u in range(layers):
             for t in range(lo if u == 0 else e + u, top):
-                arcs.append((0.0, nid((u, t)), nid((u, t + 1)), [], []))  # wait a slot
+                # Wait a slot (before the first op, holding what the last prompt batch left).
+                hold = (
+                    ([t], [float(-(-(i_j - data.chunk) // data.block))])
+                    if u == 0 and npre and t < horizon
+                    else ([], [])
+                )
+                arcs.append((0.0, nid((u, t)), nid((u, t + 1)), *hold))
                 if u == 0 and t < e:
                     continue
                 rows, coefs = [], []
