@@ -96,7 +96,7 @@ def _price_one(
             c += _weight(prompt[j], u, block) * y[t]
             if has_z and u > 1:
                 c += z[t]
-    c += _pre_cost(prompt[j], npre, chunk, block, y, e - npre)
+    c += _pre_cost(prompt[j], npre, chunk, block, y, 1, e)
     if objective == LATENCY:
         c += e + o - a
     else:
@@ -119,7 +119,7 @@ def _price_one(
                 if has_z and u > 1:
                     c += z[t]
         t1 = prev[offset[j]]
-        c += _pre_cost(prompt[j], npre, chunk, block, y, t1 - npre)  # prompt batches just before t1
+        c += _pre_cost(prompt[j], npre, chunk, block, y, 1, t1)  # prompt batches just before t1
         if has_z:
             mm = pre_min
             for s in range(e, min(t1 + 1, big)):
@@ -147,7 +147,7 @@ def _price_one(
     # npre slots just before its first op: gm[d] is their price for the first op at e + d.
     gm = np.zeros(width)
     for d in range(width):
-        gm[d] = _pre_cost(prompt[j], npre, chunk, block, y, e + d - npre)
+        gm[d] = _pre_cost(prompt[j], npre, chunk, block, y, 1, e + d)
     f = np.empty(width)
     p1 = np.empty(width, dtype=np.int64)  # where the other prompt tokens go, per first-op slot
     m = pre_min
@@ -218,13 +218,16 @@ def _price_one(
 
 
 @nb.njit(cache=True, inline="always")
-def _pre_cost(prompt, npre, chunk, block, y, first):  # pragma: no cover - compiled
-    """The price of ``npre`` prompt batches in slots ``first .. first + npre - 1``."""
+def _pre_cost(prompt, npre, chunk, block, y, span, t1):  # pragma: no cover - compiled
+    """The price of ``npre`` prompt batches in the slots just before a first op at ``t1``.
+
+    ``y`` is constant on blocks of ``span`` slots (1: slot prices); past its end every price is 0.
+    """
     c = 0.0
-    for k in range(1, npre + 1):
-        t = first + k - 1
-        if t < y.size:
-            c += _pre_weight(prompt, npre - k + 1, chunk, block) * y[t]
+    for m in range(1, npre + 1):
+        b = (t1 - m) // span
+        if b < y.size:
+            c += _pre_weight(prompt, m, chunk, block) * y[b]
     return c
 
 
