@@ -88,6 +88,12 @@ azure-10k loop 1.35-1.37 (unchanged within noise; target 1: missed), command
 1.70-1.88 -> 1.67-1.71 s wall; azure-100k command 17.2-19.0 -> 16.0-16.5 s wall
 (target 15: missed), peak 684 -> 706 MB.
 
+Ninth pass (``docs/simulation.md``), 12c418e against 9f5315d: at load 1.1-2.2 wall pairs
+vary more than the change, so it is counted in callgrind instructions. sharegpt-10k-t0 loop
+6,203M -> 5,687M (-8.3%: InferMax's waiting queue no longer shifts its 10,000 entries,
+scalar paths for a few items), the whole command 7,955M -> 7,454M (-6.3%; best wall pair
+1.22 -> 1.13 s, target 1: missed); azure-10k loop -0.7%.
+
 Identical results: every run of ``schedule_fingerprint.py --check`` against the
 pre-issue fingerprints gave 288/288 unchanged.
 """
