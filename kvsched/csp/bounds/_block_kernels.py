@@ -324,8 +324,8 @@ def price_blocks_python(
     """The reference: the block programme in plain Python, every block to the end of the tail, no band.
 
     Ops done ``u`` after each block, all ``m <= cap_b`` ops of a block considered
-    directly (no deque); blocks run from the earliest slot's to ``O`` slots past
-    the multipliers' end (no chain gains by ending later).
+    directly (no deque); blocks run from the earliest slot's to ``O`` slots (and
+    the prompt batches) past the multipliers' end (no chain gains by ending later).
     """
     nblk = y.size
     prices = np.empty(output.size)
@@ -340,7 +340,7 @@ def price_blocks_python(
         npre = e - r if chunk else 0
         f = {0: 0.0}  # ops done -> cheapest price so far (without the objective term)
         best = np.inf
-        for b in range(e // span, (max(nblk * span, e) + o) // span + 1):
+        for b in range(e // span, (max(nblk * span + npre, e) + o) // span + 1):
             s = max(b * span, e)
             cap = b * span + span - s
             yb = float(y[b]) if b < nblk else 0.0

@@ -326,15 +326,18 @@ def price_chains_numpy(
 ) -> np.ndarray:
     """The reference: each request's optimum chain price by the full dynamic programme (no band).
 
-    Slots run from ``earliest`` to the padded length of ``y`` plus ``O``
-    (past the padding every price is 0, so no chain ends later and gains); under a
-    chunk cap the ``earliest - release`` prompt batches run over slots from ``release``.
+    Slots run from ``earliest`` to the padded length of ``y`` plus ``O`` and the
+    prompt batches (past the padding every price is 0, so no chain ends later and
+    gains); under a chunk cap the ``earliest - release`` prompt batches run over slots
+    from ``release``.
     """
     big = y.size
     prices = np.empty(output.size)
     for j in range(output.size):
         e, o, a, i_j = int(earliest[j]), int(output[j]), float(arrival[j]), int(prompt[j])
-        slots = np.arange(e, max(big, e) + o + 1)
+        # Prompt batches past the padding are free too: a chain may gain by ending up to npre slots later.
+        npre = e - int(release[j]) if chunk else 0
+        slots = np.arange(e, max(big + npre, e) + o + 1)
         yy = np.where(slots < big, y[np.minimum(slots, big - 1)], 0.0)
         f = -(-i_j // block) * yy
         if z.size:
