@@ -64,6 +64,7 @@ def _price_one(
     chunk,
     pre_offset,
     pre_chains,
+    refilled,
 ):  # pragma: no cover - compiled
     e = earliest[j]
     o = output[j]
@@ -113,6 +114,8 @@ def _price_one(
             t = prev[offset[j] + u - 1]
             if t < 0:  # ops past the horizon (first-token objective)
                 break
+            if u > 1 and t > last + 1:  # the gap before op u: its price, as the programme charges it
+                c += _gap_cost(prompt[j], u, chunk, block, y, last, t)
             last = t
             if t < big:
                 c += _weight(prompt[j], u, block) * y[t]
@@ -175,29 +178,54 @@ def _price_one(
         chains[offset[j]] = e + bd
         for u in range(2, o + 1):
             chains[offset[j] + u - 1] = -1
+            refilled[offset[j] + u - 1] = 0
+        refilled[offset[j]] = 0
         pslot[j] = p1[bd]
         for k in range(npre):
             pre_chains[pre_offset[j] + k] = e + bd - npre + k
         return best
 
+    # Op u at e + u - 1 + d after op u - 1 at band index d' <= d, with the d - d' slots between a gap.
+    # Under a chunk cap a gap is not free: the request holds the KV of op u - 1 through it, or drops it
+    # and the last pass of its refill (S = I + u - 1 tokens, at most q a batch) has k1 = ceil(S / q) - 1
+    # batches before op u, in the gap, holding S - m q each: just before op u by the argument of the
+    # prompt batches, so a gap of at least k1 slots. Without a cap (k1 = 0) a gap is free.
     arg = np.empty((o, width), dtype=np.int32)
+    how = np.zeros((o, width), dtype=np.int8)  # 1: the gap before op u is a refill (or free)
+    fn = np.empty(width)
     for u in range(2, o + 1):
-        run = np.inf
-        ra = 0
         wu = _weight(prompt[j], u, block)
+        wh = _weight(prompt[j], u - 1, block)
+        k1 = _refill_batches(prompt[j], u, chunk)
         base = e + u - 1
+        run_h = np.inf  # min over d' <= d of f[d'] - held[d'] (held: the prefix sum of wh y over the gap)
+        ah = 0
+        held = 0.0
+        run_r = np.inf  # min over d' <= d - k1 of f[d']
+        ar = 0
         for d in range(width):
-            if f[d] < run:
-                run = f[d]
-                ra = d
-            arg[u - 2, d] = ra
+            if f[d] - held < run_h:
+                run_h = f[d] - held
+                ah = d
+            if d >= k1 and f[d - k1] < run_r:
+                run_r = f[d - k1]
+                ar = d - k1
             t = base + d
-            v = run
+            v = held + run_h
+            arg[u - 2, d] = ah
+            if k1 == 0 or run_r < np.inf:
+                vr = run_r + _pre_cost(prompt[j] + u - 1, k1, chunk, block, y, 1, t)
+                if vr < v or (k1 == 0 and vr <= v):
+                    v = vr
+                    arg[u - 2, d] = ar
+                    how[u - 2, d] = 1
             if t < big:
                 v += wu * y[t]
                 if has_z:
                     v += z[t]
-            f[d] = v
+                held += wh * y[t]
+            fn[d] = v
+        f[:] = fn
     best = np.inf
     bd = 0
     for d in range(width):
@@ -207,14 +235,35 @@ def _price_one(
             bd = d
     # Backtrack: op u sits at band index d_u; op u - 1 at arg[u - 2, d_u].
     d = bd
+    refilled[offset[j]] = 0
     for u in range(o, 0, -1):
         chains[offset[j] + u - 1] = e + u - 1 + d
         if u > 1:
+            refilled[offset[j] + u - 1] = how[u - 2, d]
             d = arg[u - 2, d]
     pslot[j] = p1[d]
     for k in range(npre):
         pre_chains[pre_offset[j] + k] = e + d - npre + k
     return best
+
+
+@nb.njit(cache=True, inline="always")
+def _refill_batches(prompt, u, chunk):  # pragma: no cover - compiled
+    """Batches a refill's last pass has before the one generating token ``u`` (0 without a chunk cap)."""
+    return (-(-(prompt + u - 1) // chunk) - 1) if chunk > 0 else 0
+
+
+@nb.njit(cache=True, inline="always")
+def _gap_cost(prompt, u, chunk, block, y, s, t):  # pragma: no cover - compiled
+    """The least price of a gap between op ``u - 1`` in slot ``s`` and op ``u`` in slot ``t > s + 1``."""
+    hold = 0.0
+    wh = _weight(prompt, u - 1, block)
+    for x in range(s + 1, min(t, y.size)):
+        hold += wh * y[x]
+    k1 = _refill_batches(prompt, u, chunk)
+    if t - s - 1 >= k1:
+        return min(hold, _pre_cost(prompt + u - 1, k1, chunk, block, y, 1, t))
+    return hold
 
 
 @nb.njit(cache=True, inline="always")
@@ -249,7 +298,8 @@ def price_chains(
     pre_offset,
 ):  # pragma: no cover - compiled
     """Each request's cheapest chain under ``(y, z)``: prices, flat chain slots, prompt slots, the slots of
-    the prompt batches before the first token's (flat, at ``pre_offset``).
+    the prompt batches before the first token's (flat, at ``pre_offset``), and per op whether the gap
+    before it is a refill (else held; flat like the chains).
 
     Exact: a chain costing more than a known chain (contiguous from the earliest
     slot, all past the horizon, or last call's optimum ``prev``) is never
@@ -261,6 +311,7 @@ def price_chains(
     chains = np.empty(offset[n - 1] + output[n - 1], dtype=np.int64)
     pslot = np.empty(n, dtype=np.int64)
     pre_chains = np.empty(pre_offset[n], dtype=np.int64)
+    refilled = np.zeros(chains.size, dtype=np.int8)
     has_z = z.size > 0
     for j in nb.prange(n):
         price[j] = _price_one(
@@ -283,17 +334,51 @@ def price_chains(
             chunk,
             pre_offset,
             pre_chains,
+            refilled,
         )
-    return price, chains, pslot, pre_chains
+    return price, chains, pslot, pre_chains, refilled
 
 
 @nb.njit(cache=True)
 def chain_loads(
-    output, prompt, offset, block, chains, pslot, horizon, with_tokens, chunk, pre_offset, pre_chains
+    output,
+    prompt,
+    offset,
+    block,
+    chains,
+    pslot,
+    horizon,
+    with_tokens,
+    chunk,
+    pre_offset,
+    pre_chains,
+    refilled,
+    gaps,
 ):  # pragma: no cover - compiled
-    """Blocks (and tokens) the chains and their prompt batches put in each slot ``< horizon``."""
+    """Blocks (and tokens) the chains, their prompt batches and their gaps put in each slot ``< horizon``.
+
+    A gap before op u holds op u - 1's KV, or (``refilled``) has its refill's batches just before op u;
+    under ``chunk = 0``, or where the pricing left gaps free (``gaps`` false: the block programme), gaps
+    hold nothing.
+    """
     load = np.zeros(horizon)
     tokens = np.zeros(horizon if with_tokens else 0)
+    if gaps and chunk > 0:
+        for j in range(output.size):
+            for u in range(2, output[j] + 1):
+                s = chains[offset[j] + u - 2]
+                t = chains[offset[j] + u - 1]
+                if t <= s + 1 or s < 0:
+                    continue
+                if refilled[offset[j] + u - 1]:
+                    k1 = _refill_batches(prompt[j], u, chunk)
+                    for m in range(1, k1 + 1):
+                        if 0 <= t - m < horizon:
+                            load[t - m] += _pre_weight(prompt[j] + u - 1, m, chunk, block)
+                else:
+                    wh = _weight(prompt[j], u - 1, block)
+                    for x in range(s + 1, min(t, horizon)):
+                        load[x] += wh
     for j in range(output.size):
         npre = pre_offset[j + 1] - pre_offset[j]
         for k in range(1, npre + 1):
@@ -349,11 +434,21 @@ def price_chains_numpy(
             prices[j] = float(np.min(f + slots + 1 - a))
             continue
         for u in range(2, o + 1):
-            run = np.minimum.accumulate(f)  # the previous op in any earlier slot
+            # The previous op at index k, op u at i + 1 > k: the gap slots k + 1 .. i are held (wh each),
+            # or a refill's k1 batches sit just before op u (k <= i - k1); free without a chunk cap.
+            wh = -(-(i_j + u - 2) // block)
+            held = np.concatenate([[0.0], np.cumsum(wh * yy)])
+            best = (held[1:] + np.minimum.accumulate(f - held[1:]))[:-1]
+            k1 = -(-(i_j + u - 1) // chunk) - 1 if chunk else 0
+            if k1 < best.size:
+                refill = np.full(best.size, np.inf)
+                cost = [_pre_cost(i_j + u - 1, k1, chunk, block, y, 1, int(t)) for t in slots[1 + k1 :]]
+                refill[k1:] = np.minimum.accumulate(f)[: best.size - k1] + np.array(cost)
+                best = np.minimum(best, refill)
             step = -(-(i_j + u - 1) // block) * yy[1:]
             if z.size:
                 step = step + zz[1:]
-            f = run[:-1] + step
+            f = best + step
             slots = slots[1:]
             yy = yy[1:]
             if z.size:

@@ -279,13 +279,13 @@ def evaluate(
     use_prev = prev is not None
     prev = prev if prev is not None else np.zeros(1, dtype=np.int64)
     kernels = _kernels()
-    price, chains, pslot, pre = kernels.price_chains(
+    price, chains, pslot, pre, refilled = kernels.price_chains(
         data.release, data.earliest, data.output, data.prompt, data.arrival, data.offset, data.block,
         y, z, data.objective, prev, use_prev, data.chunk, data.pre_offset,
     )  # fmt: skip
     load, tokens = kernels.chain_loads(
         data.output, data.prompt, data.offset, data.block, chains, pslot, y.size, z.size > 0, data.chunk,
-        data.pre_offset, pre,
+        data.pre_offset, pre, refilled, True,
     )  # fmt: skip
     value = float(price.sum() - data.capacity * y.sum())
     if z.size:

@@ -74,13 +74,41 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
                 # contiguously.
                 arcs.append((top + npre - k + layers - a, nid(("p", k, f, top)), None, [], []))
         for u in range(layers):
+            # Under a chunk cap a gap between ops holds the KV of op u (I + u - 1 tokens), or the request is
+            # evicted ("ev" nodes, free) and its refill's last pass puts k1 batches just before op u + 1.
+            gaps = data.chunk > 0 and u >= 1
+            if gaps:
+                k1 = -(-(i_j + u) // data.chunk) - 1
+                for t in range(e + u, top):
+                    arcs.append((0.0, nid((u, t)), nid(("ev", u, t)), [], []))
+                    arcs.append((0.0, nid(("ev", u, t)), nid(("ev", u, t + 1)), [], []))
+                    if t + k1 >= top:
+                        continue
+                    rows, coefs = [], []
+                    for m in range(1, k1 + 1):
+                        if t + k1 - m < horizon:
+                            rows.append(t + k1 - m)
+                            coefs.append(float(-(-(i_j + u - m * data.chunk) // data.block)))
+                    if t + k1 < horizon:
+                        rows.append(t + k1)
+                        coefs.append(float(-(-(i_j + u) // data.block)))
+                        if budget:
+                            rows.append(n_mem + t + k1)
+                            coefs.append(1.0)
+                    if u + 1 == layers:
+                        arcs.append((t + k1 + 1 - a, nid(("ev", u, t)), None, rows, coefs))
+                    else:
+                        arcs.append((0.0, nid(("ev", u, t)), nid((u + 1, t + k1 + 1)), rows, coefs))
+                arcs.append((top + k1 + layers - u - a, nid(("ev", u, top)), None, [], []))
             for t in range(lo if u == 0 else e + u, top):
-                # Wait a slot (before the first op, holding what the last prompt batch left).
-                hold = (
-                    ([t], [float(-(-(i_j - data.chunk) // data.block))])
-                    if u == 0 and npre and t < horizon
-                    else ([], [])
-                )
+                # Wait a slot: before the first op, holding what the last prompt batch left; after op u,
+                # under a chunk cap, holding its KV.
+                if u == 0 and npre and t < horizon:
+                    hold = ([t], [float(-(-(i_j - data.chunk) // data.block))])
+                elif gaps and t < horizon:
+                    hold = ([t], [float(-(-(i_j + u - 1) // data.block))])
+                else:
+                    hold = ([], [])
                 arcs.append((0.0, nid((u, t)), nid((u, t + 1)), *hold))
                 if u == 0 and t < e:
                     continue
