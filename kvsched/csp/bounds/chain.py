@@ -26,9 +26,13 @@ its tokens, so the ``m``-th of them before it (``m = 1..K_j - 1``) holds at leas
 (or between the last and ``t_{j,1}``) the earlier one's KV is held. A gap after
 the ``m``-th costs its weight, as much as that batch in the gap's slot, while the
 one before it weighs less: moving a batch later never costs more, so the
-cheapest chain has them in the ``K_j - 1`` slots just before ``t_{j,1}``. Other
-prompt batches, requests that hold KV while paused, and refills hold more:
-dropping them only relaxes (mem_t). With a token budget ``C``, the generating batch processes at least one
+cheapest chain has them in the ``K_j - 1`` slots just before ``t_{j,1}``. In the
+same way a gap between ``t_{j,u-1}`` and ``t_{j,u}`` either holds the KV of op
+``u - 1`` in each of its slots, or is an eviction whose refill's last pass has
+``ceil(S / q) - 1`` batches (``S = I_j + u - 1``) just before ``t_{j,u}``, the
+``m``-th before it holding ``S - m q``: the slot pricing charges the cheaper
+(without a cap a gap is free). Other prompt batches, the KV held before an
+eviction, and refill tokens hold more: dropping them only relaxes (mem_t). With a token budget ``C``, the generating batch processes at least one
 of the request's tokens, and its other ``I_j - 1`` prompt tokens are processed
 in slots ``[r_j, t_{j,1}]``, so
 
