@@ -198,6 +198,25 @@ def _price_one(
         wh = _weight(prompt[j], u - 1, block)
         k1 = _refill_batches(prompt[j], u, chunk)
         base = e + u - 1
+        if k1 == 0:
+            # A gap is free (no cap, or the refill fits in op u's own batch): the previous op anywhere before.
+            run = np.inf
+            ra = 0
+            for d in range(width):
+                if f[d] < run:
+                    run = f[d]
+                    ra = d
+                arg[u - 2, d] = ra
+                if chunk > 0:
+                    how[u - 2, d] = 1
+                t = base + d
+                v = run
+                if t < big:
+                    v += wu * y[t]
+                    if has_z:
+                        v += z[t]
+                f[d] = v
+            continue
         run_h = np.inf  # min over d' <= d of f[d'] - held[d'] (held: the prefix sum of wh y over the gap)
         ah = 0
         held = 0.0
@@ -213,9 +232,9 @@ def _price_one(
             t = base + d
             v = held + run_h
             arg[u - 2, d] = ah
-            if k1 == 0 or run_r < np.inf:
+            if run_r < np.inf:
                 vr = run_r + _pre_cost(prompt[j] + u - 1, k1, chunk, block, y, 1, t)
-                if vr < v or (k1 == 0 and vr <= v):
+                if vr < v:
                     v = vr
                     arg[u - 2, d] = ar
                     how[u - 2, d] = 1
