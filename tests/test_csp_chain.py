@@ -209,6 +209,32 @@ def test_prompt_batches_hold_their_kv_until_the_first_token():
     assert evaluate_numpy(data, y, np.zeros(40)) == pytest.approx(cheap.value)
 
 
+@pytest.mark.parametrize(
+    ("prompt", "y", "price", "load"),
+    [
+        # I = 3, q = 2: a prompt batch (1 token) then op 1 (3) and op 2 (4). Slot 2 is dear for op 2: the
+        # gap there is a refill, whose one batch holds 4 - 2 = 2 tokens (holding op 1's 3 costs more).
+        (3, [0, 0, 5, 0], 0 + 0 + 2 * 5 + 0 + 4, [1, 3, 2, 4]),
+        # I = 5: two prompt batches (1, 3), op 1 (5), op 2 (6). A one-slot gap cannot fit the refill's two
+        # batches, so it holds op 1's 5 tokens.
+        (5, [0, 0, 0, 5, 0], 0 + 0 + 0 + 5 * 5 + 0 + 5, [1, 3, 5, 5, 6]),
+    ],
+)
+def test_a_gap_between_ops_is_held_or_refilled_under_a_chunk_cap(prompt, y, price, load):
+    """Under q = 2 a gap before op 2 holds op 1's KV or is an eviction with a refill just before op 2;
+    the slots after those listed cost 9, so no chain gains by moving later."""
+    inst = Instance(
+        (Request("a", 0.0, prompt, 2),), Limits(kv_capacity=20, max_batch_tokens=2), TimeModel("unit")
+    )
+    data = ChainData.from_instance(inst)
+    prices = np.full(40, 9.0)
+    prices[: len(y)] = y
+    pricing = evaluate(data, prices, np.zeros(40))
+    assert pricing.price[0] == pytest.approx(price)
+    assert pricing.load[: len(load)] == pytest.approx(load)
+    assert evaluate_numpy(data, prices, np.zeros(40)) == pytest.approx(pricing.value)
+
+
 def test_warm_start_counts_requests_in_the_system():
     inst = _shaped(5, 0.5)
     trace = warm_incumbent(inst)
