@@ -178,8 +178,6 @@ def _price_one(
         chains[offset[j]] = e + bd
         for u in range(2, o + 1):
             chains[offset[j] + u - 1] = -1
-            refilled[offset[j] + u - 1] = 0
-        refilled[offset[j]] = 0
         pslot[j] = p1[bd]
         for k in range(npre):
             pre_chains[pre_offset[j] + k] = e + bd - npre + k
@@ -209,13 +207,7 @@ def _price_one(
                 arg[u - 2, d] = ra
                 if chunk > 0:
                     how[u - 2, d] = 1
-                t = base + d
-                v = run
-                if t < big:
-                    v += wu * y[t]
-                    if has_z:
-                        v += z[t]
-                f[d] = v
+                f[d] = run + _op_price(wu, base + d, y, z, has_z)
             continue
         run_h = np.inf  # min over d' <= d of f[d'] - held[d'] (held: the prefix sum of wh y over the gap)
         ah = 0
@@ -239,11 +231,8 @@ def _price_one(
                     arg[u - 2, d] = ar
                     how[u - 2, d] = 1
             if t < big:
-                v += wu * y[t]
-                if has_z:
-                    v += z[t]
                 held += wh * y[t]
-            fn[d] = v
+            fn[d] = v + _op_price(wu, t, y, z, has_z)
         f[:] = fn
     best = np.inf
     bd = 0
@@ -254,7 +243,6 @@ def _price_one(
             bd = d
     # Backtrack: op u sits at band index d_u; op u - 1 at arg[u - 2, d_u].
     d = bd
-    refilled[offset[j]] = 0
     for u in range(o, 0, -1):
         chains[offset[j] + u - 1] = e + u - 1 + d
         if u > 1:
@@ -264,6 +252,14 @@ def _price_one(
     for k in range(npre):
         pre_chains[pre_offset[j] + k] = e + d - npre + k
     return best
+
+
+@nb.njit(cache=True, inline="always")
+def _op_price(w, t, y, z, has_z):  # pragma: no cover - compiled
+    """The price of an op of weight ``w`` (and its token) in slot ``t``; past the multipliers, 0."""
+    if t >= y.size:
+        return 0.0
+    return w * y[t] + z[t] if has_z else w * y[t]
 
 
 @nb.njit(cache=True, inline="always")
@@ -330,7 +326,7 @@ def price_chains(
     chains = np.empty(offset[n - 1] + output[n - 1], dtype=np.int64)
     pslot = np.empty(n, dtype=np.int64)
     pre_chains = np.empty(pre_offset[n], dtype=np.int64)
-    refilled = np.zeros(chains.size, dtype=np.int8)
+    refilled = np.zeros(chains.size, dtype=np.int8)  # set by _price_one where a gap is a refill
     has_z = z.size > 0
     for j in nb.prange(n):
         price[j] = _price_one(
@@ -458,7 +454,7 @@ def price_chains_numpy(
             wh = -(-(i_j + u - 2) // block)
             held = np.concatenate([[0.0], np.cumsum(wh * yy)])
             best = (held[1:] + np.minimum.accumulate(f - held[1:]))[:-1]
-            k1 = -(-(i_j + u - 1) // chunk) - 1 if chunk else 0
+            k1 = _refill_batches(i_j, u, chunk)
             if k1 < best.size:
                 refill = np.full(best.size, np.inf)
                 cost = [_pre_cost(i_j + u - 1, k1, chunk, block, y, 1, int(t)) for t in slots[1 + k1 :]]

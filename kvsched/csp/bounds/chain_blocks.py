@@ -104,7 +104,7 @@ def evaluate_blocks(
     # a bound), so its loads have none.
     load, tokens = _chain_kernels().chain_loads(
         data.output, data.prompt, data.offset, data.block, chains, pslot, y.size * span, z.size > 0, data.chunk,
-        data.pre_offset, pre, np.ones(chains.size, dtype=np.int8), False,
+        data.pre_offset, pre, np.zeros(0, dtype=np.int8), False,
     )  # fmt: skip
     value = float(price.sum() - data.capacity * span * y.sum())
     if z.size:
