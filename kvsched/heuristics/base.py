@@ -298,6 +298,42 @@ def steady_chunks(policy: Policy) -> SteadyChunks | None:
 
 
 @runtime_checkable
+class ChunksAhead(Protocol):
+    """The opt-in contract of mixed runs that start with the decision's own batch (default "no").
+
+    :class:`SteadyChunks`' offer, asked before the batch is applied: after the policy
+    returned ``decision`` (decodes, then a chunk of ``c`` prompt or refill tokens of
+    its last request, no evictions), the simulator calls :meth:`chunks_ahead` instead
+    of applying that batch and then calling :meth:`SteadyChunks.repeat_chunks`. A
+    positive answer ``k`` makes the batch and its ``k`` repeats one run (one check and
+    apply instead of two; and a prompt of two chunks becomes one run with its last
+    chunk, which a run that starts after the first chunk cannot hold).
+    """
+
+    def chunks_ahead(self, view: SchedulerView, decision: Decision, limit: Callable[[], int]) -> int:
+        """:meth:`SteadyChunks.repeat_chunks`' answer (0 to ``limit()``), with the view still showing the
+        state *before* the decision's batch (which will have processed one decode token of each decode
+        and ``c`` tokens of the chunk's request).
+
+        ``limit()`` plans the run (its batch durations) and returns the most batches
+        *after* the decision's own (0: none may follow it, or the batch is not a run's:
+        answer 0). A policy calls it once, after every cheaper reason to answer 0;
+        the stretch is the one :meth:`SteadyChunks.repeat_chunks` is offered, except
+        that its last batch may also be the prompt's last chunk right after this one.
+        0 means "apply the batch alone": the policy must then be left as it was, and the
+        answer stands for :meth:`SteadyChunks.repeat_chunks` too (the simulator does not
+        offer it after this batch). Otherwise the policy updates its own bookkeeping as
+        :meth:`SteadyChunks.repeat_chunks` would after the batch.
+        """
+        ...
+
+
+def chunks_ahead(policy: Policy) -> ChunksAhead | None:
+    """``policy`` if it opted in to mixed runs that start with its decision's batch, else ``None``."""
+    return cast(ChunksAhead, policy) if callable(getattr(policy, "chunks_ahead", None)) else None
+
+
+@runtime_checkable
 class ContinueDecodes(Protocol):
     """The opt-in contract of runs that follow an event without a decision (default "no").
 

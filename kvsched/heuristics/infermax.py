@@ -276,6 +276,7 @@ class InferMax(RunOffers):
         # Runs are argued for these flags only (see each method): others do not opt in (no plans in vain).
         if priority != "decode" or not chunked:
             self.repeat_chunks = None  # type: ignore[method-assign,assignment]
+            self.chunks_ahead = None  # type: ignore[method-assign,assignment]
         if priority == "none" or decode_order != "priority":
             self.continue_decodes = None  # type: ignore[method-assign,assignment]
 

@@ -80,6 +80,39 @@ class RunOffers:
             return 0
         return self._grow_decodes(view, req[:-1], limit) if n else limit
 
+    def chunks_ahead(
+        self: InferMax, view: SchedulerView, decision: Decision, limit: Callable[[], int]
+    ) -> int:
+        """:meth:`repeat_chunks` asked before the decision's batch applies
+        (:class:`~kvsched.heuristics.base.ChunksAhead`): the same answer, read off the state before it.
+
+        The batch will have processed ``c`` tokens of p (p's unprocessed tokens
+        are then c fewer) and one token of each decode (each KV then one more: the
+        reservations grow from there, ``ahead``); everything else
+        :meth:`repeat_chunks` reads (the budget P, the queues, the reservations that
+        ``next_batch`` just made) is already as it will be then. Its argument holds
+        unchanged, and also for a run whose only batch after this one is the
+        prompt's last chunk (then the next decision, when nothing waits and every
+        running request is in the batch, is exactly that batch again).
+        """
+        req = decision.requests
+        n = len(req) - 1
+        c = int(decision.tokens[-1])
+        if c < 1 or (n and not self.hybrid) or n + c != self._P or len(decision.evict):
+            return 0
+        chunks = (int(view.unprocessed(int(req[-1]))) - c - 1) // c  # full chunks after this one
+        short = bool(self._waiting.items) or self._running.size != n + 1  # the last chunk leaves room
+        if short and chunks <= 0:
+            return 0  # (before planning)
+        most = limit()
+        if most > chunks and short:
+            most = chunks
+        if most <= 0:
+            return 0
+        if not n:
+            return most
+        return self._grow_decodes(view, np.asarray(req[:-1], dtype=np.int64), most, 1)
+
     def continue_decodes(
         self: InferMax, view: SchedulerView, requests: np.ndarray, limit: Callable[[], int]
     ) -> int:
@@ -103,12 +136,17 @@ class RunOffers:
         most = limit()
         return self._grow_decodes(view, requests, most) if most else 0
 
-    def _grow_decodes(self: InferMax, view: SchedulerView, req: np.ndarray, limit: int) -> int:
+    def _grow_decodes(
+        self: InferMax, view: SchedulerView, req: np.ndarray, limit: int, ahead: int = 0
+    ) -> int:
         """The batches (at most ``limit``) for which the decodes ``req`` keep fitting their reservations
-        of m + 1, taken as if each batch had been decided (the reservations grown to the last one)."""
+        of m + 1, taken as if each batch had been decided (the reservations grown to the last one).
+        ``ahead``: batches the view's KV is behind (1 before the decision's own batch applies)."""
         if self.reserve == "peak":
             return limit
         kv = view.kv[req]  # each batch j = 1, 2, ... of the run wants kv + j reserved
+        if ahead:
+            kv = kv + ahead
         alloc = self._alloc[req]
         free = self._capacity - self._reserved
         n = int(req.size)
