@@ -12,8 +12,9 @@ from kvsched.heuristics.base import chunks_ahead
 from kvsched.heuristics.infermax import InferMax
 from kvsched.instances.generators import LogNormal, Poisson, synthetic
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.schedule.core import EngineState, Rule, ScheduleError
 from kvsched.schedule.ir import Batch, Run
-from kvsched.schedule.validate import replay
+from kvsched.schedule.validate import instance_cost_model, replay
 from tests.test_continue_runs import BOOKS, _calls, _get
 from tests.test_runs import INSTANCES
 from tests.test_simulator_equivalence import assert_same_state
@@ -141,3 +142,26 @@ def test_an_answer_past_the_plan_is_refused():
     policy.chunks_ahead = lambda view, decision, limit: limit() + 1
     with pytest.raises(ValueError, match="outside the plan"):
         simulate(inst, policy)
+
+
+def test_a_made_run_checks_the_arrival_of_its_chunks_request_only():
+    """A run made from the clock: its decodes were scheduled before (so arrived), its chunk's request may not
+    have arrived yet; a run that starts before the clock (within the tolerance) checks every item."""
+    inst = Instance(
+        (Request("A", 0.0, 3, 30), Request("B", 50.0, 40, 4)),
+        Limits(kv_capacity=1000, max_batch_tokens=8),
+        TimeModel("unit"),
+    )
+    state = EngineState(inst, instance_cost_model(inst))
+    state.step(state.make_batch(0.0, [0], [3]))  # A's prompt: A decodes from now on
+    early = np.array([0, 1], dtype=np.int64)  # A, then a chunk of B, which arrives at 50
+    assert state.plan_run(early, 7)[0] >= 2
+    run = state.make_run(state.clock, early, 2, 7)
+    violations = state.check_run(run)
+    assert violations and {v.rule for v in violations} == {Rule.BEFORE_ARRIVAL}
+    with pytest.raises(ScheduleError):
+        state.step_run(run)
+    decodes = np.array([0], dtype=np.int64)
+    assert state.plan_run(decodes)[0] >= 5
+    state.step_run(state.make_run(state.clock, decodes, 5))  # A alone: arrived (it was scheduled at 0)
+    assert int(state.generated[0]) == 6

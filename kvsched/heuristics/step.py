@@ -23,7 +23,11 @@ batch or run without evictions in which some request completed or finished its
 prompt, every other item decoding now, a policy that opted in
 (:func:`~kvsched.heuristics.base.continue_decodes`) says, instead of a decision,
 how many batches in a row it would decode exactly those requests (a
-:class:`Run` again, up to the same events). The batches are exactly those of
+:class:`Run` again, up to the same events). Runs ahead: a decision of a few
+decodes then one prompt chunk that does not finish its prompt is offered to a
+policy that opted in (:func:`~kvsched.heuristics.base.chunks_ahead`) before its
+batch applies; the batch and its repeats are then one mixed run (planned by the
+core from the clock, where the batch starts). The batches are exactly those of
 batch-by-batch stepping; only their storage and the policy calls are fewer.
 
 :class:`Stepper` splits the loop into its two moves, so that every driver runs

@@ -343,8 +343,13 @@ class RunSteps:
             return False
         made = self._made_run
         if made is not None and made[0] is run and made[1] == self.num_batches:
-            # make_run took its length and durations from this very state: only the start is new.
-            return self._arrived(run)
+            # make_run took its length and durations from this very state: only the start is new. From
+            # the clock on, its decodes have arrived: each was scheduled before (a prompt precedes its
+            # decodes), in a batch that started after its arrival and no later than the clock.
+            if start < self.clock:
+                return self._arrived(run)
+            chunk = run.chunk
+            return chunk is None or not self.arrival[chunk.request] > start + TIME_TOL
         if not (np.isfinite(dur).all() and np.min(dur) >= 0):
             return False
         if chunk is None:
