@@ -34,7 +34,15 @@ def test_compiled_and_interpreted_kernels_make_the_same_legal_schedule(seed):
     rng = np.random.default_rng(seed)
     inst = _random_instance(rng, int(rng.integers(2, 40)))
     scale = rng.uniform(0.2, 5.0, len(inst))
-    for kwargs in ({}, {"candidates": 2, "cells": 3, "tail": 1.0}, {"tail": 0.0}, {"scale": scale}):
+    cases = (
+        {},
+        {"candidates": 2, "cells": 3, "tail": 1.0},
+        {"tail": 0.0},
+        {"scale": scale},
+        {"tail": 0.5, "ratio_power": 0.2},
+        {"tail": 1.0, "ratio_power": 0.0, "scale": scale},
+    )
+    for kwargs in cases:
         fast = knapsack(inst, **kwargs)  # replayed strictly inside: legal and complete
         slow = knapsack(inst, jit=False, **kwargs)
         assert fast.schedule.same_as(slow.schedule)
@@ -64,6 +72,7 @@ def test_never_below_the_brute_force_optimum(case):
     optimum = brute_force(inst, "total-latency")
     for tail in (0.0, 0.25, 1.0):
         assert knapsack(inst, tail=tail).value >= optimum - 1e-9
+        assert knapsack(inst, tail=tail, ratio_power=0.2).value >= optimum - 1e-9
 
 
 def test_packs_by_value_where_first_fit_by_rank_wastes_memory():
@@ -125,6 +134,7 @@ def test_budgets_compiled_and_interpreted_kernels_make_the_same_legal_schedule(s
         {"min_chunk": 10**6, "hold_weight": 100.0},
         {"candidates": 1, "cells": 2},
         {"chunk_discount": 1.0, "min_chunk": 3},
+        {"tail": 1.0, "ratio_power": 0.1},
     )
     for kwargs in cases:
         fast = knapsack(inst, **kwargs)  # replayed strictly inside: legal and complete
@@ -203,7 +213,7 @@ def test_the_best_pinned_request_evicts_the_worst_where_it_gets_no_kv(kernel):
     fa[1] = 1.0
     lim = np.array([20, 1, 64, 1024, 5, 0, 512, 4, 4, 4], dtype=np.int64)
     sc = np.array([2, 0, 0, 0, 0, 0, 0, 2], dtype=np.int64)
-    clock = np.array([0.0, 1.0, 0.25, 16.0, 0.0])
+    clock = np.array([0.0, 1.0, 0.25, 16.0, 0.0, 1.0])
     ib = np.zeros((6, 2), dtype=np.int64)
     ib[5] = [1, 0]
     bf, bi, it, ev = (
@@ -230,3 +240,25 @@ def test_the_knapsacks_own_value_is_the_replays(seed):
             replayed = knapsack(case, objective=objective)
             own = knapsack(case, objective=objective, replay_schedule=False)
             assert own.trace is None and own.value == replayed.value
+
+
+def test_a_lower_ratio_power_fills_the_memory_before_the_rank():
+    # M = 10, everything at 0, the knapsack choosing for all of M. r0 (I 2, O 1, key 2 x 0.1) ranks far
+    # first; r1 and r2 (I 5, O 1, keys 5) fill M exactly. At power 1 the values are 2 / 0.2 = 10 and
+    # 5 / 5 = 1: r0 with one of r1, r2 (value 11, 7 KV) beats r1 + r2 (value 2, 10 KV). At power 0 the
+    # value is the KV alone and r1 + r2 win.
+    inst = _inst([(2, 1, 0), (5, 1, 0), (5, 1, 0)], 10)
+    scale = np.array([0.1, 1.0, 1.0])
+    ranked = knapsack(inst, scale=scale, tail=1.0)
+    filled = knapsack(inst, scale=scale, tail=1.0, ratio_power=0.0)
+    assert 0 in ranked.schedule.batches[0].requests.tolist()
+    assert sorted(filled.schedule.batches[0].requests.tolist()) == [1, 2]
+    assert filled.schedule.meta["params"]["ratio_power"] == 0.0
+    assert "ratio_power" not in ranked.schedule.meta["params"]
+
+
+@pytest.mark.parametrize("power", [-0.5, float("nan"), float("inf")])
+def test_a_ratio_power_that_is_no_number_at_least_zero_is_refused(power):
+    inst = _inst([(2, 1, 0)], 10)
+    with pytest.raises(InputError, match="ratio_power"):
+        knapsack(inst, ratio_power=power)

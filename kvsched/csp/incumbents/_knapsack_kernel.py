@@ -27,9 +27,9 @@ Array layout (``n`` requests):
   (blocks), fast, candidates at most, C, P (:data:`NONE` where unlimited), smallest first chunk;
 * ``sc`` int64 (8,): arrival pointer, waiting length, holders, batches, items, evictions, pending,
   pinned;
-* ``clock`` float64 (5,): the next batch's start, the slot length, the knapsack's share of M, the
+* ``clock`` float64 (6,): the next batch's start, the slot length, the knapsack's share of M, the
   holders' key bonus per KV token and refill batch (0 without a budget), the first chunks' value
-  discount per further batch of their prompt;
+  discount per further batch of their prompt, the power of the key in an item's value (w / key^power);
 * ``ib`` int64 (6, n): waiting list (worst first, best last; requests neither done nor pinned),
   holders (not pinned), candidates, scratch, pending inserts (arrivals and last slot's candidates),
   pinned (best first);
@@ -64,8 +64,8 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
     best waiting requests by key (the candidates; more while they hold less than 1.5
     times the KV left, up to ``lim[6]``), runs the best of them first-fit while the KV
     left stays at least the knapsack's share, then picks among the rest the subset of
-    largest total value w / key (w: the KV the op holds, in blocks; the
-    weighted-shortest-first ratio) that fits what is left, by a 0/1 knapsack over at
+    largest total value w / key^power (w: the KV the op holds, in blocks; at power 1
+    the weighted-shortest-first ratio, below 1 more weight on filling M) that fits what is left, by a 0/1 knapsack over at
     most ``lim[3]`` capacity cells (item sizes rounded up to a cell, so the pick always
     fits), keeps those of the pick whose tokens fit the budget left, best first, and
     fills what is still left first-fit. Every pass offers only items that fit the
@@ -83,7 +83,7 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
     budget_c, budget_p, min_chunk = lim[7], lim[8], lim[9]
     q = min(budget_c, budget_p)  # the most known tokens one batch can (re)process
     ptr, wlen, hlen, nbat, nit, nev, plen, npin = sc[0], sc[1], sc[2], sc[3], sc[4], sc[5], sc[6], sc[7]
-    t, slot, tail, hold_w, discount = clock[0], clock[1], clock[2], clock[3], clock[4]
+    t, slot, tail, hold_w, discount, power = clock[0], clock[1], clock[2], clock[3], clock[4], clock[5]
     cap_b, cap_i, cap_e = bf.shape[0], it.shape[1], ev.shape[0]
     size = np.zeros(kmax, dtype=np.int64)
     units = np.zeros(kmax, dtype=np.int64)
@@ -222,7 +222,7 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
             r = wait[wlen - 1 - k]
             cand[k] = r
             size[k] = (prompt[r] + gen[r] + bs - 1) // bs
-            value[k] = size[k] / max(wkey[wlen - 1 - k], 1e-300)
+            value[k] = size[k] / max(wkey[wlen - 1 - k], 1e-300) ** power
             chosen[k] = _OPEN
             # Tokens of its item: a decode, or every known token (-1: more than a batch holds, so a
             # first chunk, sized when it is chosen).

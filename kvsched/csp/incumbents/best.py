@@ -12,8 +12,8 @@ from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents._kernel import advance_jit
 from kvsched.csp.incumbents.base import Incumbent, confirmed, eviction_is_free
 from kvsched.csp.incumbents.greedy import greedy
+from kvsched.csp.incumbents.knapsack import RATIO_POWER, TAIL, knapsack, knapsack_name
 from kvsched.csp.incumbents.knapsack import applies as knapsack_applies
-from kvsched.csp.incumbents.knapsack import knapsack
 from kvsched.csp.incumbents.knots import token_caps
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import KvschedError
@@ -139,9 +139,20 @@ FAST_POLICIES: tuple[str, ...] = ("mcsf", "sarathi", "vllm-v1", "rank-o", "sarat
 #: Where eviction is free, the knapsack greedy is tried from this many requests on: alone it beats the filling
 #: greedy and that greedy's local search at 10k (ShareGPT, memory load 1: 4.49e6 against 4.60e6 in a 60 s
 #: solve), while at 1k they tie (468,391 against 468,280 on Azure conversations) and the filling greedy's
-#: local search gains more there.
-KNAPSACK_FREE_MIN_REQUESTS = 5_000
-KNAPSACK_FREE_CANDIDATES = 32
+#: local search gains more there. From this size on it also takes its large configurations below.
+KNAPSACK_LARGE_MIN_REQUESTS = 5_000
+#: Candidates a slot from KNAPSACK_LARGE_MIN_REQUESTS requests on: as good as 64 at 10k in half the time
+#: (ShareGPT 4.4919e6 both, Azure conversations 3.0759e7 against 3.0784e7, 3.4 s against 7 s; with the budget
+#: C = P = 2048, Azure conversations 3.2746e7 against 3.2922e7 in 8.5 s against 15 s at load 3.5).
+KNAPSACK_LARGE_CANDIDATES = 32
+#: (tail, ratio_power) of the knapsack greedy's runs, in order (the first always, the others as time allows).
+#: Valuing an item at w / key^power with power < 1 keeps M fuller, which pays where a long queue drains at
+#: the rate the memory is used. Greedy alone at memory load 1 against the default (TAIL, RATIO_POWER) =
+#: (0.25, 1), 10k requests (Azure code, Azure conversations, ShareGPT): (0.5, 0.2) -10.0 / -6.2 / -2.3% without a budget and
+#: -6.5 / -2.4 / -1.6% at C = P = 2048; (1.0, 0.1) -13.5 / -3.0 / -0.9% and -7.4 / -1.5 / -0.8%. At 1k and
+#: 100 requests they are within -1.6..+4% of the default, which then goes first.
+KNAPSACK_CONFIGS: tuple[tuple[float, float], ...] = ((TAIL, RATIO_POWER), (0.5, 0.2), (1.0, 0.1))
+KNAPSACK_LARGE_CONFIGS: tuple[tuple[float, float], ...] = ((0.5, 0.2), (1.0, 0.1), (TAIL, RATIO_POWER))
 #: A policy simulation is priced at this many times the greedy's build and replay (it steps the core too).
 POLICY_COST_FACTOR = 4.0
 
@@ -200,26 +211,28 @@ def best_incumbent(
     def fits(cost: float) -> bool:
         return deadline.remaining() >= cost + replay_cost
 
-    large = len(instance) >= KNAPSACK_FREE_MIN_REQUESTS
+    large = len(instance) >= KNAPSACK_LARGE_MIN_REQUESTS
     if (kind == "budget" or (kind == "free" and large)) and knapsack_applies(instance, cost_model):
         # Under a token budget the knapsack greedy, which pins a started prefill to its next chunk and
         # prices what evicting a holder costs, beats the budget variants (C = P = 2048, 1k requests at
         # memory load 1: Azure code 43,335 against 46,613, Azure conversations 483,270 against 504,842).
         # Without a budget the filling greedy matches it at 1k and its local search gains more there; from
-        # KNAPSACK_FREE_MIN_REQUESTS on it is tried too.
-        if not fits(3.0 * run_cost):
-            skipped.append("knapsack:remaining-area")
-        else:
+        # KNAPSACK_LARGE_MIN_REQUESTS on it is tried too.
+        extra = {"candidates": KNAPSACK_LARGE_CANDIDATES} if large else {}
+        knapsack_cost = 0.0
+        for k, (tail, power) in enumerate(KNAPSACK_LARGE_CONFIGS if large else KNAPSACK_CONFIGS):
+            if not (fits(3.0 * run_cost) if k == 0 else fits(1.5 * knapsack_cost)):
+                skipped.append(knapsack_name(tail, power))
+                continue
             started = time.perf_counter()
-            # Without a budget, 32 candidates a slot: as good as 64 at 10k (ShareGPT 4.4919e6 both, Azure
-            # conversations 3.0759e7 against 3.0784e7) in half the decisions' time (3.4 s against 7 s).
             cand = knapsack(
-                instance, objective=objective, deadline=deadline, replay_schedule=False,
-                **({} if kind == "budget" else {"candidates": KNAPSACK_FREE_CANDIDATES}),
+                instance, objective=objective, deadline=deadline, replay_schedule=False, tail=tail,
+                ratio_power=power, **extra,
             )  # fmt: skip
-            run_cost = max(run_cost, 0.5 * (time.perf_counter() - started))
+            knapsack_cost = max(knapsack_cost, time.perf_counter() - started)
             tried[cand.name] = cand.value
             best = min(best, cand, key=lambda inc: inc.value)
+        run_cost = max(run_cost, 0.5 * knapsack_cost)
     for variant in others:
         if not fits(1.5 * run_cost):
             skipped.append(f"greedy:{variant.rule}")

@@ -71,7 +71,7 @@ _GREEDY_KEYS = (
     "fill",
     "token_cap",
 )
-_KNAPSACK_KEYS = ("candidates", "cells", "tail", "min_chunk", "hold_weight", "chunk_discount")
+_KNAPSACK_KEYS = ("candidates", "cells", "tail", "min_chunk", "hold_weight", "chunk_discount", "ratio_power")
 
 
 def _rerun(
