@@ -145,12 +145,13 @@ KNAPSACK_LARGE_MIN_REQUESTS = 5_000
 #: (ShareGPT 4.4919e6 both, Azure conversations 3.0759e7 against 3.0784e7, 3.4 s against 7 s; with the budget
 #: C = P = 2048, Azure conversations 3.2746e7 against 3.2922e7 in 8.5 s against 15 s at load 3.5).
 KNAPSACK_LARGE_CANDIDATES = 32
-#: (tail, ratio_power) of the knapsack greedy's runs, in order (the first always, the others as time allows).
-#: Valuing an item at w / key^power with power < 1 keeps M fuller, which pays where a long queue drains at
-#: the rate the memory is used. Greedy alone at memory load 1 against the default (TAIL, RATIO_POWER) =
-#: (0.25, 1), 10k requests (Azure code, Azure conversations, ShareGPT): (0.5, 0.2) -10.0 / -6.2 / -2.3% without a budget and
-#: -6.5 / -2.4 / -1.6% at C = P = 2048; (1.0, 0.1) -13.5 / -3.0 / -0.9% and -7.4 / -1.5 / -0.8%. At 1k and
-#: 100 requests they are within -1.6..+4% of the default, which then goes first.
+#: (tail, ratio_power) of the knapsack greedy's runs, in order (the first always, the others as time
+#: allows). Valuing an item at w / key^power with power < 1 keeps M fuller, which pays where a long queue
+#: drains at the rate the memory is used. Greedy alone at memory load 1 against the default (TAIL,
+#: RATIO_POWER) = (0.25, 1), 10k requests (Azure code, Azure conversations, ShareGPT): (0.5, 0.2) -10.0 /
+#: -6.2 / -2.3% without a budget and -6.5 / -2.4 / -1.6% at C = P = 2048; (1.0, 0.1) -13.5 / -3.0 / -0.9%
+#: and -7.4 / -1.5 / -0.8%. At 1k and 100 requests they are within -1.6..+4% of the default, which then
+#: goes first.
 KNAPSACK_CONFIGS: tuple[tuple[float, float], ...] = ((TAIL, RATIO_POWER), (0.5, 0.2), (1.0, 0.1))
 KNAPSACK_LARGE_CONFIGS: tuple[tuple[float, float], ...] = ((0.5, 0.2), (1.0, 0.1), (TAIL, RATIO_POWER))
 #: A policy simulation is priced at this many times the greedy's build and replay (it steps the core too).
