@@ -311,14 +311,17 @@ class CalibratedCost:
         kv0, b0, b1, b2n = float(isum(context)), self.b0, self.b1, self.b2 * n
         out: list[float] = []
         ends: list[float] = []
+        add_duration, add_end = out.append, ends.append
         t = start
-        for j in range(min(k, SMALL)):
+        kv = kv0  # j n + kv0 for batch j, added up: the same exact integer (below 2**53) as the product's
+        for _ in range(min(k, SMALL)):
             if t + tol >= until:
                 break
-            d = (((j * n + kv0) * b1) + b0 + b2n) + base  # (decode_run_times' operations, in its order)
+            d = ((kv * b1) + b0 + b2n) + base  # (decode_run_times' operations, in its order)
             t += d
-            out.append(d)
-            ends.append(t)
+            add_duration(d)
+            add_end(t)
+            kv += n
         else:
             if k > SMALL:
                 return None  # the cut lies further: the caller prices the run on arrays
