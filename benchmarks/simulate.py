@@ -79,7 +79,8 @@ entries, but needs ragged runs in the IR, the metrics and the token statistics.
 Outside the loop a fresh command spends about 0.25 s importing (numpy alone 0.1
 s), 0.04 s loading a 10k trace (no pandas, no pydantic) and 0.2 s (10k) to 3 s
 (100k) on the batch clock, the token statistics and the run metrics. Where each
-change came from: ``docs/simulation.md``.
+change came from: ``docs/simulation.md`` (the second to sixth passes in
+``docs/simulation-history.md``).
 
 Eighth pass (``docs/simulation.md``), 7274a76 against 432b1fe / 110389b, fresh
 processes interleaved at load 1.5-1.9: sharegpt-10k-t0 loop 0.91-0.95 -> 0.83-0.86,
@@ -93,6 +94,14 @@ vary more than the change, so it is counted in callgrind instructions. sharegpt-
 6,203M -> 5,687M (-8.3%: InferMax's waiting queue no longer shifts its 10,000 entries,
 scalar paths for a few items), the whole command 7,955M -> 7,454M (-6.3%; best wall pair
 1.22 -> 1.13 s, target 1: missed); azure-10k loop -0.7%.
+
+Tenth pass (``docs/simulation.md``), e9b0688 against a8d1a30: a decision's batch of decodes and a
+prompt chunk and its repeats are one run, asked before the batch applies (at most 64 items).
+azure-10k entries 35,574 -> 29,227, loop -8.5% in callgrind instructions (CPU 1.26-1.33 ->
+1.16-1.18 s; target 1: missed), command 1.68-1.71 -> 1.54-1.61 s wall; azure-100k entries
+351,126 -> 291,502, command 15.45-16.01 -> 15.02-15.11 s wall at load 2.3-2.4 and 14.88-15.21
+-> 14.07-14.19 s at load 2.5-2.7 (target 15: at the line), peak 705 -> 632 MB;
+sharegpt-10k-t0 unchanged (1.09-1.22 s wall; target 1: missed).
 
 Identical results: every run of ``schedule_fingerprint.py --check`` against the
 pre-issue fingerprints gave 288/288 unchanged.
