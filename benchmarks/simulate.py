@@ -99,8 +99,9 @@ Tenth pass (``docs/simulation.md``), e9b0688 against a8d1a30: a decision's batch
 prompt chunk and its repeats are one run, asked before the batch applies (at most 64 items).
 azure-10k entries 35,574 -> 29,227, loop -8.5% in callgrind instructions (CPU 1.26-1.33 ->
 1.16-1.18 s; target 1: missed), command 1.68-1.71 -> 1.54-1.61 s wall; azure-100k entries
-351,126 -> 291,502, command 15.45-16.01 -> 15.02-15.11 s wall at load 2.3-2.4 and 14.88-15.21
--> 14.07-14.19 s at load 2.5-2.7 (target 15: at the line), peak 705 -> 632 MB;
+351,126 -> 291,502, command 15.45-16.01 -> 15.02-15.11 s wall at load 2.3-2.4, 14.88-15.21
+-> 14.07-14.19 s at load 2.5-2.7 and 16.23-20.02 -> 14.24-14.45 s at load 1.8-2.0 (target 15:
+met in four runs of six, 0.02-0.11 s over in two), peak 705 -> 632 MB;
 sharegpt-10k-t0 unchanged (1.09-1.22 s wall; target 1: missed).
 
 Identical results: every run of ``schedule_fingerprint.py --check`` against the
