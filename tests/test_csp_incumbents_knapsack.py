@@ -262,3 +262,25 @@ def test_a_ratio_power_that_is_no_number_at_least_zero_is_refused(power):
     inst = _inst([(2, 1, 0)], 10)
     with pytest.raises(InputError, match="ratio_power"):
         knapsack(inst, ratio_power=power)
+
+
+def test_a_configuration_is_named_by_what_differs_from_the_defaults():
+    from kvsched.csp.incumbents.knapsack import KnapsackConfig
+
+    assert KnapsackConfig().name(budgeted=True) == "knapsack:remaining-area"
+    filling = KnapsackConfig(0.5, 0.2, 64.0, 512)
+    assert filling.name(budgeted=False) == "knapsack:remaining-area/tail=0.5/ratio-power=0.2"
+    assert filling.name(budgeted=True) == (
+        "knapsack:remaining-area/tail=0.5/ratio-power=0.2/hold-weight=64/min-chunk=512"
+    )
+    # The incumbent carries that name, and the parameters the local search re-makes it with.
+    inst = _inst([(6, 2, 0), (3, 2, 0), (5, 1, 1)], 10, 4)
+    inc = knapsack(inst, **filling.kwargs())
+    assert inc.name == filling.name(budgeted=True)
+    params = inc.schedule.meta["params"]
+    assert (params["tail"], params["ratio_power"], params["hold_weight"], params["min_chunk"]) == (
+        0.5,
+        0.2,
+        64.0,
+        512,
+    )

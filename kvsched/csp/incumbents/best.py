@@ -12,7 +12,7 @@ from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents._kernel import advance_jit
 from kvsched.csp.incumbents.base import Incumbent, confirmed, eviction_is_free
 from kvsched.csp.incumbents.greedy import greedy
-from kvsched.csp.incumbents.knapsack import RATIO_POWER, TAIL, knapsack, knapsack_name
+from kvsched.csp.incumbents.knapsack import KnapsackConfig, budgeted, knapsack
 from kvsched.csp.incumbents.knapsack import applies as knapsack_applies
 from kvsched.csp.incumbents.knots import token_caps
 from kvsched.csp.objectives import objective_function
@@ -145,15 +145,29 @@ KNAPSACK_LARGE_MIN_REQUESTS = 5_000
 #: (ShareGPT 4.4919e6 both, Azure conversations 3.0759e7 against 3.0784e7, 3.4 s against 7 s; with the budget
 #: C = P = 2048, Azure conversations 3.2746e7 against 3.2922e7 in 8.5 s against 15 s at load 3.5).
 KNAPSACK_LARGE_CANDIDATES = 32
-#: (tail, ratio_power) of the knapsack greedy's runs, in order (the first always, the others as time
-#: allows). Valuing an item at w / key^power with power < 1 keeps M fuller, which pays where a long queue
-#: drains at the rate the memory is used. Greedy alone at memory load 1 against the default (TAIL,
-#: RATIO_POWER) = (0.25, 1), 10k requests (Azure code, Azure conversations, ShareGPT): (0.5, 0.2) -10.0 /
-#: -6.2 / -2.3% without a budget and -6.5 / -2.4 / -1.6% at C = P = 2048; (1.0, 0.1) -13.5 / -3.0 / -0.9%
-#: and -7.4 / -1.5 / -0.8%. At 1k and 100 requests they are within -1.6..+4% of the default, which then
-#: goes first.
-KNAPSACK_CONFIGS: tuple[tuple[float, float], ...] = ((TAIL, RATIO_POWER), (0.5, 0.2), (1.0, 0.1))
-KNAPSACK_LARGE_CONFIGS: tuple[tuple[float, float], ...] = ((0.5, 0.2), (1.0, 0.1), (TAIL, RATIO_POWER))
+#: The knapsack greedy's configurations, in order (the first always, the others as time allows). Valuing
+#: an item at w / key^power with power < 1 keeps M fuller, which pays where a long queue drains at the rate
+#: the memory is used. Greedy alone at memory load 1 against the default (tail 0.25, power 1), 10k requests
+#: (Azure code, Azure conversations, ShareGPT): (tail 0.5, power 0.2) -10.0 / -6.2 / -2.3% without a
+#: budget and -6.5 / -2.4 / -1.6% at C = P = 2048; (1.0, 0.1) -13.5 / -3.0 / -0.9% and -7.4 / -1.5 / -0.8%.
+#: At 1k and 100 requests they are within -1.6..+4% of the default, which then goes first.
+KNAPSACK_CONFIGS: tuple[KnapsackConfig, ...] = (
+    KnapsackConfig(),
+    KnapsackConfig(0.5, 0.2),
+    KnapsackConfig(1.0, 0.1),
+)
+#: From KNAPSACK_LARGE_MIN_REQUESTS requests on the filling ones go first. Under a budget they also weigh
+#: a holder's refill more (64) and start a long prompt with at least 512 tokens: at 10k requests and
+#: C = P = 2048, against the best of the two filling configurations with the default 16 and 256, (0.5, 0.2)
+#: gives Azure code -1.0 / -4.9 / -2.2% at memory loads 0.9 / 1 / 1.1, Azure conversations -1.5 / -1.6 /
+#: -1.1%, ShareGPT +0.5 / +0.2 / +0.2%; (1.0, 0.1) Azure code +1.2 / -7.4 / -1.3%, Azure conversations
+#: +0.2 / 0.0 / -0.2%. (Both are ignored without a budget.) At 1k they lose (Azure code +7.5% with 64 and
+#: 512), so the 1k configurations keep the defaults.
+KNAPSACK_LARGE_CONFIGS: tuple[KnapsackConfig, ...] = (
+    KnapsackConfig(0.5, 0.2, 64.0, 512),
+    KnapsackConfig(1.0, 0.1, 64.0, 512),
+    KnapsackConfig(),
+)
 #: A policy simulation is priced at this many times the greedy's build and replay (it steps the core too).
 POLICY_COST_FACTOR = 4.0
 
@@ -221,14 +235,14 @@ def best_incumbent(
         # KNAPSACK_LARGE_MIN_REQUESTS on it is tried too.
         extra = {"candidates": KNAPSACK_LARGE_CANDIDATES} if large else {}
         knapsack_cost = 0.0
-        for k, (tail, power) in enumerate(KNAPSACK_LARGE_CONFIGS if large else KNAPSACK_CONFIGS):
+        for k, config in enumerate(KNAPSACK_LARGE_CONFIGS if large else KNAPSACK_CONFIGS):
             if not (fits(3.0 * run_cost) if k == 0 else fits(1.5 * knapsack_cost)):
-                skipped.append(knapsack_name(tail, power))
+                skipped.append(config.name(budgeted(instance)))
                 continue
             started = time.perf_counter()
             cand = knapsack(
-                instance, objective=objective, deadline=deadline, replay_schedule=False, tail=tail,
-                ratio_power=power, **extra,
+                instance, objective=objective, deadline=deadline, replay_schedule=False, **config.kwargs(),
+                **extra,
             )  # fmt: skip
             knapsack_cost = max(knapsack_cost, time.perf_counter() - started)
             tried[cand.name] = cand.value

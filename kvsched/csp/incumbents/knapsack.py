@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass, fields
+from typing import Any
 
 import numpy as np
 
@@ -242,11 +244,36 @@ def decide(
     )
 
 
-def knapsack_name(tail: float = TAIL, ratio_power: float = RATIO_POWER) -> str:
-    """The name of the knapsack greedy's incumbent: its share and power where they are not the defaults."""
-    if (tail, ratio_power) == (TAIL, RATIO_POWER):
-        return "knapsack:remaining-area"
-    return f"knapsack:remaining-area/tail={tail:g}/ratio-power={ratio_power:g}"
+@dataclass(frozen=True, slots=True)
+class KnapsackConfig:
+    """One configuration of the knapsack greedy: the keyword arguments of :func:`knapsack` it sets.
+
+    ``hold_weight`` and ``min_chunk`` act under a token or prefill budget only.
+    """
+
+    tail: float = TAIL
+    ratio_power: float = RATIO_POWER
+    hold_weight: float = HOLD_WEIGHT
+    min_chunk: int | None = None
+
+    def kwargs(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def name(self, budgeted: bool) -> str:
+        """The incumbent's name: ``knapsack:remaining-area`` and whatever differs from the defaults."""
+        parts = []
+        if (self.tail, self.ratio_power) != (TAIL, RATIO_POWER):
+            parts.append(f"/tail={self.tail:g}/ratio-power={self.ratio_power:g}")
+        if budgeted and self.hold_weight != HOLD_WEIGHT:
+            parts.append(f"/hold-weight={self.hold_weight:g}")
+        if budgeted and self.min_chunk is not None:
+            parts.append(f"/min-chunk={self.min_chunk}")
+        return "knapsack:remaining-area" + "".join(parts)
+
+
+def budgeted(instance: Instance) -> bool:
+    """Whether ``instance`` has a token or a prefill budget."""
+    return instance.limits.max_batch_tokens is not None or instance.limits.max_prefill_tokens is not None
 
 
 def knapsack(
@@ -296,11 +323,11 @@ def knapsack(
         ratio_power=ratio_power,
     )
     t1 = time.perf_counter()
-    label = name or knapsack_name(tail, ratio_power)
+    label = name or KnapsackConfig(tail, ratio_power, hold_weight, min_chunk).name(budgeted(instance))
     params = {"rule": "remaining-area", "candidates": candidates, "cells": cells, "tail": tail}
     if ratio_power != RATIO_POWER:
         params["ratio_power"] = ratio_power
-    if instance.limits.max_batch_tokens is not None or instance.limits.max_prefill_tokens is not None:
+    if budgeted(instance):
         params["min_chunk"] = min_chunk
         params["hold_weight"] = hold_weight
         params["chunk_discount"] = chunk_discount
