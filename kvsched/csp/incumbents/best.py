@@ -12,7 +12,7 @@ from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents._kernel import advance_jit
 from kvsched.csp.incumbents.base import Incumbent, confirmed, eviction_is_free
 from kvsched.csp.incumbents.greedy import greedy
-from kvsched.csp.incumbents.knapsack import KnapsackConfig, budgeted, knapsack
+from kvsched.csp.incumbents.knapsack import KnapsackConfig, has_budget, knapsack
 from kvsched.csp.incumbents.knapsack import applies as knapsack_applies
 from kvsched.csp.incumbents.knots import token_caps
 from kvsched.csp.objectives import objective_function
@@ -237,7 +237,7 @@ def best_incumbent(
         knapsack_cost = 0.0
         for k, config in enumerate(KNAPSACK_LARGE_CONFIGS if large else KNAPSACK_CONFIGS):
             if not (fits(3.0 * run_cost) if k == 0 else fits(1.5 * knapsack_cost)):
-                skipped.append(config.name(budgeted(instance)))
+                skipped.append(config.name(has_budget(instance)))
                 continue
             started = time.perf_counter()
             cand = knapsack(

@@ -35,6 +35,11 @@ greedy's budget variants (``best_incumbent(inst, variants=BUDGET_VARIANTS, polic
 greedy alone, C = P = 2048, M = 20,000, 1k requests, memory loads 0.9 / 1 / 1.1: Azure
 code -8.1 / -7.0 / -9.1%, Azure conversations -2.4 / -4.3 / -2.7%, ShareGPT +0.1 / -0.1 /
 -0.1%.
+
+Where a long queue drains at the rate the memory is used (memory load 1, 10k requests), the share of M
+that goes unused decides the latency: there an item's value w / key^p with p < 1 (``ratio_power``) keeps
+M fuller at some cost in rank, and :func:`~kvsched.csp.incumbents.best.best_incumbent` runs such
+configurations (:class:`KnapsackConfig`) first (docs/bounds.md, *The schedules at 10k*).
 """
 
 from __future__ import annotations
@@ -271,7 +276,7 @@ class KnapsackConfig:
         return "knapsack:remaining-area" + "".join(parts)
 
 
-def budgeted(instance: Instance) -> bool:
+def has_budget(instance: Instance) -> bool:
     """Whether ``instance`` has a token or a prefill budget."""
     return instance.limits.max_batch_tokens is not None or instance.limits.max_prefill_tokens is not None
 
@@ -323,11 +328,11 @@ def knapsack(
         ratio_power=ratio_power,
     )
     t1 = time.perf_counter()
-    label = name or KnapsackConfig(tail, ratio_power, hold_weight, min_chunk).name(budgeted(instance))
+    label = name or KnapsackConfig(tail, ratio_power, hold_weight, min_chunk).name(has_budget(instance))
     params = {"rule": "remaining-area", "candidates": candidates, "cells": cells, "tail": tail}
     if ratio_power != RATIO_POWER:
         params["ratio_power"] = ratio_power
-    if budgeted(instance):
+    if has_budget(instance):
         params["min_chunk"] = min_chunk
         params["hold_weight"] = hold_weight
         params["chunk_discount"] = chunk_discount
