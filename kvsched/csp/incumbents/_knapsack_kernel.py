@@ -67,8 +67,9 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
     largest total value w / key^power (w: the KV the op holds, in blocks; at power 1
     the weighted-shortest-first ratio, below 1 more weight on filling M) that fits
     what is left, by a 0/1 knapsack over at most ``lim[3]`` capacity cells (item
-    sizes rounded up to a cell, so the pick always fits), keeps those of the pick whose tokens fit the budget left, best first, and
-    fills what is still left first-fit. Every pass offers only items that fit the
+    sizes rounded up to a cell, so the pick always fits), keeps those of the pick
+    whose tokens fit the budget left, best first, and fills what is still left
+    first-fit. Every pass offers only items that fit the
     budget left; a first chunk (a request whose known tokens do not fit a slot's
     budget) is packed at its whole prompt, takes all the budget left, and starts only
     with at least ``lim[9]`` tokens (or all a slot's budget leaves). Holders that did

@@ -185,8 +185,9 @@ def best_incumbent(
 
     ``variants`` defaults to :func:`variants_for` (the instance's :data:`VARIANTS`, after capped ones
     where the token term has cliffs); under unit time
-    with a token budget the knapsack greedy (:mod:`~kvsched.csp.incumbents.knapsack`) runs after the
-    first. The first variant always runs (it is the first schedule of every time-limited solve; past the deadline it
+    with a token budget, and without one from :data:`KNAPSACK_LARGE_MIN_REQUESTS` requests on, the
+    knapsack greedy (:mod:`~kvsched.csp.incumbents.knapsack`) runs after the first, in
+    :data:`KNAPSACK_CONFIGS` (:data:`KNAPSACK_LARGE_CONFIGS` from that size on) as time allows. The first variant always runs (it is the first schedule of every time-limited solve; past the deadline it
     finishes in its cheapest mode). Each further candidate runs only if its
     estimated time, priced from the first variant's measured time, fits in what is left, so the
     deadline is kept without interrupting a policy mid-simulation. ``stats`` of the result
