@@ -120,12 +120,17 @@ def test_some_runs_ahead_are_taken(name):
     assert sum(type(e) is Batch for e in fast) < 0.9 * sum(type(e) is Batch for e in before)
 
 
-def test_an_answer_without_a_plan_is_refused():
-    inst = Instance(
+def _decoding_then_a_long_prompt() -> Instance:
+    """A decodes alone until B's 40-token prompt arrives and goes in chunks beside it (C = 8)."""
+    return Instance(
         (Request("A", 0.0, 3, 30), Request("B", 5.0, 40, 4)),
         Limits(kv_capacity=1000, max_batch_tokens=8),
         TimeModel("unit"),
     )
+
+
+def test_an_answer_without_a_plan_is_refused():
+    inst = _decoding_then_a_long_prompt()
     policy = make_policy("sarathi")
     policy.chunks_ahead = lambda view, decision, limit: 3  # never plans
     with pytest.raises(KvschedError, match="without planning"):
@@ -133,11 +138,7 @@ def test_an_answer_without_a_plan_is_refused():
 
 
 def test_an_answer_past_the_plan_is_refused():
-    inst = Instance(
-        (Request("A", 0.0, 3, 30), Request("B", 5.0, 40, 4)),
-        Limits(kv_capacity=1000, max_batch_tokens=8),
-        TimeModel("unit"),
-    )
+    inst = _decoding_then_a_long_prompt()
     policy = make_policy("sarathi")
     policy.chunks_ahead = lambda view, decision, limit: limit() + 1
     with pytest.raises(ValueError, match="outside the plan"):
