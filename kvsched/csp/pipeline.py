@@ -53,7 +53,7 @@ SECONDS_LAGRANGIAN_SHARE = 0.4
 #: Share of that the batch-count bound takes first (the unit copy's portfolio and chain Lagrangian).
 BATCH_COUNT_SHARE = 0.4
 #: Share of the Lagrangian stage's time the batch-rate LP takes first under seconds-based cost models (total
-#: latency): on the A100 row of docs/bounds.md it is the best bound for its time, and a finer grid is what raises
+#: latency): on the A100 row of docs/regret_scale.md it is the best bound for its time, and a finer grid is what raises
 #: it (0.85 against 0.7: 4,310 against 4,214 in a 60 s solve, D = 1.24 s against 1.41 s; the seconds Lagrangian
 #: after it stayed below mean busy time there, and the chunked linear rows keep their batch-count bounds).
 FLUID_LP_SHARE = 0.85

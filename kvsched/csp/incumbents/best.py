@@ -72,7 +72,7 @@ COSTLY_EVICTION_VARIANTS: tuple[Variant, ...] = (
     Variant("area", False, 64),
     Variant("remaining-area", False, 0),
     # Refill-weighted, with a real first chunk (see BUDGET_VARIANTS): on the six chunked infermax-linear rows
-    # of docs/bounds.md (C = P = 64) the better of these two is 0.5-6.4% below the six above, greedy alone.
+    # of docs/regret_scale.md (C = P = 64) the better of these two is 0.5-6.4% below the six above, greedy alone.
     Variant("remaining-area", True, 16, 4.0, 32, True),
     Variant("remaining-area", False, 0, 16.0, 32, True),
 )
@@ -87,8 +87,8 @@ CAPPED_VARIANTS: tuple[Variant, ...] = (
 )
 #: ... and under unit time with a token budget, where a refill of m tokens takes ceil(m / C) batches of
 #: budget: holders are ranked by what evicting them costs (``refill_weight``), long prompts start only
-#: with a real first chunk and started ones go on with what the KV holds (docs/bounds.md, *Certified
-#: regret at scale*). The costly variants follow, for the instances where they are best.
+#: with a real first chunk and started ones go on with what the KV holds (docs/regret_scale.md). The
+#: costly variants follow, for the instances where they are best.
 BUDGET_VARIANTS: tuple[Variant, ...] = (
     Variant("remaining-area", True, 0, 256.0, 256, True),
     Variant("remaining-area", False, 0, 64.0, 256, True),
