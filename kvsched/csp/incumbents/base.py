@@ -47,10 +47,12 @@ def eviction_is_free(instance: Instance, cost_model: CostModel) -> bool:
     The refill then re-appends I + G tokens in one batch that also generates, exactly like a decode
     (``tests/test_csp_incumbents.py`` checks it by replay).
     """
-    lim = instance.limits
-    return (
-        isinstance(cost_model, UnitCost) and lim.max_batch_tokens is None and lim.max_prefill_tokens is None
-    )
+    return isinstance(cost_model, UnitCost) and not has_budget(instance)
+
+
+def has_budget(instance: Instance) -> bool:
+    """Whether ``instance`` has a token or a prefill budget."""
+    return instance.limits.max_batch_tokens is not None or instance.limits.max_prefill_tokens is not None
 
 
 def confirmed(instance: Instance, cand: Incumbent, cost_model: CostModel) -> Incumbent:

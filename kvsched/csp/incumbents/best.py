@@ -12,7 +12,7 @@ from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents._kernel import advance_jit
 from kvsched.csp.incumbents.base import Incumbent, confirmed, eviction_is_free
 from kvsched.csp.incumbents.greedy import greedy
-from kvsched.csp.incumbents.knapsack import KnapsackConfig, has_budget, knapsack
+from kvsched.csp.incumbents.knapsack import KnapsackConfig, knapsack
 from kvsched.csp.incumbents.knapsack import applies as knapsack_applies
 from kvsched.csp.incumbents.knots import token_caps
 from kvsched.csp.objectives import objective_function
@@ -71,8 +71,9 @@ COSTLY_EVICTION_VARIANTS: tuple[Variant, ...] = (
     Variant("remaining-area", True, 256),
     Variant("area", False, 64),
     Variant("remaining-area", False, 0),
-    # Refill-weighted, with a real first chunk (see BUDGET_VARIANTS): on the six chunked infermax-linear rows
-    # of docs/regret_scale.md (C = P = 64) the better of these two is 0.5-6.4% below the six above, greedy alone.
+    # Refill-weighted, with a real first chunk (see BUDGET_VARIANTS): on the six chunked infermax-linear
+    # rows of docs/regret_scale.md (C = P = 64) the better of these two is 0.5-6.4% below the six above,
+    # greedy alone.
     Variant("remaining-area", True, 16, 4.0, 32, True),
     Variant("remaining-area", False, 0, 16.0, 32, True),
 )
@@ -187,7 +188,8 @@ def best_incumbent(
     where the token term has cliffs); under unit time
     with a token budget, and without one from :data:`KNAPSACK_LARGE_MIN_REQUESTS` requests on, the
     knapsack greedy (:mod:`~kvsched.csp.incumbents.knapsack`) runs after the first, in
-    :data:`KNAPSACK_CONFIGS` (:data:`KNAPSACK_LARGE_CONFIGS` from that size on) as time allows. The first variant always runs (it is the first schedule of every time-limited solve; past the deadline it
+    :data:`KNAPSACK_CONFIGS` (:data:`KNAPSACK_LARGE_CONFIGS` from that size on) as time allows. The
+    first variant always runs (it is the first schedule of every time-limited solve; past the deadline it
     finishes in its cheapest mode). Each further candidate runs only if its
     estimated time, priced from the first variant's measured time, fits in what is left, so the
     deadline is kept without interrupting a policy mid-simulation. ``stats`` of the result
@@ -238,7 +240,7 @@ def best_incumbent(
         knapsack_cost = 0.0
         for k, config in enumerate(KNAPSACK_LARGE_CONFIGS if large else KNAPSACK_CONFIGS):
             if not (fits(3.0 * run_cost) if k == 0 else fits(1.5 * knapsack_cost)):
-                skipped.append(config.name(has_budget(instance)))
+                skipped.append(config.name(kind == "budget"))
                 continue
             started = time.perf_counter()
             cand = knapsack(

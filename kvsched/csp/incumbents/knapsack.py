@@ -54,7 +54,7 @@ import numpy as np
 from kvsched.costmodel.base import CostModel
 from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents import _knapsack_kernel as K
-from kvsched.csp.incumbents.base import Incumbent
+from kvsched.csp.incumbents.base import Incumbent, has_budget
 from kvsched.csp.incumbents.greedy import incumbent_of
 from kvsched.csp.incumbents.log import BatchLog
 from kvsched.csp.objectives import objective_function
@@ -202,7 +202,7 @@ def decide(
         dtype=np.int64,
     )
     sc = np.zeros(8, dtype=np.int64)
-    budgeted = budget_c < K.NONE or budget_p < K.NONE
+    budgeted = has_budget(instance)
     clock = np.array(
         [
             float(fa[0].min()) if n else 0.0,
@@ -274,11 +274,6 @@ class KnapsackConfig:
         if budgeted and self.min_chunk is not None:
             parts.append(f"/min-chunk={self.min_chunk}")
         return "knapsack:remaining-area" + "".join(parts)
-
-
-def has_budget(instance: Instance) -> bool:
-    """Whether ``instance`` has a token or a prefill budget."""
-    return instance.limits.max_batch_tokens is not None or instance.limits.max_prefill_tokens is not None
 
 
 def knapsack(
