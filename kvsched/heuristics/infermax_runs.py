@@ -68,17 +68,19 @@ class RunOffers:
         """
         if self.priority != "decode" or not self.chunked:
             return 0
-        req = np.asarray(decision.requests, dtype=np.int64)
-        n = int(req.size) - 1
-        c = int(decision.tokens[-1])
-        if (n and not self.hybrid) or n + c != self._P or len(decision.evict):
+        stretch = self._chunk_stretch(view, decision, 0)
+        if stretch is None:
             return 0
-        chunks = (int(view.unprocessed(int(req[-1]))) - 1) // c  # full chunks before the prompt's last
-        if limit > chunks and (self._waiting.items or self._running.size != n + 1):
+        n, chunks, short = stretch
+        if limit > chunks and short:
             limit = chunks  # the last chunk would leave room to another request
         if not limit:
             return 0
-        return self._grow_decodes(view, req[:-1], limit) if n else limit
+        return (
+            self._grow_decodes(view, np.asarray(decision.requests[:-1], dtype=np.int64), limit)
+            if n
+            else limit
+        )
 
     def chunks_ahead(
         self: InferMax, view: SchedulerView, decision: Decision, limit: Callable[[], int]
@@ -95,13 +97,10 @@ class RunOffers:
         prompt's last chunk (then the next decision, when nothing waits and every
         running request is in the batch, is exactly that batch again).
         """
-        req = decision.requests
-        n = len(req) - 1
-        c = int(decision.tokens[-1])
-        if c < 1 or (n and not self.hybrid) or n + c != self._P or len(decision.evict):
+        stretch = self._chunk_stretch(view, decision, int(decision.tokens[-1]))
+        if stretch is None:
             return 0
-        chunks = (int(view.unprocessed(int(req[-1]))) - c - 1) // c  # full chunks after this one
-        short = bool(self._waiting.items) or self._running.size != n + 1  # the last chunk leaves room
+        n, chunks, short = stretch
         if short and chunks <= 0:
             return 0  # (before planning)
         most = limit()
@@ -111,7 +110,23 @@ class RunOffers:
             return 0
         if not n:
             return most
-        return self._grow_decodes(view, np.asarray(req[:-1], dtype=np.int64), most, 1)
+        return self._grow_decodes(view, np.asarray(decision.requests[:-1], dtype=np.int64), most, 1)
+
+    def _chunk_stretch(
+        self: InferMax, view: SchedulerView, decision: Decision, done: int
+    ) -> tuple[int, int, bool] | None:
+        """What :meth:`repeat_chunks` and :meth:`chunks_ahead` read off a decision of n decodes, then a
+        chunk of c tokens of p filling the batch to P: n, p's full chunks left once ``done`` more of its
+        tokens are processed (before its last chunk), and whether that last chunk would leave room to
+        another request (something waits, or a running request is not in the batch). None: the
+        decision is no such batch."""
+        n = len(decision.requests) - 1
+        c = int(decision.tokens[-1])
+        if c < 1 or (n and not self.hybrid) or n + c != self._P or len(decision.evict):
+            return None
+        chunks = (int(view.unprocessed(int(decision.requests[-1]))) - done - 1) // c
+        short = bool(self._waiting.items) or self._running.size != n + 1
+        return n, chunks, short
 
     def continue_decodes(
         self: InferMax, view: SchedulerView, requests: np.ndarray, limit: Callable[[], int]
