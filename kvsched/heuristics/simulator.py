@@ -26,8 +26,7 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typing import TYPE_CHECKING
 
 from kvsched.costmodel import CostModel
 from kvsched.heuristics.base import Policy
@@ -35,6 +34,9 @@ from kvsched.heuristics.step import BATCHES_PER_TOKEN, Record, Stepper, batch_li
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import Trace, instance_cost_model
+
+if TYPE_CHECKING:
+    from rich.progress import Progress
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -114,6 +116,9 @@ def simulate(
 
 
 def _progress_bar() -> Progress:
+    # Imported here: rich's progress and live modules cost every command without a bar 4 ms.
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
     return Progress(
         TextColumn("{task.description}"),
         BarColumn(),
