@@ -425,9 +425,23 @@ def _gaps(trace: Trace, clock: BatchClock) -> tuple[_Gaps, np.ndarray]:
     return owned, values
 
 
+def _stable_order(values: np.ndarray) -> np.ndarray:
+    """``np.argsort(values, kind="stable")`` of float64 ``values``, the same order.
+
+    Gaps of a chronological trace are finite and never negative: with no sign bit set, a
+    float64's bits read as an int64 order as the float does (+0.0 lowest), equal values have
+    equal bits, and timsort compares integers faster than floats (0.12 against 0.16 s on a
+    million gaps). Values with a sign bit set (a negative gap, -0.0) keep the float sort.
+    """
+    bits = values.view(np.int64)
+    if bits.size and int(bits.min()) >= 0:
+        return np.argsort(bits, kind="stable")
+    return np.argsort(values, kind="stable")
+
+
 def _ranked(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Each value's rank (int32) and the values sorted: sort once, then a gap is known by its rank."""
-    order = np.argsort(values, kind="stable")  # timsort: fast on the many equal or sorted stretches of gaps
+    order = _stable_order(values)  # timsort: fast on the many equal or sorted stretches of gaps
     rank = np.empty(values.size, dtype=np.int32)
     for a, b in _chunks(values.size):
         rank[order[a:b]] = np.arange(a, b, dtype=np.int32)
@@ -537,7 +551,7 @@ def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
     # The values and counts in value order, both gathered by one sort's order: a second sort of the
     # values (0.2 s at 3.7 million, azure-100k) costs more than the one array of them it would save
     # at the peak (30 MB there).
-    order = np.argsort(values, kind="stable")
+    order = _stable_order(values)
     counts, values = counts[order], values[order]
     del order
     itl_values, itl_counts = merge_counts(values, counts)
