@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvsched.csp import SolverOptions, driver, solve
-from kvsched.csp.bounds.fluid_lp import SOURCE, _dual_bound, _op_costs, fluid_lp_anytime, fluid_lp_bound
+from kvsched.csp.bounds.fluid_lp import SOURCE, _op_costs, fluid_lp_anytime, fluid_lp_bound
 from kvsched.csp.bounds.separable import separable_forms
 from kvsched.csp.certificate import Scope
 from kvsched.csp.objectives import OBJECTIVES
@@ -124,23 +124,6 @@ def test_refill_costs_are_the_least_over_the_chunk():
                 )  # fmt: skip
                 decode = f.per_token + f.decode + f.decode_kv * (sv - 1)
                 assert got[k] <= min(chunk.min(), decode) + 1e-12
-
-
-def test_dual_bound_is_weak_duality():
-    """min x s.t. x1 + x2 >= 1, 0 <= x <= 5, cost (1, 2): any multiplier gives at most the optimum 1."""
-    arrays = (
-        np.array([1.0, 2.0]),
-        np.zeros(2),
-        np.full(2, 5.0),
-        np.array([1.0]),
-        np.array([np.inf]),
-        np.array([0, 0]),
-        np.array([0, 1]),
-        np.array([1.0, 1.0]),
-    )
-    assert _dual_bound(arrays, np.array([1.0])) == pytest.approx(1.0)
-    for pi in (-3.0, 0.0, 0.5, 2.0, 7.0):
-        assert _dual_bound(arrays, np.array([pi])) <= 1.0 + 1e-12
 
 
 def test_refuses_unit_time_and_returns_nothing_when_empty_handed():

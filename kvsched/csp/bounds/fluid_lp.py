@@ -44,11 +44,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvsched.costmodel import UnitCost
+from kvsched.csp.bounds.lp_model import LPModel, solve_lp
 from kvsched.csp.bounds.seconds import Tokens, _prompt_isolated
 from kvsched.csp.bounds.seconds_lagrangian import max_batch_seconds, shortest_batch
 from kvsched.csp.bounds.separable import Separable, separable_forms
 from kvsched.csp.certificate import Bound, Scope
-from kvsched.highs import new_highs
 from kvsched.instances.model import Instance
 from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline
@@ -69,51 +69,6 @@ class FluidLPResult:
     cells: int
     seconds: float
     status: str
-
-
-class _Model:
-    """Columns with boxes and costs, rows with bounds, as flat arrays (COO)."""
-
-    def __init__(self) -> None:
-        self.ncol = 0
-        self.lo: list[np.ndarray] = []
-        self.hi: list[np.ndarray] = []
-        self.cost: list[np.ndarray] = []
-        self.nrow = 0
-        self.ri: list[np.ndarray] = []
-        self.ci: list[np.ndarray] = []
-        self.vi: list[np.ndarray] = []
-        self.rlo: list[float] = []
-        self.rhi: list[float] = []
-
-    def cols(self, k: int, hi, cost=0.0) -> np.ndarray:
-        idx = np.arange(self.ncol, self.ncol + k)
-        self.ncol += k
-        self.lo.append(np.zeros(k))
-        self.hi.append(np.broadcast_to(np.asarray(hi, dtype=np.float64), (k,)).copy())
-        self.cost.append(np.broadcast_to(np.asarray(cost, dtype=np.float64), (k,)).copy())
-        return idx
-
-    def row(self, cols, vals, lo=-math.inf, hi=math.inf) -> None:
-        cols = np.asarray(cols, dtype=np.int64)
-        self.ri.append(np.full(cols.size, self.nrow, dtype=np.int64))
-        self.ci.append(cols)
-        self.vi.append(np.broadcast_to(np.asarray(vals, dtype=np.float64), (cols.size,)).copy())
-        self.rlo.append(lo)
-        self.rhi.append(hi)
-        self.nrow += 1
-
-    def arrays(self):
-        return (
-            np.concatenate(self.cost),
-            np.concatenate(self.lo),
-            np.concatenate(self.hi),
-            np.array(self.rlo),
-            np.array(self.rhi),
-            np.concatenate(self.ri),
-            np.concatenate(self.ci),
-            np.concatenate(self.vi),
-        )
 
 
 def _op_costs(f: Separable, s: np.ndarray) -> np.ndarray:
@@ -159,7 +114,7 @@ def _build(
     iso_prompt = np.max([_prompt_isolated(f, tok) for f in lines], axis=0)
     nint = max(1, math.ceil((float(a.max()) + window) / step))
     starts = np.arange(nint) * step
-    m = _Model()
+    m = LPModel()
     r_max = (step + t_max) / delta + 1.0
     R = m.cols(nint, r_max)
     o = m.cols(nint, t_max)
@@ -239,7 +194,7 @@ def _grouped(interval: np.ndarray, cols: np.ndarray, vals: np.ndarray, nint: int
     return order, bounds, cols[order], vals[order]
 
 
-def _interval_rows(m: _Model, nint: int, mach, fixed: list[float], R, o, step: float) -> None:
+def _interval_rows(m: LPModel, nint: int, mach, fixed: list[float], R, o, step: float) -> None:
     iv, cols0 = np.concatenate(mach[0]), np.concatenate(mach[1])
     for line, fx in enumerate(fixed):
         _, bnd, cols, vals = _grouped(iv, cols0, np.concatenate(mach[2 + line]), nint)
@@ -250,59 +205,13 @@ def _interval_rows(m: _Model, nint: int, mach, fixed: list[float], R, o, step: f
             m.row(np.concatenate([head_c, cc]), np.concatenate([head_v, vv]), hi=step)
 
 
-def _budget_rows(m: _Model, nint: int, parts, R, cap: float) -> None:
+def _budget_rows(m: LPModel, nint: int, parts, R, cap: float) -> None:
     iv, cols = np.concatenate(parts[0]), np.concatenate(parts[1])
     _, bnd, cols, _ = _grouped(iv, cols, np.ones(cols.size), nint)
     for i in range(nint):
         cc = cols[bnd[i] : bnd[i + 1]]
         if cc.size:
             m.row(np.concatenate([[R[i]], cc]), np.concatenate([[-cap], np.ones(cc.size)]), hi=0.0)
-
-
-def _dual_bound(arrays, row_dual: np.ndarray) -> float:
-    """A lower bound on the LP from any row multipliers (weak duality over the columns' boxes)."""
-    cost, clo, chi, rlo, rhi, ri, ci, vi = arrays
-    pi = np.asarray(row_dual, dtype=np.float64).copy()
-    pi[~np.isfinite(pi)] = 0.0
-    pi[(pi > 0) & ~np.isfinite(rlo)] = 0.0  # a multiplier on a side without a bound gives -inf
-    pi[(pi < 0) & ~np.isfinite(rhi)] = 0.0
-    rows = np.where(
-        pi > 0, pi * np.where(np.isfinite(rlo), rlo, 0.0), pi * np.where(np.isfinite(rhi), rhi, 0.0)
-    )
-    reduced = cost - np.bincount(ci, weights=vi * pi[ri], minlength=cost.size)
-    cols = np.minimum(reduced * clo, reduced * chi)
-    return float(rows.sum() + cols.sum())
-
-
-def _solve(m: _Model, deadline: Deadline, threads: int) -> tuple[float | None, str]:
-    import highspy
-
-    arrays = m.arrays()
-    cost, clo, chi, rlo, rhi, ri, ci, vi = arrays
-    h = new_highs(threads)
-    # Interior point without crossover: 6-10 times faster than simplex here, and the bound needs only duals
-    # (any duals give a valid value below; these are near optimal).
-    h.setOptionValue("solver", "ipm")
-    h.setOptionValue("run_crossover", "off")
-    if deadline.bounded:
-        h.setOptionValue("time_limit", max(0.01, deadline.remaining()))
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = m.ncol, m.nrow
-    lp.col_cost_, lp.col_lower_, lp.col_upper_ = cost, clo, chi
-    lp.row_lower_, lp.row_upper_ = rlo, rhi
-    order = np.lexsort((ri, ci))
-    start = np.concatenate([[0], np.cumsum(np.bincount(ci, minlength=m.ncol))])
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = start
-    lp.a_matrix_.index_ = ri[order]
-    lp.a_matrix_.value_ = vi[order]
-    h.passModel(lp)
-    h.run()
-    status = h.modelStatusToString(h.getModelStatus())
-    sol = h.getSolution()
-    if not sol.dual_valid:
-        return None, status
-    return _dual_bound(arrays, np.array(sol.row_dual)), status
 
 
 def _mean_isolated(instance: Instance, f: Separable) -> float:
@@ -377,7 +286,7 @@ def fluid_lp_bound(
     if built is None:
         return FluidLPResult(None, step, window, 0, time.monotonic() - started, "deadline while building")
     m, const, n_cells = built
-    value, status = _solve(m, deadline, threads)
+    value, status, _ = solve_lp(m, deadline, threads)
     seconds = time.monotonic() - started
     if value is None or not math.isfinite(value):
         return FluidLPResult(None, step, window, n_cells, seconds, status)
