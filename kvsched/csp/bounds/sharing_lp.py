@@ -177,7 +177,6 @@ class _Builder:
         self.step = step
         self.n_int = max(1, math.ceil(horizon / step))
         self.m = LPModel()
-        self.cuts: list[tuple[int, int, float]] = []  # (interval, form, s)
 
     def build(self, deadline: Deadline) -> bool:
         d, m, step, n_int = self.d, self.m, self.step, self.n_int
@@ -204,9 +203,12 @@ class _Builder:
         k_ = m.cols(n_int, total_k)
         w = [m.cols(n_int, total_w) for _ in range(nf)]
         self.V = [m.cols(n_int, total_v) for _ in range(nf)]
+        # By end_i only the requests arrived by then have had prompt tokens or generating ops processed.
+        arrived_i = np.concatenate([[0.0], np.cumsum(d.prompt)])[arr_end]
+        arrived_g = np.concatenate([[0.0], np.cumsum(d.output - 1)])[arr_end]
         cum = {
-            "x": (x, m.cols(n_int, total_i)), "e": (e, m.cols(n_int, n * r_max * n_int)),
-            "g": (g, m.cols(n_int, total_g)), "k": (k_, m.cols(n_int, total_k)),
+            "x": (x, m.cols(n_int, arrived_i)), "e": (e, m.cols(n_int, n * r_max * n_int)),
+            "g": (g, m.cols(n_int, arrived_g)), "k": (k_, m.cols(n_int, total_k)),
         }  # fmt: skip
         for f in range(nf):
             cum[f"w{f}"] = (w[f], m.cols(n_int, total_w * nf))
