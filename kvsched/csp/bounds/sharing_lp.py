@@ -184,7 +184,11 @@ class _Builder:
         starts = np.arange(n_int) * step
         ends = starts + step
         arr_end = np.searchsorted(d.arrival, ends, side="left")
+        # Time each request arrived by end_i spends in W_i if it is still there at end_i; one done by then
+        # takes away at most D of it.
+        prefix_a = np.concatenate([[0.0], np.cumsum(d.arrival)])
         arr_start = np.searchsorted(d.arrival, starts, side="right")
+        waited = step * arr_start + (arr_end - arr_start) * ends - (prefix_a[arr_end] - prefix_a[arr_start])
         arr_tail = np.searchsorted(d.arrival, ends + d.t_max, side="left")
         r_max = (step + d.t_max) / d.delta + 1.0
         total_i, total_g = float(d.prompt.sum()), float((d.output - 1).sum())
@@ -279,9 +283,9 @@ class _Builder:
             else:
                 for f in range(nf):
                     m.row([self.V[f][i], x[i]], [1.0, -self._chunk_root(f)], lo=0.0)
-            # Waiting: z_i >= D (arrived by start_i - done_i) + Q_i - Q_{i-1}; Q_i <= T (arrived - done_{i-1}).
+            # Waiting: z_i >= (time in W_i of the arrived) - D done_i + Q_i - Q_{i-1}; Q_i <= T (arrived - done_{i-1}).
             cols = [self.z[i], done[i], q_[i]] + ([q_[i - 1]] if i else [])
-            m.row(cols, [1.0, step, -1.0] + ([1.0] if i else []), lo=step * float(arr_start[i]))
+            m.row(cols, [1.0, step, -1.0] + ([1.0] if i else []), lo=float(waited[i]))
             if i:
                 m.row([q_[i], done[i - 1]], [1.0, d.t_max], hi=d.t_max * float(arr_tail[i]))
             else:
