@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+import numpy as np
+
 from kvsched.costmodel.base import CostModel
 from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents._kernel import advance_jit
@@ -36,9 +38,13 @@ class Variant:
     fit_chunk: bool = False
     fill: bool = False
     token_cap: int = 0
+    #: Add to a request's remaining-area key what its prompt costs, in KV-token decodes (:func:`prompt_scale`).
+    prompt_weighted: bool = False
 
     def kwargs(self) -> dict[str, Any]:
-        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "rule"}
+        return {
+            f.name: getattr(self, f.name) for f in fields(self) if f.name not in ("rule", "prompt_weighted")
+        }
 
 
 #: Greedy variants when eviction is free (unit time, no token budget): the first always runs.
@@ -82,6 +88,11 @@ COSTLY_EVICTION_VARIANTS: tuple[Variant, ...] = (
 #: C = P = 512) the first of them capped at 384 tokens is the best greedy at 1k and 10k (15,483 and 8.737e5,
 #: against 17,721 and 1.016e6 for the best uncapped variant).
 CAPPED_VARIANTS: tuple[Variant, ...] = (
+    # Its key weighs the prompt in (:func:`prompt_scale`): on the same rows 14,498 and 7.242e5 (-6.4% and
+    # -17.1% against the next one, 15,483 and 8.737e5); at 1k the local search after it (30 s) found
+    # nothing better (the next one's went to 15,408). The A100 rows are overloaded (the work arrived
+    # exceeds the GPU's time from about 40 s on), where ranking by work in seconds pays.
+    Variant("remaining-area", False, 16, prompt_weighted=True),
     Variant("remaining-area", False, 16),
     Variant("remaining-area", False, 0),
     Variant("remaining-area", True, 64),
@@ -122,6 +133,34 @@ def variants_for(instance: Instance, cost_model: CostModel) -> tuple[Variant, ..
     head = tuple(replace(v, token_cap=cap) for cap in first for v in CAPPED_VARIANTS)
     tail = tuple(replace(v, token_cap=cap) for cap in rest for v in CAPPED_VARIANTS)
     return head + VARIANTS[kind] + tail
+
+
+def prompt_scale(instance: Instance, cost_model: CostModel, token_cap: int) -> np.ndarray | None:
+    """Per-request factors on the remaining-area key that add a prompt's cost: ``1 + w I / A``.
+
+    ``A = O I + O (O - 1) / 2`` is the request's KV area, so a waiting request's key becomes
+    ``A + w I``: its work in seconds over ``b1``, the seconds one KV token adds to a decode, where
+    ``w = (N(cap) / cap) / b1`` prices a prompt token at the token term's time per token at the cap
+    (226 for the A100 set at 384: a prompt token costs as much as 226 KV tokens of decode attention).
+    Plain remaining area ranks a long prompt with a short output as small. None where the cost model
+    has no token term or no per-KV-token decode cost.
+    """
+    token_term = getattr(cost_model, "non_attention", None)
+    b1 = float(getattr(cost_model, "b1", 0.0))
+    if token_term is None or b1 <= 0.0 or token_cap <= 0:
+        return None
+    weight = float(token_term(float(token_cap))) / token_cap / b1
+    prompt = np.fromiter((r.prompt for r in instance.requests), dtype=np.float64, count=len(instance))
+    output = np.fromiter((r.output for r in instance.requests), dtype=np.float64, count=len(instance))
+    area = np.maximum(output * prompt + 0.5 * output * (output - 1), 1.0)
+    return 1.0 + weight * prompt / area
+
+
+def _greedy(instance: Instance, variant: Variant, cost_model: CostModel, **kwargs: Any) -> Incumbent:
+    """The greedy's schedule for ``variant`` (its key scaled and its name saying so where prompt-weighted)."""
+    scale = prompt_scale(instance, cost_model, variant.token_cap) if variant.prompt_weighted else None
+    cand = greedy(instance, variant.rule, **variant.kwargs(), scale=scale, cost_model=cost_model, **kwargs)
+    return cand if scale is None else replace(cand, name=cand.name + "/prompt-weighted")
 
 
 def variant_kind(instance: Instance, cost_model: CostModel) -> str:
@@ -206,14 +245,7 @@ def best_incumbent(
     first, *others = variants
     cold = not is_compiled(advance_jit)
     t0 = time.perf_counter()
-    best = greedy(
-        instance,
-        first.rule,
-        **first.kwargs(),
-        objective=objective,
-        deadline=deadline,
-        cost_model=cost_model,
-    )
+    best = _greedy(instance, first, cost_model, objective=objective, deadline=deadline)
     greedy_cost = time.perf_counter() - t0
     if cold and is_compiled(advance_jit):
         # The first run compiled the kernel (seconds): price the others from its build and replay instead
@@ -256,14 +288,8 @@ def best_incumbent(
             skipped.append(f"greedy:{variant.rule}")
             continue
         started = time.perf_counter()
-        cand = greedy(
-            instance,
-            variant.rule,
-            **variant.kwargs(),
-            objective=objective,
-            deadline=deadline,
-            cost_model=cost_model,
-            replay_schedule=False,
+        cand = _greedy(
+            instance, variant, cost_model, objective=objective, deadline=deadline, replay_schedule=False
         )
         run_cost = max(run_cost, time.perf_counter() - started)
         tried[cand.name] = cand.value
