@@ -152,3 +152,12 @@ def test_the_pipeline_reports_the_sharing_lp(monkeypatch):
     assert SOURCE in sources and sources[SOURCE] > 0
     assert max(sources.values()) <= result.objective + TOL * result.objective
     assert "sharing_lp_seconds" in result.stats
+
+
+def test_rounds_stop_once_the_value_stalls():
+    from kvsched.csp.bounds.sharing_lp import _stalled
+
+    rising = [(float(k), 100.0 + 10 * k) for k in range(6)]
+    assert not _stalled(rising)
+    flat = [*rising, (6.0, 150.02), (7.0, 149.9), (8.0, 150.05)]
+    assert _stalled(flat) and not _stalled(flat[:-1])

@@ -328,6 +328,8 @@ class _Builder:
 #: forms of the A100 fit on the loaded 2-core machine: the first grid is sized for three rounds in the budget.
 CALIBRATION = (226, 5.5, 6)
 ROUNDS_PLANNED = 3
+#: Rounds stop when STALL_ROUNDS in a row raise the best value by less than STALL_SHARE.
+STALL_ROUNDS, STALL_SHARE = 3, 1e-3
 MIN_INTERVALS, MAX_INTERVALS = 32, 600
 
 
@@ -338,6 +340,16 @@ def planned_intervals(seconds: float, forms: int) -> int:
     per_round = CALIBRATION[1] * forms / CALIBRATION[2]
     n = CALIBRATION[0] * (max(seconds, 1e-3) / (ROUNDS_PLANNED * per_round)) ** (2 / 3)
     return int(min(MAX_INTERVALS, max(MIN_INTERVALS, n)))
+
+
+def _stalled(history: list[tuple[float, float]]) -> bool:
+    """True when the last STALL_ROUNDS rounds raised the best value by less than STALL_SHARE: past that the
+    interior point's inexact duals move the value up and down by about as much as a tangent adds (A100 1k,
+    D = 1 s: within 0.2% of the final value after 7 of 19 rounds)."""
+    if len(history) <= STALL_ROUNDS:
+        return False
+    before = max(v for _, v in history[:-STALL_ROUNDS])
+    return max(v for _, v in history[-STALL_ROUNDS:]) < before * (1.0 + STALL_SHARE)
 
 
 def sharing_lp_bound(
@@ -378,7 +390,7 @@ def sharing_lp_bound(
         if value is not None and math.isfinite(value):
             best = max(best, value)
             history.append((time.monotonic() - started, value))
-        if point is None or deadline.expired() or built.violated(point) == 0:
+        if point is None or deadline.expired() or built.violated(point) == 0 or _stalled(history):
             break
     seconds = time.monotonic() - started
     if not math.isfinite(best):
