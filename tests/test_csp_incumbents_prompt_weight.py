@@ -9,7 +9,9 @@ import pytest
 
 from kvsched.costmodel.coeffile import resolve_cost_model
 from kvsched.csp.incumbents import greedy
-from kvsched.csp.incumbents.best import CAPPED_VARIANTS, best_incumbent, prompt_scale, variants_for
+from kvsched.csp.incumbents.best import CAPPED_VARIANTS, _greedy, best_incumbent, variants_for
+from kvsched.csp.incumbents.knots import PROMPT_WEIGHTED, prompt_scale
+from kvsched.csp.incumbents.lns import _rerun
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.validate import instance_cost_model, replay
 from kvsched.stop import Deadline
@@ -62,3 +64,15 @@ def test_best_incumbent_runs_the_prompt_weighted_variant_first_under_cliffs():
     assert best.stats["tried"][name] == pytest.approx(same.value)
     assert best.value == min(best.stats["tried"].values())
     assert replay(inst, best.schedule).ok
+
+
+def test_the_local_search_re_makes_a_prompt_weighted_incumbent_with_its_weights():
+    """The params say the key was weighted, and the search's scales multiply the weights: at scale 1 the
+    re-made schedule is the incumbent's."""
+    inst = _instance(np.random.default_rng(7), 40, TimeModel(*resolve_cost_model(A100)))
+    cost = instance_cost_model(inst)
+    weighted = next(v for v in variants_for(inst, cost) if v.prompt_weighted)
+    inc = _greedy(inst, weighted, cost)
+    assert inc.schedule.meta["params"][PROMPT_WEIGHTED] is True
+    again = _rerun(inst, inc, cost)(np.ones(len(inst)), Deadline.never(), "again")
+    assert again.value == pytest.approx(inc.value)

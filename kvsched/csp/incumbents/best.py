@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-import numpy as np
-
 from kvsched.costmodel.base import CostModel
 from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents._kernel import advance_jit
@@ -16,7 +14,7 @@ from kvsched.csp.incumbents.base import Incumbent, confirmed, eviction_is_free
 from kvsched.csp.incumbents.greedy import greedy
 from kvsched.csp.incumbents.knapsack import KnapsackConfig, knapsack
 from kvsched.csp.incumbents.knapsack import applies as knapsack_applies
-from kvsched.csp.incumbents.knots import token_caps
+from kvsched.csp.incumbents.knots import PROMPT_WEIGHTED, prompt_scale, token_caps
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
@@ -135,32 +133,17 @@ def variants_for(instance: Instance, cost_model: CostModel) -> tuple[Variant, ..
     return head + VARIANTS[kind] + tail
 
 
-def prompt_scale(instance: Instance, cost_model: CostModel, token_cap: int) -> np.ndarray | None:
-    """Per-request factors on the remaining-area key that add a prompt's cost: ``1 + w I / A``.
-
-    ``A = O I + O (O - 1) / 2`` is the request's KV area, so a waiting request's key becomes
-    ``A + w I``: its work in seconds over ``b1``, the seconds one KV token adds to a decode, where
-    ``w = (N(cap) / cap) / b1`` prices a prompt token at the token term's time per token at the cap
-    (226 for the A100 set at 384: a prompt token costs as much as 226 KV tokens of decode attention).
-    Plain remaining area ranks a long prompt with a short output as small. None where the cost model
-    has no token term or no per-KV-token decode cost.
-    """
-    token_term = getattr(cost_model, "non_attention", None)
-    b1 = float(getattr(cost_model, "b1", 0.0))
-    if token_term is None or b1 <= 0.0 or token_cap <= 0:
-        return None
-    weight = float(token_term(float(token_cap))) / token_cap / b1
-    prompt = np.fromiter((r.prompt for r in instance.requests), dtype=np.float64, count=len(instance))
-    output = np.fromiter((r.output for r in instance.requests), dtype=np.float64, count=len(instance))
-    area = np.maximum(output * prompt + 0.5 * output * (output - 1), 1.0)
-    return 1.0 + weight * prompt / area
-
-
 def _greedy(instance: Instance, variant: Variant, cost_model: CostModel, **kwargs: Any) -> Incumbent:
     """The greedy's schedule for ``variant`` (its key scaled and its name saying so where prompt-weighted)."""
     scale = prompt_scale(instance, cost_model, variant.token_cap) if variant.prompt_weighted else None
     cand = greedy(instance, variant.rule, **variant.kwargs(), scale=scale, cost_model=cost_model, **kwargs)
-    return cand if scale is None else replace(cand, name=cand.name + "/prompt-weighted")
+    if scale is None:
+        return cand
+    # The schedule's params say so, for the local search to re-make it with the same weights under its own.
+    meta = dict(cand.schedule.meta)
+    meta["params"] = {**meta.get("params", {}), PROMPT_WEIGHTED: True}
+    schedule = replace(cand.schedule, meta=meta)
+    return replace(cand, schedule=schedule, name=cand.name + "/prompt-weighted")
 
 
 def variant_kind(instance: Instance, cost_model: CostModel) -> str:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvsched.costmodel.base import CostModel
-from kvsched.instances.model import Limits
+from kvsched.instances.model import Instance, Limits
 
 #: A knot is a cliff when the token term jumps by at least this share of its value there.
 CLIFF = 0.1
@@ -52,3 +52,28 @@ def token_caps(cost_model: CostModel, limits: Limits, most: int = MOST) -> tuple
     per_token = value[:-1][cliff] / loads
     order = np.argsort(per_token, kind="stable")[:most]
     return tuple(int(loads[i]) for i in order)
+
+
+#: The params key of a greedy schedule whose key was scaled by :func:`prompt_scale`.
+PROMPT_WEIGHTED = "prompt_weighted"
+
+
+def prompt_scale(instance: Instance, cost_model: CostModel, token_cap: int) -> np.ndarray | None:
+    """Per-request factors on the remaining-area key that add a prompt's cost: ``1 + w I / A``.
+
+    ``A = O I + O (O - 1) / 2`` is the request's KV area, so a waiting request's key becomes
+    ``A + w I``: its work in seconds over ``b1``, the seconds one KV token adds to a decode, where
+    ``w = (N(cap) / cap) / b1`` prices a prompt token at the token term's time per token at the cap
+    (226 for the A100 set at 384: a prompt token costs as much as 226 KV tokens of decode attention).
+    Plain remaining area ranks a long prompt with a short output as small. None where the cost model
+    has no token term or no per-KV-token decode cost.
+    """
+    token_term = getattr(cost_model, "non_attention", None)
+    b1 = float(getattr(cost_model, "b1", 0.0))
+    if token_term is None or b1 <= 0.0 or token_cap <= 0:
+        return None
+    weight = float(token_term(float(token_cap))) / token_cap / b1
+    prompt = np.fromiter((r.prompt for r in instance.requests), dtype=np.float64, count=len(instance))
+    output = np.fromiter((r.output for r in instance.requests), dtype=np.float64, count=len(instance))
+    area = np.maximum(output * prompt + 0.5 * output * (output - 1), 1.0)
+    return 1.0 + weight * prompt / area

@@ -26,6 +26,7 @@ from kvsched.costmodel.base import CostModel
 from kvsched.csp.incumbents.base import Incumbent, confirmed
 from kvsched.csp.incumbents.greedy import greedy
 from kvsched.csp.incumbents.knapsack import knapsack
+from kvsched.csp.incumbents.knots import PROMPT_WEIGHTED, prompt_scale
 from kvsched.csp.incumbents.rules import kv_area
 from kvsched.instances.model import Instance
 from kvsched.schedule.validate import instance_cost_model, replay
@@ -89,9 +90,15 @@ def _rerun(
     policy, objective = str(meta.get("policy", "")), incumbent.objective
     if policy.startswith("greedy:"):
         kwargs = {k: params[k] for k in _GREEDY_KEYS if k in params}
+        # A prompt-weighted incumbent's key was scaled already: the search's scales multiply that one.
+        base = (
+            prompt_scale(instance, cost_model, int(params.get("token_cap", 0)))
+            if params.get(PROMPT_WEIGHTED)
+            else None
+        )
         return lambda scale, deadline, name: greedy(
-            instance, scale=scale, objective=objective, deadline=deadline, cost_model=cost_model, name=name,
-            replay_schedule=False, **kwargs,
+            instance, scale=scale if base is None else scale * base, objective=objective, deadline=deadline,
+            cost_model=cost_model, name=name, replay_schedule=False, **kwargs,
         )  # fmt: skip
     if policy.startswith("knapsack:"):
         kwargs = {k: params[k] for k in _KNAPSACK_KEYS if k in params}
