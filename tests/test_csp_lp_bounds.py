@@ -35,9 +35,8 @@ def _values(results, source: str) -> list[float]:
 
 
 def batch_rate(inst: Instance) -> list[float]:
-    """Interval lengths and windows: fine and coarse grids, a window short enough to use the overflow, and
-    the default grid."""
-    grids = ((0.3, 50.0), (1.0, 50.0), (2.5, 3.0), (None, None))
+    """Interval lengths and windows: fine and coarse grids, and a window short enough to use the overflow."""
+    grids = ((0.3, 50.0), (1.0, 50.0), (2.5, 3.0))
     return _values([fluid_lp.fluid_lp_bound(inst, step=s, window=w) for s, w in grids], fluid_lp.SOURCE)
 
 
@@ -78,6 +77,8 @@ def test_below_every_policy(bounds, model):
     """Every policy's validated schedule on a congested random instance is above the bound."""
     inst = congested(12, model, 7)
     values = bounds(inst)
+    if bounds is batch_rate:  # its default grid too (about 10^4 cells: too slow for the examples above)
+        values.append(fluid_lp.fluid_lp_bound(inst).bound.value)
     assert min(values) > 0
     check_policies(inst, values)
 
