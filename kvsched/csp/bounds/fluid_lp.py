@@ -43,14 +43,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvsched.costmodel import UnitCost
 from kvsched.csp.bounds.lp_model import LPModel, solve_lp
 from kvsched.csp.bounds.seconds import Tokens, _prompt_isolated
-from kvsched.csp.bounds.seconds_lagrangian import max_batch_seconds, shortest_batch
-from kvsched.csp.bounds.separable import Separable, separable_forms
+from kvsched.csp.bounds.seconds_lagrangian import batch_bounds, shortest_batch
+from kvsched.csp.bounds.separable import Separable
 from kvsched.csp.certificate import Bound, Scope
 from kvsched.instances.model import Instance
-from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline
 
 #: The bound's source name.
@@ -262,18 +260,11 @@ def fluid_lp_bound(
     """
     deadline = deadline or Deadline.never()
     started = time.monotonic()
-    lim = instance.limits
-    cost = instance_cost_model(instance)
-    tau_max = int(min(lim.kv_blocks * lim.block_size, lim.max_batch_tokens or lim.kv_blocks * lim.block_size))
-    forms = separable_forms(cost, tau_max)
-    n = len(instance.requests)
-    if not forms or n == 0 or isinstance(cost, UnitCost):
+    bb = batch_bounds(instance)
+    if bb is None:
         return FluidLPResult(None, 0.0, 0.0, 0, 0.0, "not supported")
-    s_max = max(r.prompt + r.output for r in instance.requests)
-    t_max = max_batch_seconds(cost, tau_max, lim.kv_blocks * lim.block_size, s_max)
-    if t_max is None:
-        return FluidLPResult(None, 0.0, 0.0, 0, 0.0, "not supported")
-    lines = machine_forms(forms, tau_max)
+    n, t_max = len(instance.requests), bb.t_max
+    lines = machine_forms(bb.forms, bb.tau_max)
     f = lines[0]  # pick_form's: it sizes the window
     span = max(r.arrival for r in instance.requests)
     if window is None:

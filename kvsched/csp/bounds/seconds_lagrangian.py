@@ -56,7 +56,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from kvsched.costmodel import CalibratedCost, CostModel, HingeCost, InfermaxLinear, StaircaseCost
+from kvsched.costmodel import CalibratedCost, CostModel, HingeCost, InfermaxLinear, StaircaseCost, UnitCost
 from kvsched.csp.bounds._ascent import Signed, Subgradient
 from kvsched.csp.bounds.separable import SAFETY, Separable, separable_forms
 from kvsched.csp.certificate import Bound, Scope
@@ -125,6 +125,34 @@ def max_batch_seconds(cost: CostModel, tau_max: int, kv: int, s_max: int) -> flo
     if isinstance(cost, StaircaseCost):
         return cost.c + cost.a * math.ceil(tau_max / cost.b0)
     return None
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class BatchBounds:
+    """What the seconds bounds read of a batch under an instance's cost model: its separable lower bounds, the
+    most tokens a batch holds (``tau_max``) and the longest any batch can last (``t_max``)."""
+
+    cost: CostModel
+    forms: list[Separable]
+    tau_max: int
+    t_max: float
+
+
+def batch_bounds(instance: Instance) -> BatchBounds | None:
+    """The instance's :class:`BatchBounds`; None for the unit model, an instance with no requests, or a cost
+    model without separable forms or a largest batch time."""
+    cost = instance_cost_model(instance)
+    if not len(instance) or isinstance(cost, UnitCost) or instance.time_model.name == "unit":
+        return None
+    lim = instance.limits
+    kv_tokens = int(lim.kv_blocks * lim.block_size)
+    tau_max = int(min(kv_tokens, lim.max_batch_tokens or kv_tokens))
+    forms = separable_forms(cost, tau_max)
+    s_max = max(r.prompt + r.output for r in instance.requests)
+    t_max = max_batch_seconds(cost, tau_max, kv_tokens, s_max)
+    if not forms or t_max is None:
+        return None
+    return BatchBounds(cost, forms, tau_max, float(t_max))
 
 
 def shortest_batch(form: Separable) -> float:
@@ -242,17 +270,15 @@ def _incumbent_chains(data_release, earliest, output, offset, delta, trace: Trac
 
 def prepare(instance: Instance, incumbent: Trace) -> SecondsChainData:
     """The relaxation's data; ``incumbent`` (a validated schedule's trace) sets the horizon and shares."""
-    cost = instance_cost_model(instance)
     if not len(instance):
         raise InputError("the seconds Lagrangian needs at least one request")
     lim = instance.limits
-    kv_tokens = int(lim.kv_blocks * lim.block_size)
-    tau_max = int(min(kv_tokens, lim.max_batch_tokens or kv_tokens))
-    all_forms = separable_forms(cost, tau_max)
-    s_max = max(r.prompt + r.output for r in instance.requests)
-    t_max = max_batch_seconds(cost, tau_max, kv_tokens, s_max)
-    if not all_forms or t_max is None or instance.time_model.name == "unit":
-        raise InputError(f"the seconds Lagrangian does not bound the {cost.name!r} cost model")
+    bb = batch_bounds(instance)
+    if bb is None:
+        raise InputError(
+            f"the seconds Lagrangian does not bound the {instance_cost_model(instance).name!r} cost model"
+        )
+    all_forms, t_max = bb.forms, bb.t_max
     delta = max(shortest_batch(f) for f in all_forms) * (1.0 - SAFETY)
     if not delta > 0:
         raise InputError("the seconds Lagrangian needs a positive shortest batch time")

@@ -38,15 +38,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvsched.costmodel import UnitCost
 from kvsched.csp.bounds.fluid_lp import _op_costs
 from kvsched.csp.bounds.lp_model import LPModel, solve_lp
-from kvsched.csp.bounds.seconds import Tokens
-from kvsched.csp.bounds.seconds_lagrangian import max_batch_seconds, shortest_batch
-from kvsched.csp.bounds.separable import Separable, separable_forms
+from kvsched.csp.bounds.seconds import Tokens, _exclusive_cumsum
+from kvsched.csp.bounds.seconds_lagrangian import batch_bounds, shortest_batch
+from kvsched.csp.bounds.separable import Separable
 from kvsched.csp.certificate import Bound, Scope
 from kvsched.instances.model import Instance
-from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline
 
 #: The bound's source name.
@@ -118,7 +116,8 @@ class _Data:
     prompt: np.ndarray
     output: np.ndarray
     items: np.ndarray  # least batches holding j: ceil(I / q) prompt chunks and O - 1 generating ops
-    chunks: np.ndarray
+    lo: np.ndarray  # S of token 2 (I + 1) and of token O (I + O - 1): j's generating ops
+    hi: np.ndarray
     forms: list[Separable]
     fixed: list[float]  # F per form
     token: list[float]  # a prompt token's least own term per form
@@ -131,17 +130,10 @@ class _Data:
 
     @classmethod
     def of(cls, instance: Instance) -> _Data | None:
-        lim = instance.limits
-        cost = instance_cost_model(instance)
-        if isinstance(cost, UnitCost) or not instance.requests:
+        bb = batch_bounds(instance)
+        if bb is None:
             return None
-        kv = lim.kv_blocks * lim.block_size
-        tau_max = int(min(kv, lim.max_batch_tokens or kv))
-        forms = separable_forms(cost, tau_max)
-        s_max = max(r.prompt + r.output for r in instance.requests)
-        t_max = max_batch_seconds(cost, tau_max, kv, s_max)
-        if not forms or t_max is None:
-            return None
+        forms, t_max = bb.forms, bb.t_max
         tok = Tokens.of(instance)
         order = np.argsort(tok.arrival, kind="stable")
         a, i, o = tok.arrival[order], tok.prompt[order], tok.output[order]
@@ -151,14 +143,12 @@ class _Data:
         # lies below them) so that the cheapest ops are those with the fewest tokens.
         op_cost = [np.minimum.accumulate(_op_costs(f, grid)[::-1])[::-1] for f in forms]
         token = [f.per_token + f.prefill_token + f.prefill_sq for f in forms]
-        starts, ends = (i + 1).astype(np.int64), (i + o - 1).astype(np.int64)  # S of tokens 2..O
-        work = []
-        for f, c, t in zip(forms, op_cost, token, strict=True):
-            prefix = np.concatenate([[0.0], np.cumsum(c)])
-            ops = np.where(ends >= starts, prefix[ends + 1] - prefix[np.minimum(starts, ends + 1)], 0.0)
-            work.append(ops + t * i + f.prefill * chunks)
+        work = [
+            tok.over_tokens(_exclusive_cumsum(c))[order] + t * i + f.prefill * chunks
+            for f, c, t in zip(forms, op_cost, token, strict=True)
+        ]
         return cls(
-            a, i, o, chunks + o - 1, chunks, forms,
+            a, i, o, chunks + o - 1, tok.lo[order], tok.hi[order], forms,
             [f.fixed + min(f.fixed_decode, f.fixed_prefill) for f in forms], token, op_cost, work,
             tok.blocks(tok.grid), tok, float(t_max), max(shortest_batch(f) for f in forms),
         )  # fmt: skip
@@ -259,7 +249,7 @@ class _Builder:
                     m.row([done[i], *cols], [1.0, *(-slope * c for c in coef)], hi=b)
             # The generating ops of the requests arrived by end_i, by S: the cheapest ones bound the cost.
             while added < k:
-                lo_s, hi_s = int(d.prompt[added]) + 1, int(d.prompt[added] + d.output[added] - 1)
+                lo_s, hi_s = int(d.lo[added]), int(d.hi[added])
                 if hi_s >= lo_s:
                     counts[lo_s] += 1.0
                     counts[hi_s + 1] -= 1.0
