@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from kvsched.costmodel.base import CostModel
+from kvsched.csp.incumbents.rules import kv_area
 from kvsched.instances.model import Instance, Limits
 
 #: A knot is a cliff when the token term jumps by at least this share of its value there.
@@ -75,5 +76,5 @@ def prompt_scale(instance: Instance, cost_model: CostModel, token_cap: int) -> n
     weight = float(token_term(float(token_cap))) / token_cap / b1
     prompt = np.fromiter((r.prompt for r in instance.requests), dtype=np.float64, count=len(instance))
     output = np.fromiter((r.output for r in instance.requests), dtype=np.float64, count=len(instance))
-    area = np.maximum(output * prompt + 0.5 * output * (output - 1), 1.0)
+    area = np.maximum(kv_area(prompt, output), 1.0)
     return 1.0 + weight * prompt / area
