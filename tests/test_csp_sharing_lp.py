@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -62,11 +63,13 @@ def test_refuses_unit_time_and_returns_nothing_when_out_of_time():
 
 def test_cutting_planes_raise_the_bound_on_a_congested_instance():
     """Each round's LP is a relaxation, and the tangents added where the point violated V^2/R tighten it: the
-    best round is at least the first, and every round is below a policy's schedule."""
+    later rounds are strictly above the first (here 36.19 -> 36.41), and every round is below a policy's
+    schedule."""
     inst = congested(12, STEPPED, 5)
     got = sharing_lp_bound(inst, step=1.0)
     values = [v for _, v in got.history]
-    assert got.rounds >= 2 and max(values) >= values[0]
+    assert got.rounds >= 2 and values[-1] > values[0] * (1 + 1e-3)
+    assert got.bound.value == pytest.approx(max(values) * (1 - 1e-9))
     above = OBJECTIVES["total-latency"](replay(inst, simulate(inst, make_policy("sarathi")).schedule))
     assert got.bound.value <= above + TOL * above
 
