@@ -112,7 +112,8 @@ def test_triton_prefill_equals_the_reference(heads, kv_heads):
 
     dim, slots = 16, 300
     kp, vp = _pool(slots, kv_heads, dim)
-    lens, chunks = [20, 45, 3], [20, 18, 2]  # a whole prompt, a chunk over 27 cached, a short chunk
+    # a whole prompt, a chunk over 27 cached, a short chunk, and an empty chunk last (it starts past q's end)
+    lens, chunks = [20, 45, 3, 6], [20, 18, 2, 0]
     seqs = _sequences(lens, slots)
     st = slot_table(seqs, chunks, 0, DEVICE)
     q = torch.randn(sum(chunks), heads, dim).to(DEVICE)

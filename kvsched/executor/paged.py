@@ -162,7 +162,8 @@ def prefill_reference(
     c = (cu_q[1:] - cu_q[:-1]).long()
     j = torch.arange(max_q, device=q.device)
     real = j[None, :] < c[:, None]  # (n, C)
-    rows = torch.where(real, cu_q[:-1, None].long() + j[None, :], cu_q[:-1, None].long())
+    # Padded rows read row 0 (any real row): a trailing empty chunk starts at q.shape[0], past the end.
+    rows = torch.where(real, cu_q[:-1, None].long() + j[None, :], 0)
     keys = torch.arange(table.shape[1], device=q.device)
     past = (lens.long() - c)[:, None, None]
     seen = keys[None, None, :] <= past + j[None, :, None]  # padded rows see keys too: finite softmax
