@@ -162,3 +162,47 @@ def test_fused_small_ops_compute_the_unfused_operators():
     gu = torch.randn(5, 8, generator=gen)
     assert torch.equal(silu_mul(gu), torch.nn.functional.silu(gu[:, :4]) * gu[:, 4:])
     assert not SmallOps().compiled_  # eager unless asked: CPU tests never compile
+
+
+def test_compiled_operators_go_to_the_graphs_and_eager_batches_keep_their_own():
+    from kvsched.executor.batch import ItemWork
+    from kvsched.executor.engine import Engine, EngineOptions
+    from kvsched.executor.fused import EAGER, SmallOps
+    from kvsched.executor.graphs import DecodeGraphs
+    from kvsched.executor.model import Decoder, decoder_config
+    from kvsched.executor.paged import AttentionKernels
+    from kvsched.executor.runner import new_pool
+
+    model = Decoder(decoder_config("tiny"))  # its own: the module's model must keep its operators
+    pool = new_pool(model, 64, 1)
+    # With graphs, only the graphs get the compiled operators (torch.compile is lazy: nothing compiles here).
+    engine = Engine(model, pool, EngineOptions(graphs=True, compile=True), 32)
+    assert model.ops is EAGER and engine.graphs is not None and engine.graphs.ops is SmallOps.compiled()
+    # Without graphs, every batch runs them.
+    Engine(model, pool, EngineOptions(graphs=False, compile=True), 32)
+    assert model.ops is SmallOps.compiled()
+    model.use_ops(EAGER)
+
+    # The buffers run with their operators and hand the model back its own.
+    calls = []
+
+    def counted(fn):
+        def run(*args):
+            calls.append(fn.__name__)
+            return fn(*args)
+
+        return run
+
+    recording = SmallOps(
+        *(counted(f) for f in (EAGER.add_rms_norm, EAGER.rms_norm, EAGER.rope_qk, EAGER.silu_mul))
+    )
+    graphs = DecodeGraphs(model, pool, AttentionKernels(), width=32, capture=False, ops=recording)
+    engine = Engine(model, pool, EngineOptions(), 32)
+    prompt = engine.plan([ItemWork(0, 0, np.arange(5), True)])
+    engine.step(prompt)
+    assert calls == []  # the eager batch ran the model's own operators
+    decode = engine.plan([ItemWork(0, 5, np.array([7]), True)])
+    assert graphs.fits(decode)
+    graphs.run(decode, engine.timer, repeat=1)
+    assert {"add_rms_norm", "rope_qk", "silu_mul", "rms_norm"} <= set(calls)
+    assert model.ops is EAGER

@@ -296,7 +296,8 @@ def _model_args(p: argparse.ArgumentParser, repeat: int) -> None:
     e.add_argument(
         "--compile",
         action=argparse.BooleanOptionalAction,
-        help="fuse the small operators with torch.compile (default on CUDA)",
+        help="fuse the small operators with torch.compile inside the decode graphs (default on CUDA; "
+        "with --no-cuda-graphs, in every batch)",
     )
     e.add_argument(
         "--kv-splits",

@@ -45,7 +45,13 @@ class EngineOptions:
     graphs
         Decode-only batches through static bucketed buffers (CUDA graphs on CUDA).
     compile
-        The small operators through ``torch.compile``.
+        The small operators through ``torch.compile``: inside the decode graphs when there are
+        graphs (the batches outside them run the operators uncompiled), else in every batch.
+        A compiled function costs about 0.1 ms of host time a call (TorchDynamo's guards and
+        wrappers): in a captured graph that is paid once, but a batch outside the graphs
+        calls four of them per layer, and on the H100 that made those batches slower than
+        uncompiled ones (mixed batches of the lengths / 10 Sarathi replay, p50 52.7 ms
+        compiled against 36.7 ms uncompiled; docs/executor.md, second GPU run).
     """
 
     attention: str = "paged"
@@ -124,10 +130,13 @@ class Engine:
     def __init__(self, model: Decoder, pool: KVPool, options: EngineOptions, max_len: int) -> None:
         self.model, self.pool, self.options = model, pool, options
         self.timer = Timer(model.device)
-        if options.compile and not model.ops.compiled_:
-            model.use_ops(SmallOps.compiled())
+        compiled = SmallOps.compiled() if options.compile and not model.ops.compiled_ else None
+        if compiled is not None and not options.graphs:
+            model.use_ops(compiled)
         width = -(-max(max_len, 1) // 64) * 64
-        self.graphs = DecodeGraphs(model, pool, options.kernels, width) if options.graphs else None
+        self.graphs = (
+            DecodeGraphs(model, pool, options.kernels, width, ops=compiled) if options.graphs else None
+        )
 
     def plan(self, items: Sequence[ItemWork]) -> BatchPlan:
         """Allocate the items' KV and build the batch's tensors."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 import torch
@@ -68,12 +69,19 @@ class SmallOps:
 
     @classmethod
     def compiled(cls) -> SmallOps:
-        """Each operator through ``torch.compile`` (dynamic in the token count, so one compile per shape class)."""
+        """Each operator through ``torch.compile`` (dynamic in the token count, so one compile per shape class).
 
-        def c(fn: Callable[..., Any]) -> Callable[..., Any]:
-            return torch.compile(fn, dynamic=True, fullgraph=True)
+        One set per process: the warm-up's engine and the replay's share its compiled code.
+        """
+        return _compiled_ops()
 
-        return cls(c(add_rms_norm), c(rms_norm), c(rope_qk), c(silu_mul), True)
+
+@cache
+def _compiled_ops() -> SmallOps:
+    def c(fn: Callable[..., Any]) -> Callable[..., Any]:
+        return torch.compile(fn, dynamic=True, fullgraph=True)
+
+    return SmallOps(c(add_rms_norm), c(rms_norm), c(rope_qk), c(silu_mul), True)
 
 
 EAGER = SmallOps()

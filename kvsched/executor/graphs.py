@@ -18,12 +18,15 @@ and buffers are tested there, and only the capture is CUDA-only
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 
 from kvsched.executor.batch import BatchPlan
 from kvsched.executor.device import Timer
+from kvsched.executor.fused import SmallOps
 from kvsched.executor.kvcache import KVPool
 from kvsched.executor.model import Decoder
 from kvsched.executor.paged import AttentionKernels, InPlaceAttention, SlotTable
@@ -53,6 +56,10 @@ class DecodeGraphs:
         Bucket sizes.
     capture
         Capture CUDA graphs (default: on CUDA); without, the buffers run eagerly.
+    ops
+        The small operators the bucket buffers run with (and graphs are captured with), e.g.
+        :meth:`SmallOps.compiled`; None: the model's own. The model keeps its own operators for
+        the batches that run outside the buffers.
     """
 
     def __init__(
@@ -63,8 +70,9 @@ class DecodeGraphs:
         width: int,
         sizes: tuple[int, ...] = CAPTURE_SIZES,
         capture: bool | None = None,
+        ops: SmallOps | None = None,
     ) -> None:
-        self.model, self.pool, self.kernels = model, pool, kernels
+        self.model, self.pool, self.kernels, self.ops = model, pool, kernels, ops
         self.width, self.sizes = width, sizes
         self.capture = model.device.type == "cuda" if capture is None else capture
         dev, top = model.device, sizes[-1]
@@ -109,6 +117,19 @@ class DecodeGraphs:
         self.lens[n:b].zero_()
         return b
 
+    @contextmanager
+    def _own_ops(self) -> Iterator[None]:
+        """The model runs with the buffers' operators inside, with its own again after."""
+        if self.ops is None:
+            yield
+            return
+        before = self.model.ops
+        self.model.use_ops(self.ops)
+        try:
+            yield
+        finally:
+            self.model.use_ops(before)
+
     def forward(self, b: int) -> None:
         """The forward pass and greedy sampling of the first b buffer rows (what a graph captures)."""
         empty = torch.zeros(1, dtype=torch.int32, device=self.ids.device)
@@ -127,12 +148,13 @@ class DecodeGraphs:
             cuda = torch.cuda
             side = cuda.Stream()
             side.wait_stream(cuda.current_stream())
-            with cuda.stream(side):
-                self.forward(b)  # compiles, autotunes, allocates: nothing of it may happen in capture
-            cuda.current_stream().wait_stream(side)
-            graph = cuda.CUDAGraph()
-            with cuda.graph(graph, pool=self._mempool):
-                self.forward(b)
+            with self._own_ops():
+                with cuda.stream(side):
+                    self.forward(b)  # compiles, autotunes, allocates: nothing of it may happen in capture
+                cuda.current_stream().wait_stream(side)
+                graph = cuda.CUDAGraph()
+                with cuda.graph(graph, pool=self._mempool):
+                    self.forward(b)
             self._mempool = graph.pool()
             self.graphs[b] = graph
         return self.graphs[b]
@@ -144,6 +166,7 @@ class DecodeGraphs:
             graph = self._graph(b)
             _, secs = timer.median(graph.replay, repeat)
         else:
-            _, secs = timer.median(lambda: self.forward(b), repeat)
+            with self._own_ops():
+                _, secs = timer.median(lambda: self.forward(b), repeat)
         self.replays += 1
         return self.tokens[:b][plan.logit_rows].tolist(), secs
