@@ -10,6 +10,8 @@ from typing import Any
 from kvsched.costmodel.base import CostModel
 from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents._kernel import advance_jit
+from kvsched.csp.incumbents.admission import LOWEST as LOWEST_CAP
+from kvsched.csp.incumbents.admission import peak_running, running_cap_search
 from kvsched.csp.incumbents.base import Incumbent, confirmed, eviction_is_free
 from kvsched.csp.incumbents.greedy import greedy
 from kvsched.csp.incumbents.knapsack import KnapsackConfig, knapsack
@@ -36,6 +38,8 @@ class Variant:
     fit_chunk: bool = False
     fill: bool = False
     token_cap: int = 0
+    #: At most this many requests holding KV (0: the instance's own limit; :mod:`~kvsched.csp.incumbents.admission`).
+    running_cap: int = 0
     #: Add to a request's remaining-area key what its prompt costs, in KV-token decodes (:func:`prompt_scale`).
     prompt_weighted: bool = False
 
@@ -244,6 +248,10 @@ def best_incumbent(
     def fits(cost: float) -> bool:
         return deadline.remaining() >= cost + replay_cost
 
+    # The first run's peak of requests holding KV (where a running cap starts to bind), and which variant
+    # made the best schedule so far (None: the knapsack greedy).
+    peak = peak_running(best.trace) if best.trace is not None else 0
+    best_variant: Variant | None = first
     large = len(instance) >= KNAPSACK_LARGE_MIN_REQUESTS
     if (kind == "budget" or (kind == "free" and large)) and knapsack_applies(instance, cost_model):
         # Under a token budget the knapsack greedy, which pins a started prefill to its next chunk and
@@ -264,7 +272,8 @@ def best_incumbent(
             )  # fmt: skip
             knapsack_cost = max(knapsack_cost, time.perf_counter() - started)
             tried[cand.name] = cand.value
-            best = min(best, cand, key=lambda inc: inc.value)
+            if cand.value < best.value:
+                best, best_variant = cand, None
         run_cost = max(run_cost, 0.5 * knapsack_cost)
     for variant in others:
         if not fits(1.5 * run_cost):
@@ -276,7 +285,24 @@ def best_incumbent(
         )
         run_cost = max(run_cost, time.perf_counter() - started)
         tried[cand.name] = cand.value
-        best = min(best, cand, key=lambda inc: inc.value)
+        if cand.value < best.value:
+            best, best_variant = cand, variant
+    if kind == "costly" and best_variant is not None and not best_variant.running_cap and peak > LOWEST_CAP:
+        # Admission control, searched: the best variant under running caps below the first run's peak.
+        def capped(cap: int) -> Incumbent:
+            nonlocal run_cost
+            started = time.perf_counter()
+            cand = _greedy(
+                instance, replace(best_variant, running_cap=cap), cost_model, objective=objective,
+                deadline=deadline, replay_schedule=False,
+            )  # fmt: skip
+            run_cost = max(run_cost, time.perf_counter() - started)
+            return cand
+
+        before = len(tried)
+        best = running_cap_search(best, peak, capped, lambda: fits(1.5 * run_cost), tried)
+        if len(tried) == before:
+            skipped.append("greedy:running-cap")
     if best.trace is None:
         best = confirmed(instance, best, cost_model)
         tried[best.name] = best.value

@@ -75,6 +75,7 @@ def decide(
     fit_chunk: bool = False,
     fill: bool = False,
     token_cap: int = 0,
+    running_cap: int = 0,
     deadline: Deadline | None = None,
     cost_model: CostModel | None = None,
     jit: bool = True,
@@ -120,6 +121,10 @@ def decide(
         cost model's token term (:func:`kvsched.csp.incumbents.knots.token_caps`), past which a batch pays
         a step of its non-attention time that its few extra tokens do not earn back. The schedule is legal
         under the instance's own budgets (it keeps a tighter one).
+    running_cap
+        Let at most this many requests hold KV during a batch (below the instance's ``max_running``;
+        0: off): admission control, so that fewer requests share each batch and the ones admitted finish
+        sooner (:func:`kvsched.csp.incumbents.admission.running_cap_search` picks it per instance).
     deadline
         Once it expires the kernel stops first-fit search and preemption: it finishes
         the schedule with the cheapest rule it has (holders first, waiting list walked
@@ -162,7 +167,7 @@ def decide(
             lim.block_size,
             budget(batch_tokens),
             budget(prefill_tokens),
-            budget(lim.max_running),
+            budget(_capped(lim.max_running, running_cap)),
             code,
             int(preempt),
             0,
@@ -349,6 +354,7 @@ def greedy(
     fit_chunk: bool = False,
     fill: bool = False,
     token_cap: int = 0,
+    running_cap: int = 0,
     objective: str = "total-latency",
     deadline: Deadline | None = None,
     cost_model: CostModel | None = None,
@@ -393,6 +399,7 @@ def greedy(
         fit_chunk=fit_chunk,
         fill=fill,
         token_cap=token_cap,
+        running_cap=running_cap,
         deadline=deadline,
         cost_model=cost_model,
         jit=jit,
@@ -407,6 +414,7 @@ def greedy(
         + ("/fit-chunk" if fit_chunk else "")
         + ("/fill" if fill else "")
         + (f"/token-cap={token_cap}" if token_cap else "")
+        + (f"/running-cap={running_cap}" if running_cap else "")
     )
     params = {"rule": rule, "preempt": preempt, "lookahead": lookahead}
     if refill_weight or min_chunk or fit_chunk:  # the original three alone where these are off
@@ -415,6 +423,8 @@ def greedy(
         params.update(fill=True)
     if token_cap:
         params.update(token_cap=int(token_cap))
+    if running_cap:
+        params.update(running_cap=int(running_cap))
     return incumbent_of(
         instance, log, label, params, objective, cost_model, decide_s=t1 - t0, replay_schedule=replay_schedule
     )

@@ -71,6 +71,7 @@ _GREEDY_KEYS = (
     "fit_chunk",
     "fill",
     "token_cap",
+    "running_cap",
 )
 _KNAPSACK_KEYS = ("candidates", "cells", "tail", "min_chunk", "hold_weight", "chunk_discount", "ratio_power")
 
