@@ -214,7 +214,9 @@ def best_incumbent(
     where the token term has cliffs); under unit time
     with a token budget, and without one from :data:`KNAPSACK_LARGE_MIN_REQUESTS` requests on, the
     knapsack greedy (:mod:`~kvsched.csp.incumbents.knapsack`) runs after the first, in
-    :data:`KNAPSACK_CONFIGS` (:data:`KNAPSACK_LARGE_CONFIGS` from that size on) as time allows. The
+    :data:`KNAPSACK_CONFIGS` (:data:`KNAPSACK_LARGE_CONFIGS` from that size on) as time allows. Under
+    seconds-based cost models the best variant then runs under running caps as time allows
+    (:func:`~kvsched.csp.incumbents.admission.running_cap_search`: admission control, searched per instance). The
     first variant always runs (it is the first schedule of every time-limited solve; past the deadline it
     finishes in its cheapest mode). Each further candidate runs only if its
     estimated time, priced from the first variant's measured time, fits in what is left, so the
@@ -248,9 +250,9 @@ def best_incumbent(
     def fits(cost: float) -> bool:
         return deadline.remaining() >= cost + replay_cost
 
-    # The first run's peak of requests holding KV (where a running cap starts to bind), and which variant
-    # made the best schedule so far (None: the knapsack greedy).
-    peak = peak_running(best.trace) if best.trace is not None else 0
+    # The first run's peak of requests holding KV (where a running cap starts to bind; read only where caps
+    # are searched), and which variant made the best schedule so far (None: the knapsack greedy).
+    peak = peak_running(best.trace) if kind == "costly" and best.trace is not None else 0
     best_variant: Variant | None = first
     large = len(instance) >= KNAPSACK_LARGE_MIN_REQUESTS
     if (kind == "budget" or (kind == "free" and large)) and knapsack_applies(instance, cost_model):
