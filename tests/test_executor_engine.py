@@ -206,3 +206,29 @@ def test_compiled_operators_go_to_the_graphs_and_eager_batches_keep_their_own():
     graphs.run(decode, engine.timer, repeat=1)
     assert {"add_rms_norm", "rope_qk", "silu_mul", "rms_norm"} <= set(calls)
     assert model.ops is EAGER
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="device synchronisation: GPU only")
+@pytest.mark.parametrize("prefill", ["varlen", "triton"])
+def test_a_mixed_batch_never_waits_for_the_gpu(prefill):
+    # A batch outside the graphs is launched from the host; any read of a device value in its forward pass
+    # (as SlotTable.rows once was, in every layer) makes the host wait for the GPU, adding the two times.
+    from kvsched.executor.batch import ItemWork, run_batch
+    from kvsched.executor.engine import Engine, engine_options
+    from kvsched.executor.model import Decoder, decoder_config
+    from kvsched.executor.runner import new_pool
+
+    cuda = torch.device("cuda")
+    model = Decoder(decoder_config("tiny", dtype="bfloat16"), cuda)
+    options = engine_options(cuda, prefill=prefill)
+    pool = new_pool(model, 256, 1)
+    engine = Engine(model, pool, options, 64)
+    engine.step(engine.plan([ItemWork(0, 0, np.arange(9), True)]))
+    mixed = engine.plan([ItemWork(0, 9, np.array([3]), True), ItemWork(1, 0, np.arange(20), True)])
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        tokens = run_batch(model, pool, mixed, options.kernels)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert tokens.shape == (2,)

@@ -134,9 +134,9 @@ class DecodeGraphs:
         """The forward pass and greedy sampling of the first b buffer rows (what a graph captures)."""
         empty = torch.zeros(1, dtype=torch.int32, device=self.ids.device)
         decodes = SlotTable(
-            self.table[:b], self.lens[:b], self.cu_q[: b + 1], 1, self.width, 0, self.rows[:0], empty
+            self.table[:b], self.lens[:b], self.cu_q[: b + 1], 1, self.width, 0, self.rows[:0], empty, b
         )
-        chunks = SlotTable(self.table[:0], self.lens[:0], empty, 0, 0, b, self.rows[:0], empty)
+        chunks = SlotTable(self.table[:0], self.lens[:0], empty, 0, 0, b, self.rows[:0], empty, 0)
         attend = InPlaceAttention(self.pool, decodes, chunks, self.kernels)
         attend.write_slots = self.write_slots[:b]
         logits = self.model(self.ids[:b], self.positions[:b], attend, self.rows[:b])

@@ -63,7 +63,9 @@ class SlotTable:
     """Sequences' KV slots: ``table[i, :lens[i]]`` are sequence i's slots, in position order.
 
     ``cu_q`` (n + 1,) are the sequences' query rows in the packed input, offset
-    by ``first_row``; ``max_q`` the longest chunk. For the varlen path,
+    by ``first_row``; ``rows`` their number (``cu_q[-1]``, kept on the host: reading
+    it from the device in every layer made each layer wait for the GPU); ``max_q``
+    the longest chunk. For the varlen path,
     ``packed`` (sum of lens,) lists every sequence's slots back to back and
     ``cu_k`` (n + 1,) their offsets.
     """
@@ -76,14 +78,11 @@ class SlotTable:
     first_row: int
     packed: torch.Tensor  # (sum lens,) int64
     cu_k: torch.Tensor  # (n + 1,) int32
+    rows: int  # cu_q[-1]
 
     @property
     def size(self) -> int:
         return int(self.table.shape[0])
-
-    @property
-    def rows(self) -> int:
-        return int(self.cu_q[-1]) if self.size else 0
 
 
 def slot_table(
@@ -114,6 +113,7 @@ def slot_table(
         first_row,
         t(packed.astype(np.int64)),
         t(cu_k),
+        int(cu_q[-1]),
     )
 
 
