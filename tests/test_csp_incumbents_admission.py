@@ -8,10 +8,19 @@ import numpy as np
 import pytest
 
 from kvsched.costmodel.coeffile import resolve_cost_model
+from kvsched.csp import SolverOptions, solve
 from kvsched.csp.incumbents import Incumbent, greedy
 from kvsched.csp.incumbents.admission import LOWEST, RATIO, cap_grid, peak_running, running_cap_search
-from kvsched.csp.incumbents.best import _greedy, best_incumbent, variants_for
+from kvsched.csp.incumbents.best import (
+    VARIANTS,
+    _greedy,
+    best_incumbent,
+    search_running_caps,
+    variant_of,
+    variants_for,
+)
 from kvsched.csp.incumbents.lns import _rerun
+from kvsched.csp.objectives import OBJECTIVES
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import instance_cost_model, replay
@@ -159,3 +168,52 @@ def test_the_local_search_re_makes_a_capped_incumbent_with_its_cap():
     assert again.value == pytest.approx(inc.value)
     assert again.schedule.meta["params"]["running_cap"] == 8
     assert peak_running(replay(inst, again.schedule, cost)) <= 8
+
+
+def test_a_variants_incumbent_says_which_variant_made_it():
+    inst = _a100(n=12)
+    cost = instance_cost_model(inst)
+    for variant in [*variants_for(inst, cost), replace(variants_for(inst, cost)[0], running_cap=9)]:
+        assert variant_of(_greedy(inst, variant, cost)) == variant
+    # A schedule of external priorities, or no greedy's, names no variant.
+    assert variant_of(greedy(inst, priority=np.arange(len(inst), dtype=float))) is None
+    assert variant_of(Incumbent("policy:sarathi", Schedule(()), 1.0, "total-latency")) is None
+
+
+def test_search_running_caps_only_where_eviction_costs_seconds_and_on_an_uncapped_variant():
+    inst = _a100()
+    cost = instance_cost_model(inst)
+    head = variants_for(inst, cost)[0]
+    inc = _greedy(inst, head, cost)
+    tried: dict[str, float] = {}
+    best = search_running_caps(inst, inc, tried=tried)
+    assert tried and all("/running-cap=" in name for name in tried)
+    assert best.value == min([inc.value, *tried.values()])
+    assert best.trace is not None and best.trace.ok and replay(inst, best.schedule, cost).ok
+    # Its grid starts below the incumbent's own peak.
+    assert next(iter(tried)).endswith(
+        f"/running-cap={next(cap_grid(peak_running(inc.trace)))}/prompt-weighted"
+    )
+    # A capped incumbent is not searched again, and under unit time nothing is searched.
+    capped = _greedy(inst, replace(head, running_cap=10), cost)
+    assert search_running_caps(inst, capped, tried=(none := {})) is capped and not none
+    unit = replace(inst, time_model=TimeModel("unit"))
+    plain = _greedy(unit, VARIANTS["budget"][0], instance_cost_model(unit))
+    assert search_running_caps(unit, plain, tried=(none := {})) is plain and not none
+    # Out of time: the incumbent, replayed.
+    assert search_running_caps(inst, inc, Deadline.after(1e-9), tried=(none := {})).value == inc.value
+    assert not none
+
+
+def test_the_pipeline_searches_running_caps_after_its_bounds_and_keeps_a_better_capped_schedule():
+    inst = _a100()
+    result = solve(
+        inst, formulation="auto", options=SolverOptions(time_limit=6.0), deadline=Deadline.after(6.0)
+    )
+    caps = result.stats["running_caps"]
+    assert caps and all("/running-cap=" in name for name in caps)
+    assert not any("/running-cap=" in name for name in result.stats["incumbents"])  # not before the bounds
+    assert result.objective <= min(caps.values()) + 1e-9
+    assert result.best_bound <= min(caps.values())
+    again = replay(inst, result.schedule)
+    assert again.ok and OBJECTIVES["total-latency"](again) == result.objective

@@ -207,6 +207,7 @@ def best_incumbent(
     variants: Sequence[Variant] | None = None,
     policies: Sequence[str] = FAST_POLICIES,
     cost_model: CostModel | None = None,
+    running_caps: bool = True,
 ) -> Incumbent:
     """The best validated schedule of the greedy variants and ``policies``, with its value and name.
 
@@ -215,8 +216,9 @@ def best_incumbent(
     with a token budget, and without one from :data:`KNAPSACK_LARGE_MIN_REQUESTS` requests on, the
     knapsack greedy (:mod:`~kvsched.csp.incumbents.knapsack`) runs after the first, in
     :data:`KNAPSACK_CONFIGS` (:data:`KNAPSACK_LARGE_CONFIGS` from that size on) as time allows. Under
-    seconds-based cost models the best variant then runs under running caps as time allows
-    (:func:`~kvsched.csp.incumbents.admission.running_cap_search`: admission control, searched per instance). The
+    seconds-based cost models and with ``running_caps`` the best variant then runs under running caps as time
+    allows (:func:`search_running_caps`: admission control, searched per instance; the pipeline runs it
+    later, after its bounds). The
     first variant always runs (it is the first schedule of every time-limited solve; past the deadline it
     finishes in its cheapest mode). Each further candidate runs only if its
     estimated time, priced from the first variant's measured time, fits in what is left, so the
@@ -250,10 +252,9 @@ def best_incumbent(
     def fits(cost: float) -> bool:
         return deadline.remaining() >= cost + replay_cost
 
-    # The first run's peak of requests holding KV (where a running cap starts to bind; read only where caps
-    # are searched), and which variant made the best schedule so far (None: the knapsack greedy).
-    peak = peak_running(best.trace) if kind == "costly" and best.trace is not None else 0
-    best_variant: Variant | None = first
+    # The first run's peak of requests holding KV: where a running cap starts to bind (read only where caps
+    # are searched).
+    peak = peak_running(best.trace) if running_caps and kind == "costly" and best.trace is not None else 0
     large = len(instance) >= KNAPSACK_LARGE_MIN_REQUESTS
     if (kind == "budget" or (kind == "free" and large)) and knapsack_applies(instance, cost_model):
         # Under a token budget the knapsack greedy, which pins a started prefill to its next chunk and
@@ -274,8 +275,7 @@ def best_incumbent(
             )  # fmt: skip
             knapsack_cost = max(knapsack_cost, time.perf_counter() - started)
             tried[cand.name] = cand.value
-            if cand.value < best.value:
-                best, best_variant = cand, None
+            best = min(best, cand, key=lambda inc: inc.value)
         run_cost = max(run_cost, 0.5 * knapsack_cost)
     for variant in others:
         if not fits(1.5 * run_cost):
@@ -287,23 +287,13 @@ def best_incumbent(
         )
         run_cost = max(run_cost, time.perf_counter() - started)
         tried[cand.name] = cand.value
-        if cand.value < best.value:
-            best, best_variant = cand, variant
-    if kind == "costly" and best_variant is not None and not best_variant.running_cap and peak > LOWEST_CAP:
-        # Admission control, searched: the best variant under running caps below the first run's peak.
-        def capped(cap: int) -> Incumbent:
-            nonlocal run_cost
-            started = time.perf_counter()
-            cand = _greedy(
-                instance, replace(best_variant, running_cap=cap), cost_model, objective=objective,
-                deadline=deadline, replay_schedule=False,
-            )  # fmt: skip
-            run_cost = max(run_cost, time.perf_counter() - started)
-            return cand
-
+        best = min(best, cand, key=lambda inc: inc.value)
+    if peak > LOWEST_CAP:
         before = len(tried)
-        best = running_cap_search(best, peak, capped, lambda: fits(1.5 * run_cost), tried)
-        if len(tried) == before:
+        best = search_running_caps(
+            instance, best, deadline, cost_model=cost_model, peak=peak, tried=tried, run_cost=run_cost
+        )
+        if len(tried) == before and variant_of(best) is not None:
             skipped.append("greedy:running-cap")
     if best.trace is None:
         best = confirmed(instance, best, cost_model)
@@ -327,3 +317,75 @@ def best_incumbent(
     stats = dict(best.stats)
     stats.update(tried=tried, skipped=skipped)
     return Incumbent(best.name, best.schedule, best.value, objective, stats, best.trace)
+
+
+def variant_of(incumbent: Incumbent) -> Variant | None:
+    """The greedy variant that made ``incumbent``, from its schedule's params (None: not a variant's, e.g. a
+    policy's, the knapsack greedy's, or one of external priorities)."""
+    meta = incumbent.schedule.meta or {}
+    params = meta.get("params")
+    policy = str(meta.get("policy", ""))
+    if (
+        not policy.startswith("greedy:")
+        or policy.startswith("greedy:priority")
+        or not isinstance(params, dict)
+    ):
+        return None
+    return Variant(
+        str(params.get("rule", "remaining-area")),
+        bool(params.get("preempt", True)),
+        int(params.get("lookahead", 0)),
+        float(params.get("refill_weight", 0.0)),
+        int(params.get("min_chunk", 0)),
+        bool(params.get("fit_chunk", False)),
+        bool(params.get("fill", False)),
+        int(params.get("token_cap", 0)),
+        int(params.get("running_cap", 0)),
+        bool(params.get(PROMPT_WEIGHTED, False)),
+    )
+
+
+def search_running_caps(
+    instance: Instance,
+    incumbent: Incumbent,
+    deadline: Deadline | None = None,
+    *,
+    cost_model: CostModel | None = None,
+    peak: int | None = None,
+    tried: dict[str, float] | None = None,
+    run_cost: float | None = None,
+) -> Incumbent:
+    """``incumbent`` or a better schedule of its greedy variant under a running cap, replayed by the core.
+
+    Admission control, searched per instance (:func:`~kvsched.csp.incumbents.admission.running_cap_search`
+    on the grid below ``peak``, by default the incumbent's own peak of requests holding KV), under
+    seconds-based cost models only (:func:`variant_kind` ``costly``) and for a greedy variant's incumbent
+    without a cap; anything else is returned as it is. A run starts only where 1.5 times ``run_cost``
+    (default: the incumbent's own decide, build and replay time) and a replay fit before ``deadline``.
+    Each capped schedule is recorded in ``tried`` (name -> value).
+    """
+    deadline = deadline or Deadline.never()
+    cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
+    variant = variant_of(incumbent)
+    if variant is None or variant.running_cap or variant_kind(instance, cost_model) != "costly":
+        return incumbent
+    if peak is None:
+        incumbent = confirmed(instance, incumbent, cost_model)
+        peak = peak_running(incumbent.trace)
+    stats = incumbent.stats
+    cost = [run_cost or sum(float(stats.get(k, 0.0)) for k in ("decide_s", "build_s", "replay_s"))]
+    replay_cost = float(stats.get("replay_s", cost[0]))
+
+    def capped(cap: int) -> Incumbent:
+        started = time.perf_counter()
+        cand = _greedy(
+            instance, replace(variant, running_cap=cap), cost_model, objective=incumbent.objective,
+            deadline=deadline, replay_schedule=False,
+        )  # fmt: skip
+        cost[0] = max(cost[0], time.perf_counter() - started)
+        return cand
+
+    best = running_cap_search(
+        incumbent, peak, capped, lambda: deadline.remaining() >= 1.5 * cost[0] + replay_cost, tried
+    )
+    return confirmed(instance, best, cost_model)
