@@ -89,12 +89,13 @@ def _options(path: str):
     return {
         "gather": EngineOptions(attention="gather"),
         "graphs": EngineOptions(graphs=True),
+        "mixed": EngineOptions(graphs=True, mixed_graphs=True),
         # torch's flash varlen call is CUDA-only: its torch stand-in checks the packing of the chunks' KV.
         "varlen": EngineOptions(kernels=AttentionKernels(prefill="varlen")),
     }[path]
 
 
-@pytest.mark.parametrize("path", ["gather", "graphs", "varlen", "triton"])
+@pytest.mark.parametrize("path", ["gather", "graphs", "mixed", "varlen", "triton"])
 def test_every_path_gives_each_request_its_solo_tokens(model, path):
     from kvsched.executor.oracle import check_oracle
     from kvsched.executor.runner import replay_on_model
@@ -106,7 +107,7 @@ def test_every_path_gives_each_request_its_solo_tokens(model, path):
         assert any(len(set(b.tokens.tolist()) - {1}) for b in schedule.batches)  # chunks as well as decodes
     else:
         instance, schedule = instances()["chunked"], schedule_of("sarathi", "chunked")
-    repeat = 2 if path == "graphs" else 1
+    repeat = 2 if path in ("graphs", "mixed") else 1
     result = replay_on_model(model, instance, schedule, warmup=0, repeat=repeat, options=_options(path))
     report = check_oracle(model, instance, result.prompts, result.generated)
     assert report.ok, report.summary()
@@ -115,6 +116,8 @@ def test_every_path_gives_each_request_its_solo_tokens(model, path):
         decode_only = sum(all(int(c) == 1 for c in b.tokens) for b in schedule.batches)
         assert result.meta["graphed_batches"] == decode_only > 0
         assert (result.table.measured_spread >= 0).all()  # the spread of each batch's two runs
+    if path == "mixed":  # every batch of this small instance fits a decode or a mixed bucket
+        assert result.meta["graphed_batches"] == len(schedule.batches)
 
 
 def test_padding_rows_change_neither_real_rows_nor_the_pool(model):
@@ -232,3 +235,63 @@ def test_a_mixed_batch_never_waits_for_the_gpu(prefill):
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert tokens.shape == (2,)
+
+
+def test_mixed_buckets():
+    from kvsched.executor.batch import ItemWork, plan_batch
+    from kvsched.executor.mixed_graphs import MixedGraphs
+    from kvsched.executor.model import Decoder, decoder_config
+    from kvsched.executor.paged import AttentionKernels
+    from kvsched.executor.runner import new_pool
+
+    model = Decoder(decoder_config("tiny"))
+    pool = new_pool(model, 4000, 1)
+    graphs = MixedGraphs(model, pool, AttentionKernels(), width=64, capture=False)
+
+    def plan(decodes: int, chunks: list[int]):
+        items = [ItemWork(i, 0, np.array([1]), True) for i in range(decodes)]
+        items += [ItemWork(100 + i, 0, np.ones(c, dtype=np.int64), True) for i, c in enumerate(chunks)]
+        pool.reset()
+        return plan_batch(pool, items, model.device)
+
+    assert graphs.bucket(plan(3, [20])) == (4, 32, 2)  # 12 padding rows: a padding sequence
+    assert graphs.bucket(plan(0, [16])) == (0, 16, 1)  # exactly a bucket: no padding sequence
+    assert graphs.bucket(plan(9, [8, 8])) == (16, 16, 2)
+    assert graphs.bucket(plan(1, [2] * 8)) == (1, 16, 8)  # 8 chunks, no padding rows
+    assert graphs.bucket(plan(1, [3] * 8)) is None  # 8 chunks and 8 padding rows: a 9th sequence
+    assert graphs.bucket(plan(2, [])) is None  # decode-only: the decode graphs' batches
+    assert graphs.bucket(plan(1, [2049])) is None  # more rows than the largest bucket
+
+
+def test_mixed_padding_changes_neither_real_rows_nor_the_pool(model):
+    from kvsched.executor.batch import ItemWork, plan_batch, run_batch
+    from kvsched.executor.device import Timer
+    from kvsched.executor.mixed_graphs import MixedGraphs
+    from kvsched.executor.paged import AttentionKernels
+    from kvsched.executor.runner import new_pool
+
+    rng = np.random.default_rng(1)
+    contexts = [3, 17, 30]  # 3 decodes: bucket 4
+    prompts = [rng.integers(0, 128, kv) for kv in contexts]
+    pools = []
+    for _ in range(2):  # the same cached KV in both pools, and a prompt half done
+        pool = new_pool(model, 300, 1)
+        for owner, ids in enumerate(prompts):
+            run_batch(model, pool, plan_batch(pool, [ItemWork(owner, 0, ids, False)], model.device))
+        run_batch(model, pool, plan_batch(pool, [ItemWork(5, 0, np.arange(6), False)], model.device))
+        pools.append(pool)
+    new = rng.integers(0, 128, len(contexts))
+    items = [ItemWork(i, kv, new[i : i + 1], True) for i, kv in enumerate(contexts)]
+    items.append(ItemWork(5, 6, np.arange(6, 13), True))  # the rest of a prompt: sampled
+    items.append(ItemWork(6, 0, np.arange(5), False))  # the first chunk of another: not sampled
+    eager_pool, graph_pool = pools
+    eager = run_batch(model, eager_pool, plan_batch(eager_pool, items, model.device)).tolist()
+    graphs = MixedGraphs(model, graph_pool, AttentionKernels(), width=64, capture=False)
+    plan = plan_batch(graph_pool, items, model.device)
+    assert graphs.bucket(plan) == (4, 16, 4)  # 12 chunk rows: 4 padding rows, a third sequence
+    tokens, _ = graphs.run(plan, Timer(model.device), repeat=2)
+    assert tokens == eager and len(tokens) == 4
+    scratch = graph_pool.scratch
+    torch.testing.assert_close(graph_pool.k[:, :scratch], eager_pool.k[:, :scratch], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(graph_pool.v[:, :scratch], eager_pool.v[:, :scratch], rtol=1e-6, atol=1e-6)
+    assert graph_pool.k[:, scratch].abs().sum() > 0  # the padding wrote there, and only there

@@ -66,6 +66,7 @@ def _engine(args: argparse.Namespace, model: Any) -> Any:
         prefill=args.prefill,
         graphs=args.cuda_graphs,
         compile=args.compile,
+        mixed_graphs=args.mixed_graphs,
         splits=args.kv_splits,
         tile=args.tile,
     )
@@ -292,6 +293,13 @@ def _model_args(p: argparse.ArgumentParser, repeat: int) -> None:
         "--cuda-graphs",
         action=argparse.BooleanOptionalAction,
         help="decode-only batches in CUDA graphs per bucket (default on CUDA)",
+    )
+    e.add_argument(
+        "--mixed-graphs",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="batches with prefill chunks in CUDA graphs per (decodes, chunk rows, chunks) bucket, the chunks "
+        "through the Triton kernel (default off: not yet measured on a GPU)",
     )
     e.add_argument(
         "--compile",

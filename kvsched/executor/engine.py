@@ -25,6 +25,7 @@ from kvsched.executor.device import Timer
 from kvsched.executor.fused import SmallOps
 from kvsched.executor.graphs import DecodeGraphs
 from kvsched.executor.kvcache import KVPool
+from kvsched.executor.mixed_graphs import MixedGraphs
 from kvsched.executor.model import Decoder
 from kvsched.executor.paged import AttentionKernels
 
@@ -44,6 +45,10 @@ class EngineOptions:
         Decode and prefill implementations of the in-place attention.
     graphs
         Decode-only batches through static bucketed buffers (CUDA graphs on CUDA).
+    mixed_graphs
+        Batches with prefill chunks through static buffers per (decodes, chunk rows, chunks)
+        bucket (:mod:`kvsched.executor.mixed_graphs`; CUDA graphs on CUDA). Off by default:
+        not yet measured on a GPU.
     compile
         The small operators through ``torch.compile``: inside the decode graphs when there are
         graphs (the batches outside them run the operators uncompiled), else in every batch.
@@ -58,6 +63,7 @@ class EngineOptions:
     kernels: AttentionKernels = field(default_factory=AttentionKernels)
     graphs: bool = False
     compile: bool = False
+    mixed_graphs: bool = False
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -65,6 +71,7 @@ class EngineOptions:
             "kernels": asdict(self.kernels),
             "graphs": self.graphs,
             "compile": self.compile,
+            "mixed_graphs": self.mixed_graphs,
         }
 
 
@@ -76,6 +83,7 @@ def engine_options(
     prefill: str | None = None,
     graphs: bool | None = None,
     compile: bool | None = None,
+    mixed_graphs: bool = False,
     splits: int = 0,
     tile: int = 64,
 ) -> EngineOptions:
@@ -98,14 +106,17 @@ def engine_options(
         raise InputError(f"--kv-splits must be >= 0 and --tile a power of two >= 16, got {splits} and {tile}")
     if prefill == "varlen" and not cuda:
         raise InputError("--prefill varlen: torch's flash varlen attention runs on CUDA only")
-    if "triton" in (kernels, prefill):
-        _check_triton(cuda)
     paged = attention == "paged"
+    if mixed_graphs and not paged:
+        raise InputError("--mixed-graphs needs --attention paged (the graphs read the pool in place)")
+    if "triton" in (kernels, prefill) or (mixed_graphs and cuda):  # captured chunks use the Triton kernel
+        _check_triton(cuda)
     return EngineOptions(
         attention,
         AttentionKernels(decode=kernels, prefill=prefill, splits=splits, block_n=tile, block_m=tile),  # type: ignore[arg-type]
         graphs=(cuda and paged) if graphs is None else graphs and paged,
         compile=cuda if compile is None else compile,
+        mixed_graphs=mixed_graphs,
     )
 
 
@@ -137,6 +148,9 @@ class Engine:
         self.graphs = (
             DecodeGraphs(model, pool, options.kernels, width, ops=compiled) if options.graphs else None
         )
+        self.mixed = (
+            MixedGraphs(model, pool, options.kernels, width, ops=compiled) if options.mixed_graphs else None
+        )
 
     def plan(self, items: Sequence[ItemWork]) -> BatchPlan:
         """Allocate the items' KV and build the batch's tensors."""
@@ -148,11 +162,12 @@ class Engine:
 
     def step(self, plan: BatchPlan, repeat: int = 1) -> tuple[list[int], float]:
         """Run the batch ``repeat`` times: its sampled tokens (item order) and the median time in seconds."""
-        if self.graphs is not None and self.graphs.fits(plan):
-            return self.graphs.run(plan, self.timer, repeat)
+        for graphs in (self.graphs, self.mixed):
+            if graphs is not None and graphs.fits(plan):
+                return graphs.run(plan, self.timer, repeat)
         return self.timer.median(lambda: self.run(plan), repeat)
 
     @property
     def graphed(self) -> int:
-        """Batches that ran through the bucketed buffers."""
-        return self.graphs.replays if self.graphs is not None else 0
+        """Batches that ran through the bucketed buffers (decode-only and mixed)."""
+        return sum(g.replays for g in (self.graphs, self.mixed) if g is not None)

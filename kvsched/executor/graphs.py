@@ -41,7 +41,84 @@ def bucket_for(n: int, sizes: tuple[int, ...] = CAPTURE_SIZES) -> int | None:
     return sizes[k] if k < len(sizes) else None
 
 
-class DecodeGraphs:
+class BucketGraphs:
+    """Batches over static buffers, padded to buckets, with one CUDA graph per bucket on CUDA.
+
+    A subclass says which batches fit (:meth:`fits`), copies a batch into the buffers and names
+    its bucket (:meth:`load`), runs the buffers' forward pass (:meth:`forward`, what a graph
+    captures) and reads the sampled tokens back (:meth:`sampled`).
+    """
+
+    def __init__(
+        self,
+        model: Decoder,
+        pool: KVPool,
+        kernels: AttentionKernels,
+        capture: bool | None,
+        ops: SmallOps | None,
+    ) -> None:
+        self.model, self.pool, self.kernels, self.ops = model, pool, kernels, ops
+        self.capture = model.device.type == "cuda" if capture is None else capture
+        self.graphs: dict[Any, Any] = {}
+        self._mempool: Any = None
+        self.replays = 0
+
+    def fits(self, plan: BatchPlan) -> bool:
+        raise NotImplementedError
+
+    def load(self, plan: BatchPlan) -> Any:
+        raise NotImplementedError
+
+    def forward(self, key: Any) -> None:
+        raise NotImplementedError
+
+    def sampled(self, plan: BatchPlan, key: Any) -> list[int]:
+        raise NotImplementedError
+
+    @contextmanager
+    def _own_ops(self) -> Iterator[None]:
+        """The model runs with the buffers' operators inside, with its own again after."""
+        if self.ops is None:
+            yield
+            return
+        before = self.model.ops
+        self.model.use_ops(self.ops)
+        try:
+            yield
+        finally:
+            self.model.use_ops(before)
+
+    def _graph(self, key: Any) -> Any:
+        """The CUDA graph of a bucket, captured on first use (after one warm-up call on a side stream)."""
+        if key not in self.graphs:
+            cuda = torch.cuda
+            side = cuda.Stream()
+            side.wait_stream(cuda.current_stream())
+            with self._own_ops():
+                with cuda.stream(side):
+                    self.forward(key)  # compiles, autotunes, allocates: nothing of it may happen in capture
+                cuda.current_stream().wait_stream(side)
+                graph = cuda.CUDAGraph()
+                with cuda.graph(graph, pool=self._mempool):
+                    self.forward(key)
+            self._mempool = graph.pool()
+            self.graphs[key] = graph
+        return self.graphs[key]
+
+    def run(self, plan: BatchPlan, timer: Timer, repeat: int) -> tuple[list[int], float]:
+        """Run the batch; its sampled tokens (item order) and the median time of the forward pass."""
+        key = self.load(plan)
+        if self.capture:
+            graph = self._graph(key)
+            _, secs = timer.median(graph.replay, repeat)
+        else:
+            with self._own_ops():
+                _, secs = timer.median(lambda: self.forward(key), repeat)
+        self.replays += 1
+        return self.sampled(plan, key), secs
+
+
+class DecodeGraphs(BucketGraphs):
     """Decode-only batches over static buffers, padded to buckets; captured as CUDA graphs on CUDA.
 
     Parameters
@@ -72,9 +149,8 @@ class DecodeGraphs:
         capture: bool | None = None,
         ops: SmallOps | None = None,
     ) -> None:
-        self.model, self.pool, self.kernels, self.ops = model, pool, kernels, ops
+        super().__init__(model, pool, kernels, capture, ops)
         self.width, self.sizes = width, sizes
-        self.capture = model.device.type == "cuda" if capture is None else capture
         dev, top = model.device, sizes[-1]
         i64, i32 = torch.int64, torch.int32
         self.ids = torch.zeros(top, dtype=i64, device=dev)
@@ -85,9 +161,6 @@ class DecodeGraphs:
         self.rows = torch.arange(top, dtype=i64, device=dev)
         self.cu_q = torch.arange(top + 1, dtype=i32, device=dev)
         self.tokens = torch.zeros(top, dtype=i64, device=dev)
-        self.graphs: dict[int, Any] = {}
-        self._mempool: Any = None
-        self.replays = 0
 
     def fits(self, plan: BatchPlan) -> bool:
         """Whether the batch can run here: decode-only, in place, within a bucket and the table width."""
@@ -117,19 +190,6 @@ class DecodeGraphs:
         self.lens[n:b].zero_()
         return b
 
-    @contextmanager
-    def _own_ops(self) -> Iterator[None]:
-        """The model runs with the buffers' operators inside, with its own again after."""
-        if self.ops is None:
-            yield
-            return
-        before = self.model.ops
-        self.model.use_ops(self.ops)
-        try:
-            yield
-        finally:
-            self.model.use_ops(before)
-
     def forward(self, b: int) -> None:
         """The forward pass and greedy sampling of the first b buffer rows (what a graph captures)."""
         empty = torch.zeros(1, dtype=torch.int32, device=self.ids.device)
@@ -142,31 +202,5 @@ class DecodeGraphs:
         logits = self.model(self.ids[:b], self.positions[:b], attend, self.rows[:b])
         self.tokens[:b] = logits.argmax(dim=-1)
 
-    def _graph(self, b: int) -> Any:
-        """The CUDA graph of bucket b, captured on first use (after one warm-up call on a side stream)."""
-        if b not in self.graphs:
-            cuda = torch.cuda
-            side = cuda.Stream()
-            side.wait_stream(cuda.current_stream())
-            with self._own_ops():
-                with cuda.stream(side):
-                    self.forward(b)  # compiles, autotunes, allocates: nothing of it may happen in capture
-                cuda.current_stream().wait_stream(side)
-                graph = cuda.CUDAGraph()
-                with cuda.graph(graph, pool=self._mempool):
-                    self.forward(b)
-            self._mempool = graph.pool()
-            self.graphs[b] = graph
-        return self.graphs[b]
-
-    def run(self, plan: BatchPlan, timer: Timer, repeat: int) -> tuple[list[int], float]:
-        """Run the batch; its sampled tokens (item order) and the median time of the forward pass."""
-        b = self.load(plan)
-        if self.capture:
-            graph = self._graph(b)
-            _, secs = timer.median(graph.replay, repeat)
-        else:
-            with self._own_ops():
-                _, secs = timer.median(lambda: self.forward(b), repeat)
-        self.replays += 1
-        return self.tokens[:b][plan.logit_rows].tolist(), secs
+    def sampled(self, plan: BatchPlan, key: int) -> list[int]:
+        return self.tokens[:key][plan.logit_rows].tolist()

@@ -250,6 +250,8 @@ def describe_attention(options: EngineOptions) -> str:
         return "torch sdpa over KV gathered from the pool, items in padded groups of similar size"
     k = options.kernels
     graphs = "; decode-only batches padded to buckets (CUDA graphs on CUDA)" if options.graphs else ""
+    if options.mixed_graphs:
+        graphs += "; batches with chunks padded to buckets (CUDA graphs on CUDA)"
     return f"in place over slot tables: decodes {k.decode}, chunks {k.prefill}{graphs}"
 
 
