@@ -178,6 +178,14 @@ def test_a_variants_incumbent_says_which_variant_made_it():
     # A schedule of external priorities, or no greedy's, names no variant.
     assert variant_of(greedy(inst, priority=np.arange(len(inst), dtype=float))) is None
     assert variant_of(Incumbent("policy:sarathi", Schedule(()), 1.0, "total-latency")) is None
+    # Params that make no variant (a warm start read from a file may carry anything) name none either.
+    for params in (
+        {"rule": "nonsense"},
+        {"rule": "area", "lookahead": None},
+        {"rule": "area", "token_cap": "x"},
+    ):
+        meta = {"policy": "greedy:area", "params": params}
+        assert variant_of(Incumbent("warm start", Schedule((), meta=meta), 1.0, "total-latency")) is None
 
 
 def test_search_running_caps_only_where_eviction_costs_seconds_and_on_an_uncapped_variant():

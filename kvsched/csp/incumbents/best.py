@@ -17,6 +17,7 @@ from kvsched.csp.incumbents.greedy import greedy
 from kvsched.csp.incumbents.knapsack import KnapsackConfig, knapsack
 from kvsched.csp.incumbents.knapsack import applies as knapsack_applies
 from kvsched.csp.incumbents.knots import PROMPT_WEIGHTED, prompt_scale, token_caps
+from kvsched.csp.incumbents.rules import RULES
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
@@ -321,7 +322,8 @@ def best_incumbent(
 
 def variant_of(incumbent: Incumbent) -> Variant | None:
     """The greedy variant that made ``incumbent``, from its schedule's params (None: not a variant's, e.g. a
-    policy's, the knapsack greedy's, or one of external priorities)."""
+    policy's, the knapsack greedy's, one of external priorities, or params that do not make a variant, as a
+    warm start's read from a file may have)."""
     meta = incumbent.schedule.meta or {}
     params = meta.get("params")
     policy = str(meta.get("policy", ""))
@@ -329,20 +331,24 @@ def variant_of(incumbent: Incumbent) -> Variant | None:
         not policy.startswith("greedy:")
         or policy.startswith("greedy:priority")
         or not isinstance(params, dict)
+        or params.get("rule", "remaining-area") not in RULES
     ):
         return None
-    return Variant(
-        str(params.get("rule", "remaining-area")),
-        bool(params.get("preempt", True)),
-        int(params.get("lookahead", 0)),
-        float(params.get("refill_weight", 0.0)),
-        int(params.get("min_chunk", 0)),
-        bool(params.get("fit_chunk", False)),
-        bool(params.get("fill", False)),
-        int(params.get("token_cap", 0)),
-        int(params.get("running_cap", 0)),
-        bool(params.get(PROMPT_WEIGHTED, False)),
-    )
+    try:
+        return Variant(
+            str(params.get("rule", "remaining-area")),
+            bool(params.get("preempt", True)),
+            int(params.get("lookahead", 0)),
+            float(params.get("refill_weight", 0.0)),
+            int(params.get("min_chunk", 0)),
+            bool(params.get("fit_chunk", False)),
+            bool(params.get("fill", False)),
+            int(params.get("token_cap", 0)),
+            int(params.get("running_cap", 0)),
+            bool(params.get(PROMPT_WEIGHTED, False)),
+        )
+    except (TypeError, ValueError):
+        return None
 
 
 def search_running_caps(
