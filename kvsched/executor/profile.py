@@ -38,6 +38,7 @@ from kvsched.costmodel.profiles import LAYER_OPS
 from kvsched.executor.batch import ItemWork, attend_fn, plan_batch
 from kvsched.executor.device import Timer, environment, synchronize
 from kvsched.executor.engine import Engine, EngineOptions, engine_options
+from kvsched.executor.fused import SmallOps
 from kvsched.executor.measure import REPLAY_COLUMNS, batch_row, write_replay
 from kvsched.executor.model import Decoder, rope_tables
 from kvsched.executor.runner import describe_attention, new_pool, warm_up
@@ -45,6 +46,9 @@ from kvsched.schedule.ir import Batch, Phase
 
 MS = 1e3
 BLOCK_SIZE = 16
+#: Calls of an operator captured in one CUDA graph when the engine runs graphs: replays then time the
+#: GPU's work back to back, as inside a decode graph, not the host launching one small kernel.
+GRAPH_CALLS = 10
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +120,38 @@ class _Bench:
         self.repeat = repeat
         self.rng = np.random.default_rng(0)
         self.gen = torch.Generator(device=model.device).manual_seed(0)
+        #: Operators and attention rows timed as graph replays, and those timed eagerly.
+        self.graphed = self.eager = 0
 
     def median_ms(self, fn: Callable[[], Any]) -> float:
+        """fn's median time in ms: over replays of a CUDA graph of :data:`GRAPH_CALLS` calls when the
+        engine runs graphs on CUDA (what a decode graph's operator costs), else over calls."""
         fn()  # first call outside the timing: per-shape kernel selection
-        return self.timer.median(fn, self.repeat)[1] * MS
+        graph = self._captured(fn) if self.model.device.type == "cuda" and self.options.graphs else None
+        if graph is None:
+            self.eager += 1
+            return self.timer.median(fn, self.repeat)[1] * MS
+        self.graphed += 1
+        return self.timer.median(graph.replay, self.repeat)[1] * MS / GRAPH_CALLS
+
+    @staticmethod
+    def _captured(fn: Callable[[], Any]) -> Any:
+        """A CUDA graph of GRAPH_CALLS calls of fn, or None when fn cannot be captured."""
+        cuda = torch.cuda
+        side = cuda.Stream()
+        side.wait_stream(cuda.current_stream())
+        with cuda.stream(side):
+            fn()  # warm-up on a side stream, as before any capture
+        cuda.current_stream().wait_stream(side)
+        graph = cuda.CUDAGraph()
+        try:
+            with cuda.graph(graph):
+                for _ in range(GRAPH_CALLS):
+                    fn()
+        except RuntimeError:  # e.g. an operator that reads a device value on the host
+            cuda.synchronize()
+            return None
+        return graph
 
     def randn(self, *shape: int) -> torch.Tensor:
         m = self.model
@@ -131,7 +163,21 @@ class _Bench:
 
 # ------------------------------------------------------------------ compute
 def profile_compute(bench: _Bench, grid: Grid) -> pd.DataFrame:
-    """Vidur's compute table: each operator of layer 0 timed alone, per token count (ms)."""
+    """Vidur's compute table: each operator of layer 0 timed alone, per token count (ms).
+
+    The operators are those the decode graphs run: compiled when the engine compiles them.
+    """
+    m = bench.model
+    before = m.ops
+    if bench.options.compile and bench.options.graphs:
+        m.use_ops(SmallOps.compiled())
+    try:
+        return _compute_rows(bench, grid)
+    finally:
+        m.use_ops(before)
+
+
+def _compute_rows(bench: _Bench, grid: Grid) -> pd.DataFrame:
     m = bench.model
     s = m.cfg.shape
     layer = m.layers[0]
@@ -346,6 +392,8 @@ def run_profile(
         **environment(model.device, model.dtype),
         "engine": options.describe(),
         "attention": describe_attention(options),
+        # mlp.csv and attention.csv rows: timed as replays of CUDA graphs of GRAPH_CALLS calls, or eagerly.
+        "operator_timing": {"graph_calls": GRAPH_CALLS, "graphed": bench.graphed, "eager": bench.eager},
     }
     write_replay(batches, meta, paths[2])
     return ProfileResult(
