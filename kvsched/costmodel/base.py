@@ -90,13 +90,13 @@ def decode_run_times(model: CostModel, context: np.ndarray, k: int) -> np.ndarra
 
 def decode_run_until(
     model: CostModel, context: np.ndarray, k: int, start: float, until: float, tol: float
-) -> tuple[np.ndarray, list[float]] | None:
+) -> tuple[np.ndarray, float] | None:
     """:func:`decode_run_times` of the batches (at most ``k``) that start before ``until`` from ``start``.
 
     Batch ``j`` starts at ``start`` plus the durations before it, added one by one; it
     is kept while that start plus ``tol`` is below ``until``. Returns the kept batches'
-    durations (a fresh array) and their ends, bit for bit what
-    :func:`decode_run_times` and that running sum give, or ``None`` when the model
+    durations (a fresh array) and the last one's end (``start`` if none is kept), bit for
+    bit what :func:`decode_run_times` and that running sum give, or ``None`` when the model
     has no such method (``decode_run_until(context, k, start, until, tol)``) or leaves
     it to the caller (a cut past the few batches it prices on Python floats). A
     model defines it to price only the batches a simulator can take before the next

@@ -303,29 +303,27 @@ class CalibratedCost:
 
     def decode_run_until(
         self, context: np.ndarray, k: int, start: float, until: float, tol: float
-    ) -> tuple[np.ndarray, list[float]] | None:
+    ) -> tuple[np.ndarray, float] | None:
         """:func:`~kvsched.costmodel.base.decode_run_until`: :meth:`decode_run_times`' floats, priced
         one by one while the batch starts before ``until``, for up to SMALL batches (``None`` past)."""
         n = float(context.size)
         base = self._token_scalar(n)
-        kv0, b0, b1, b2n = float(isum(context)), self.b0, self.b1, self.b2 * n
+        kv, b0, b1, b2n = float(isum(context)), self.b0, self.b1, self.b2 * n
         out: list[float] = []
-        ends: list[float] = []
-        add_duration, add_end = out.append, ends.append
+        add = out.append
         t = start
-        kv = kv0  # j n + kv0 for batch j, added up: the same exact integer (below 2**53) as the product's
-        for _ in range(min(k, SMALL)):
+        # kv: j n + kv0 for batch j, added up: the same exact integer (below 2**53) as the product's.
+        for _ in range(k if k < SMALL else SMALL):
             if t + tol >= until:
                 break
             d = ((kv * b1) + b0 + b2n) + base  # (decode_run_times' operations, in its order)
             t += d
-            add_duration(d)
-            add_end(t)
+            add(d)
             kv += n
         else:
             if k > SMALL:
                 return None  # the cut lies further: the caller prices the run on arrays
-        return np.array(out, dtype=np.float64), ends
+        return np.array(out, dtype=np.float64), t
 
     def chunk_run_times(
         self, context: np.ndarray, chunk_context: int, chunk_tokens: int, k: int, last: int = 0

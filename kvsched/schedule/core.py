@@ -41,7 +41,7 @@ from kvsched.costmodel.small import SMALL, count, fmax, imax, imin, isum, nonzer
 from kvsched.instances.model import Instance
 from kvsched.schedule.data import ProblemData
 from kvsched.schedule.ir import Batch, Phase, Run
-from kvsched.schedule.records import BatchRecord, Rule, RunRecord, ScheduleError, Violation
+from kvsched.schedule.records import BatchRecord, Rule, RunRecord, ScheduleError, Violation, new_batch_record
 from kvsched.schedule.runs import NOT_STEADY, STEADY_CHUNK, STEADY_DECODES, RunSteps
 from kvsched.schedule.violations import DURATION_RTOL, TIME_TOL, full_check
 
@@ -150,7 +150,7 @@ class EngineState(RunSteps):
         self.num_batches = 0
         self._made: _Made | None = None  # last make_batch result
         self._planned: tuple | None = None  # last plan_run (RunSteps.plan_run)
-        self._made_run: tuple[Run, int, bool] | None = None  # last make_run result (and "a decode completes")
+        self._made_run: tuple[Run, ...] | None = None  # last make_run result (RunSteps.make_run says what)
         # The positions of the last batch the quick path accepted, the batch count after it, and what
         # a run may repeat of it (runs.STEADY_*): decode-only, or decodes then a chunk that did not
         # finish its prompt, having completed nothing (its items are a run's items again).
@@ -659,7 +659,7 @@ class EngineState(RunSteps):
 
         # Positional: the keywords would cost more than the rest of this block (fields in order).
         num_tokens = legal.num_tokens
-        record = BatchRecord(
+        record = new_batch_record(
             self.num_batches,
             start,
             end,

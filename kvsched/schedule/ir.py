@@ -18,7 +18,7 @@ batches they stand for) for code that wants one batch at a time.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import IntEnum
 from typing import Any, NamedTuple
 
@@ -247,7 +247,15 @@ class Run:
         argument already as :meth:`of` would (read-only owned durations, read-only positions, a checked
         chunk, and ``end`` when given, the durations added one by one from ``start``): the same run
         without the checks."""
-        return cls(start, durations, requests, _end(start, durations) if end is None else end, chunk)
+        # Set through the fields' slot descriptors, as the frozen dataclass's __init__ does through
+        # object.__setattr__ (the same object, half the cost: one run per simulated entry).
+        run = _new(cls)
+        _set_start(run, start)
+        _set_durations(run, durations)
+        _set_requests(run, requests)
+        _set_end(run, _end(start, durations) if end is None else end)
+        _set_chunk(run, chunk)
+        return run
 
     @property
     def repeat(self) -> int:
@@ -298,9 +306,11 @@ class Run:
         if chunk is None or not chunk.last:
             raise ValueError("only a run with a last chunk has a head")
         durations = self.durations[:-1].copy()
-        durations.flags.writeable = False
+        durations.setflags(write=False)
         # Every field was built or checked as :meth:`of` would (this run's): no checks again.
-        return Run._trusted(self.start, durations, self.requests, chunk._replace(last=0))
+        return Run._trusted(
+            self.start, durations, self.requests, Chunk(chunk.request, chunk.tokens, chunk.phase)
+        )
 
     def batches(self) -> Iterator[Batch]:
         """The ``k`` batches this run stands for."""
@@ -309,6 +319,12 @@ class Run:
         last = self.chunk is not None and self.chunk.last
         for j, (s, d) in enumerate(zip(self.starts().tolist(), self.durations.tolist(), strict=True)):
             yield Batch(s, d, req, self.last_tokens() if last and j == k - 1 else tok, phases, _EMPTY)
+
+
+_new = object.__new__
+_set_start, _set_durations, _set_requests, _set_end, _set_chunk = (
+    Run.__dict__[f.name].__set__ for f in fields(Run)
+)
 
 
 def _end(start: float, durations: np.ndarray) -> float:

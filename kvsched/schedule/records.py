@@ -10,7 +10,7 @@ rules; the core re-exports them.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from enum import StrEnum
 
 import numpy as np
@@ -183,6 +183,101 @@ class RunRecord:
                 generated=self.run.requests,
                 completed=self.completed if j == k - 1 else _NONE,
             )
+
+
+_new = object.__new__
+(
+    _b_index,
+    _b_start,
+    _b_end,
+    _b_items,
+    _b_tokens,
+    _b_prefill,
+    _b_decodes,
+    _b_kv,
+    _b_blocks,
+    _b_running,
+    _b_evicted,
+    _b_generated,
+    _b_completed,
+) = (BatchRecord.__dict__[f.name].__set__ for f in fields(BatchRecord))
+(
+    _r_index,
+    _r_run,
+    _r_kv_before,
+    _r_kv,
+    _r_blocks,
+    _r_block_size,
+    _r_running,
+    _r_completed,
+    _r_chunk_kv,
+    _r_tail,
+) = (RunRecord.__dict__[f.name].__set__ for f in fields(RunRecord))
+
+
+def new_batch_record(
+    index: int,
+    start: float,
+    end: float,
+    num_items: int,
+    num_tokens: int,
+    prefill_tokens: int,
+    num_decodes: int,
+    kv_tokens: int,
+    kv_blocks: int,
+    num_running: int,
+    num_evicted: int,
+    generated: np.ndarray,
+    completed: np.ndarray,
+) -> BatchRecord:
+    """``BatchRecord(...)`` (positional, every field), for the core's once-per-batch records.
+
+    The fields are set through their slot descriptors, as the frozen dataclass's ``__init__``
+    sets them through ``object.__setattr__``: the same object at about half the cost
+    (``tests/test_records_fast.py`` compares them field by field).
+    """
+    record = _new(BatchRecord)
+    _b_index(record, index)
+    _b_start(record, start)
+    _b_end(record, end)
+    _b_items(record, num_items)
+    _b_tokens(record, num_tokens)
+    _b_prefill(record, prefill_tokens)
+    _b_decodes(record, num_decodes)
+    _b_kv(record, kv_tokens)
+    _b_blocks(record, kv_blocks)
+    _b_running(record, num_running)
+    _b_evicted(record, num_evicted)
+    _b_generated(record, generated)
+    _b_completed(record, completed)
+    return record
+
+
+def new_run_record(
+    index: int,
+    run: Run,
+    kv_before: np.ndarray,
+    kv_tokens: int,
+    kv_blocks: int,
+    block_size: int,
+    num_running: int,
+    completed: np.ndarray,
+    chunk_kv: int,
+    tail: BatchRecord | None,
+) -> RunRecord:
+    """``RunRecord(...)`` (positional, every field), set as :func:`new_batch_record` sets a batch's."""
+    record = _new(RunRecord)
+    _r_index(record, index)
+    _r_run(record, run)
+    _r_kv_before(record, kv_before)
+    _r_kv(record, kv_tokens)
+    _r_blocks(record, kv_blocks)
+    _r_block_size(record, block_size)
+    _r_running(record, num_running)
+    _r_completed(record, completed)
+    _r_chunk_kv(record, chunk_kv)
+    _r_tail(record, tail)
+    return record
 
 
 def expand_records(entries: Sequence[BatchRecord | RunRecord]) -> list[BatchRecord]:

@@ -33,7 +33,14 @@ import numpy as np
 from kvsched.costmodel.base import chunk_run_times, decode_run_times, decode_run_until
 from kvsched.costmodel.small import SMALL, imax, imin, isum, nonzero
 from kvsched.schedule.ir import Chunk, Phase, Run, batch_starts
-from kvsched.schedule.records import BatchRecord, Rule, RunRecord, ScheduleError, Violation
+from kvsched.schedule.records import (
+    Rule,
+    RunRecord,
+    ScheduleError,
+    Violation,
+    new_batch_record,
+    new_run_record,
+)
 from kvsched.schedule.search import last_fitting
 from kvsched.schedule.violations import DURATION_RTOL, TIME_TOL
 
@@ -46,6 +53,11 @@ _ONE = np.array(1, dtype=np.int64)
 _NO_ITEMS = np.zeros(0, dtype=np.int64)
 _NO_ITEMS.flags.writeable = False
 _count = nonzero
+
+#: What :meth:`RunSteps._plan_limit` finds: the limit, the last chunk's tokens, the first completion's
+#: batch, and the decodes' tokens left to generate (on a few decodes).
+_Plan = tuple[int, int, int, "list[int] | None"]
+_NO_PLAN: _Plan = (0, 0, 0, None)
 
 #: ``EngineState._applied[2]`` after a batch the quick path accepted: what a run may repeat of it.
 NOT_STEADY, STEADY_DECODES, STEADY_CHUNK = 0, 1, 2
@@ -101,9 +113,10 @@ class RunSteps:
         """
         return self._plan_limit(requests, chunk)[0]
 
-    def _plan_limit(self: EngineState, requests: np.ndarray, chunk: int) -> tuple[int, int, int]:
+    def _plan_limit(self: EngineState, requests: np.ndarray, chunk: int) -> _Plan:
         """:meth:`run_limit`, the tokens of the last chunk if the limit's last batch finishes the prompt
-        (else 0), and the batch (1-based) in which a decode first completes (0: none does)."""
+        (else 0), the batch (1-based) in which a decode first completes (0: none does) and, on a
+        few decodes, each one's tokens left to generate (a list; else ``None``)."""
         req = requests
         size = int(req.size)
         # The (read-only) positions of the batch just applied were found in range and distinct by the
@@ -117,36 +130,38 @@ class RunSteps:
         )
         checked = steady != NOT_STEADY and not req.flags.writeable
         if not checked and (not size or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)):
-            return 0, 0, 0
+            return _NO_PLAN
         if chunk:
             p = int(req[-1])
             if chunk < 0 or self._phase[p] == _DECODE:
-                return 0, 0, 0
+                return _NO_PLAN
             return self._limit(req[:-1], steady == STEADY_CHUNK, p, chunk)
         return self._limit(req, steady == STEADY_DECODES, -1, 0)
 
-    def _limit(self: EngineState, dec: np.ndarray, steady: bool, p: int, c: int) -> tuple[int, int, int]:
+    def _limit(self: EngineState, dec: np.ndarray, steady: bool, p: int, c: int) -> _Plan:
         """:meth:`_plan_limit` of the decodes ``dec`` (in range, distinct) and p's chunks of c (p = -1: none)."""
         n = int(dec.size)
         # A live decode has exactly its last token left (a finished request none): known of the
         # decodes of a batch just applied that completed nothing.
         if n and not steady and (_count(self._phase[dec] != _DECODE_CODE) or _count(self._left[dec] != _ONE)):
-            return 0, 0, 0
+            return _NO_PLAN
         max_tokens, max_prefill, max_running = self._budgets
         if max_tokens is not None and n + c > max_tokens:
-            return 0, 0, 0
+            return _NO_PLAN
         holding = self.num_holding
+        rem = None
         if not n:
             decodes = None
         elif n <= SMALL:  # the first completion, on the lists (cheaper than a subtraction on a few items)
-            decodes = min(map(operator.sub, self.output[dec].tolist(), self.generated[dec].tolist()))
+            rem = list(map(operator.sub, self.output[dec].tolist(), self.generated[dec].tolist()))
+            decodes = min(rem)
         else:
             decodes = imin(self.output[dec] - self.generated[dec])
         left = m = chunks = 0
         tail = False
         if p >= 0:
             if max_prefill is not None and c > max_prefill:
-                return 0, 0, 0
+                return _NO_PLAN
             left, m = int(self._left[p]), int(self.kv[p])
             holding += m == 0  # p holds KV from the first batch of the run on
             chunks = (left - 1) // c  # full chunks before the last (left 0: done, none)
@@ -156,14 +171,14 @@ class RunSteps:
         else:
             limit = decodes  # type: ignore[assignment]
         if limit is None or (limit <= 0 and not tail) or (max_running is not None and holding > max_running):
-            return 0, 0, 0
+            return _NO_PLAN
         free = self.kv_block_capacity - self.kv_blocks
         bs = self.block_size
         if bs == 1:
             k = max(0, min(limit, free // (n + c)))
             if tail and k == chunks and n * (chunks + 1) + left <= free:
-                return chunks + 1, left - chunks * c, decodes or 0
-            return k, 0, decodes or 0
+                return chunks + 1, left - chunks * c, decodes or 0, rem
+            return k, 0, decodes or 0, rem
         kv = self.kv[dec]
         blocks = self._blocks
         base = isum(blocks(kv))
@@ -175,8 +190,8 @@ class RunSteps:
 
         k = last_fitting(grown, free, limit)
         if tail and k == chunks and grown(chunks + 1) <= free:
-            return chunks + 1, left - chunks * c, decodes or 0
-        return k, 0, decodes or 0
+            return chunks + 1, left - chunks * c, decodes or 0, rem
+        return k, 0, decodes or 0, rem
 
     def plan_run(
         self: EngineState, requests: np.ndarray, chunk: int = 0, until: float | None = None
@@ -190,15 +205,17 @@ class RunSteps:
         """
         if self.cost_model is None:
             raise ValueError("plan_run needs a cost model")
-        limit, last, completes = self._plan_limit(requests, chunk)
-        ends: list[float] | np.ndarray | None = None
+        limit, last, completes, rem = self._plan_limit(requests, chunk)
+        ends: list[float] | np.ndarray | float | None = None
+        kv = None  # the decodes' KV (a fresh array: apply_run's record keeps it)
         if not limit:
             durations = np.zeros(0)
         elif chunk:
             p = int(requests[-1])
+            kv = self.kv[requests[:-1]]
             durations = chunk_run_times(
                 self.cost_model,
-                self.kv[requests[:-1]],
+                kv,
                 int(self.kv[p]),
                 chunk,
                 int(self._phase[p]),
@@ -211,7 +228,7 @@ class RunSteps:
             if until is not None:  # only the batches that start before it, where the model can
                 priced = decode_run_until(self.cost_model, kv, limit, self.clock, until, TIME_TOL)
             if priced is not None:
-                durations, ends = priced
+                durations, ends = priced  # (the end of the last one: make_run's end for all of them)
                 if durations.size < limit:
                     limit = int(durations.size)
                 until = None  # (cut)
@@ -221,8 +238,8 @@ class RunSteps:
             durations, ends = _cut(self.clock, durations, until)
             if durations.size < limit:
                 limit, last = int(durations.size), 0  # (the prompt's last chunk is cut off)
-        durations.flags.writeable = False  # a run of all of them keeps the array itself
-        self._planned = (self.num_batches, requests, chunk, limit, durations, last, completes, ends)
+        durations.setflags(write=False)  # a run of all of them keeps the array itself
+        self._planned = (self.num_batches, requests, chunk, limit, durations, last, completes, ends, kv, rem)
         return limit, durations
 
     def planned_durations(self: EngineState) -> np.ndarray | None:
@@ -252,8 +269,13 @@ class RunSteps:
             durations = durations[:k].copy()
             durations.flags.writeable = False
         start = float(start)
-        ends = planned[7]
-        end = ends[k - 1] if ends is not None and start == self.clock else None  # (planned from the clock)
+        ends = planned[7]  # (planned from the clock: each batch's end, or a float, the last one's)
+        end = None
+        if ends is not None and start == self.clock:
+            if not isinstance(ends, float):  # (np.float64 is a float too)
+                end = ends[k - 1]
+            elif k == limit:
+                end = ends
         if chunk:
             p = int(requests[-1])
             last = planned[5] if k == limit else 0
@@ -262,8 +284,16 @@ class RunSteps:
             )
         else:
             run = Run._trusted(start, durations, requests, None, end)
-        # Whether a decode completes in the run (in its last batch, k being the plan's first completion).
-        self._made_run = (run, self.num_batches, k == planned[6])
+        # Whether a decode completes in the run (in its last batch, k being the plan's first completion),
+        # and which one when the plan knows it is exactly one (a read-only view of the run's decodes).
+        completes = k == planned[6]
+        completed = None
+        if completes:
+            rem = planned[9]
+            if rem is not None and rem.count(k) == 1:
+                i = rem.index(k)
+                completed = run.requests[i : i + 1]
+        self._made_run = (run, self.num_batches, completes, planned[8], completed)
         return run
 
     def left_decoding(self: EngineState) -> np.ndarray | None:
@@ -361,7 +391,7 @@ class RunSteps:
                 return False
             if req.size and (imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)):
                 return False
-            limit, last, _ = self._limit(req, False, p, c)
+            limit, last, _, _ = self._limit(req, False, p, c)
             # With a last chunk, exactly the planner's run that ends with it; without, none of its chunks
             # may finish the prompt (a limit that ends with the last chunk is one batch too long).
             if chunk.last:
@@ -411,15 +441,20 @@ class RunSteps:
             )
         running = self.num_holding
         if n:
-            kv_before = self.kv[req]
+            made = self._made_run
+            if made is None or made[0] is not run or made[1] != self.num_batches:
+                made = None
+            # make_run's plan read the decodes' KV in this state (a fresh array).
+            kv_before = made[3] if made is not None and made[3] is not None else self.kv[req]
             kv_after = kv_before + k
             self.kv[req] = kv_after
             self.generated[req] += k  # distinct positions: one gather, add and scatter
             self.kv_tokens += n * k
             self.kv_blocks += n * k if bs == 1 else isum(self._blocks(kv_after) - self._blocks(kv_before))
-            made = self._made_run
-            if made is not None and made[0] is run and made[1] == self.num_batches and not made[2]:
+            if made is not None and not made[2]:
                 completed = _NO_ITEMS  # make_run's plan: no decode completes within these k batches
+            elif made is not None and made[4] is not None:
+                completed = made[4]  # the plan's one decode that completes in the last batch
             else:
                 finished = self.generated[req] >= self.output[req]
                 completed = req[finished] if _count(finished) else _NO_ITEMS
@@ -438,7 +473,7 @@ class RunSteps:
             if g >= self.output[p]:
                 completed = np.append(completed, p)
             head = run.head()
-            tail = BatchRecord(
+            tail = new_batch_record(
                 self.num_batches + k - 1,
                 head.end,
                 run.end,
@@ -462,7 +497,7 @@ class RunSteps:
                 tail.generated if tail is not None else req,
                 completed,
             )
-        record = RunRecord(
+        record = new_run_record(
             self.num_batches,
             run if not last else head,
             kv_before,
