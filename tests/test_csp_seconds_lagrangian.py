@@ -190,3 +190,30 @@ def test_the_pipeline_reports_the_batch_count_bound(monkeypatch):
     sources = {b.source: b.value for b in result.bounds}
     assert BATCH_COUNT in sources and SOURCE in sources
     assert max(sources.values()) <= result.objective + TOL * result.objective
+
+
+@pytest.mark.parametrize("policy", ["sarathi", "vllm-v1", "sarathi-ef"])
+def test_incumbent_chains_read_runs_as_their_batches(policy):
+    # The chains read a run of decode batches whole; spelled out batch by batch they are the same slots.
+    import math
+
+    from kvsched.csp.bounds.seconds_lagrangian import _incumbent_chains
+    from kvsched.heuristics import make_policy, simulate
+    from kvsched.instances.generators import Poisson, Uniform, synthetic
+    from kvsched.schedule.records import RunRecord
+
+    limits = Limits(kv_capacity=400, block_size=1, max_batch_tokens=32, max_prefill_tokens=32)
+    inst = synthetic(
+        60, 3, limits, LINEAR, prompt=Uniform(5, 70), output=Uniform(2, 40), arrival=Poisson(rate=3.0)
+    )
+    trace = simulate(inst, make_policy(policy)).trace
+    assert any(type(e) is RunRecord for e in trace.entries)  # runs to read whole
+    data = prepare(inst, trace)
+    got = _incumbent_chains(data.release, data.earliest, data.output, data.offset, data.delta, trace)
+    want = np.full(int(data.output.sum()), -1, dtype=np.int64)
+    done = np.zeros(data.output.size, dtype=np.int64)
+    for rec in trace.records:  # every batch spelled out
+        for r in np.asarray(rec.generated, dtype=np.int64):
+            want[data.offset[r] + done[r]] = math.floor(rec.start / data.delta)
+            done[r] += 1
+    assert got is not None and np.array_equal(got, want)
