@@ -88,6 +88,7 @@ class SchedulerView:
         self.arrival_order = _read_only(data.arrival_order)
         self._sorted_arrival = data.sorted_arrival
         self._sorted_arrival_list: list[float] = self._sorted_arrival.tolist()  # bisect is cheaper
+        self._arrived = -1  # num_arrived at now (-1: not yet read since the clock moved)
 
     # ------------------------------------------------------------------ time
     @property
@@ -98,11 +99,15 @@ class SchedulerView:
     def _advance(self, now: float) -> None:
         """Move the clock (simulator only)."""
         self._now = now
+        self._arrived = -1
 
     @property
     def num_arrived(self) -> int:
         """How many requests have arrived by :attr:`now`: a prefix of :attr:`arrival_order`."""
-        return bisect.bisect_right(self._sorted_arrival_list, self._now + TIME_TOL)
+        arrived = self._arrived
+        if arrived < 0:  # (read by the policy and the stepper at each step: one search per clock move)
+            arrived = self._arrived = bisect.bisect_right(self._sorted_arrival_list, self._now + TIME_TOL)
+        return arrived
 
     def next_arrival(self) -> float | None:
         """The first arrival strictly after :attr:`now`, or ``None`` if every request has arrived."""
@@ -133,6 +138,11 @@ class SchedulerView:
         if type(idx) is np.ndarray:
             return self._phase[idx]  # the core's phase_of, without a call (policies read this per batch)
         return self._state.phase_of(idx)
+
+    @property
+    def num_done(self) -> int:
+        """How many requests have completed (it only grows: a count of completions so far)."""
+        return self._state.num_done
 
     # ------------------------------------------------------------------ memory
     @property

@@ -325,6 +325,7 @@ class InferMax(RunOffers):
         self._counter = 0  # next seq at the tail
         self._front = -1  # next seq at the front
         self._cursor = 0  # arrivals taken so far (prefix of view.arrival_order)
+        self._released = 0  # completions seen by the last _release_finished (view.num_done)
         self._waiting = WaitingQueue()  # sorted by key
         self._running = np.zeros(0, dtype=np.int64)  # sorted by key; every one holds a reservation
         self._ones = np.ones(min(self._C, n), dtype=np.int64)  # the tokens of a batch of decodes
@@ -675,6 +676,12 @@ class InferMax(RunOffers):
     def _release_finished(self, view: SchedulerView) -> np.ndarray:
         """Free the reservations of requests that completed in the last batch; the running array."""
         run = self._running
+        # Every running request that had completed was released then, and a request joins the running
+        # ones unfinished: with no completion since, none of them is done (no gather).
+        completions = view.num_done
+        if completions == self._released:
+            return run
+        self._released = completions
         done = view.done[run]
         if not nonzero(done):
             return run

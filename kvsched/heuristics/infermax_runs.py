@@ -159,9 +159,9 @@ class RunOffers:
         ``ahead``: batches the view's KV is behind (1 before the decision's own batch applies)."""
         if self.reserve == "peak":
             return limit
-        kv = view.kv[req]  # each batch j = 1, 2, ... of the run wants kv + j reserved
+        kv = view.kv[req]  # each batch j = 1, 2, ... of the run wants kv + j reserved (a fresh gather)
         if ahead:
-            kv = kv + ahead
+            kv += ahead
         alloc = self._alloc[req]
         free = self._capacity - self._reserved
         n = int(req.size)
@@ -181,7 +181,8 @@ class RunOffers:
             k = max(0, min(limit, (free - held) // n))
             if k:
                 self._reserved += held + n * k  # grown(k)
-                self._alloc[req] = kv + k  # max(alloc, kv + k) = kv + k as alloc <= kv + 1
+                kv += k  # (kv is a fresh gather, or a fresh sum with ahead)
+                self._alloc[req] = kv  # max(alloc, kv + k) = kv + k as alloc <= kv + 1
             return k
         base = isum(self._blocks_of(alloc))
 

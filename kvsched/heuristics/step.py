@@ -230,6 +230,7 @@ def _ahead(state: EngineState, view: SchedulerView, ahead: Ahead, decision: Deci
         c = int(tok[-1])
         if c < 1 or (decodes.size and (imin(decodes) != 1 or imax(decodes) != 1)):
             return 0
+        req.setflags(write=False)  # (the run's positions, and its last batch's items)
         most = _run_limit(state, view, req, None, c)
         planned.append((req, c))
         return most - 1 if most > 1 else 0

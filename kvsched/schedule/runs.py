@@ -293,7 +293,9 @@ class RunSteps:
             if rem is not None and rem.count(k) == 1:
                 i = rem.index(k)
                 completed = run.requests[i : i + 1]
-        self._made_run = (run, self.num_batches, completes, planned[8], completed)
+        # A mixed run's items as one read-only array (the record of a last chunk's batch keeps them).
+        items = requests if chunk and not requests.flags.writeable else None
+        self._made_run = (run, self.num_batches, completes, planned[8], completed, items)
         return run
 
     def left_decoding(self: EngineState) -> np.ndarray | None:
@@ -422,6 +424,9 @@ class RunSteps:
         """
         req, k, chunk = run.requests, run.repeat, run.chunk
         n = int(req.size)
+        made = self._made_run  # (make_run's, when it made this run in this state)
+        if made is not None and (made[0] is not run or made[1] != self.num_batches):
+            made = None
         record_kv, record_blocks = self.kv_tokens, self.kv_blocks
         chunk_kv = last = p = 0
         bs = self.block_size
@@ -441,9 +446,6 @@ class RunSteps:
             )
         running = self.num_holding
         if n:
-            made = self._made_run
-            if made is None or made[0] is not run or made[1] != self.num_batches:
-                made = None
             # make_run's plan read the decodes' KV in this state (a fresh array).
             kv_before = made[3] if made is not None and made[3] is not None else self.kv[req]
             kv_after = kv_before + k
@@ -485,7 +487,7 @@ class RunSteps:
                 self.kv_blocks,
                 running,
                 0,
-                _with(req, p),
+                made[5] if made is not None and made[5] is not None else _with(req, p),
                 completed,
             )
         if completed.size:
