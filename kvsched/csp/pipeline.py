@@ -237,6 +237,8 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         log.add_bound(bound)
     log.report()
     found = _incumbents(log, objective, deadline.share(INCUMBENT_SHARE))
+    # A first schedule made by a policy because no greedy run fitted: the stages did not run out of work.
+    short_of_time = any(inc.stats.get("greedy_skipped_for_time") for inc in found)
     if warm_start is not None:
         try:
             value = log.evaluate(warm_start, "warm start")
@@ -295,7 +297,10 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         scope=Scope.ALL,
         bounds=tuple(log.bounds),
         # Before the deadline the stages have run out of work (the local search found no improving move and
-        # the Lagrangian stalled or converged); the pipeline takes no gap target, so "gap" would mislead.
-        stopped="" if status == SolveStatus.OPTIMAL else ("deadline" if deadline.expired() else "converged"),
+        # the Lagrangian stalled or converged), unless a policy made the first schedule because no greedy
+        # run fitted; the pipeline takes no gap target, so "gap" would mislead.
+        stopped=""
+        if status == SolveStatus.OPTIMAL
+        else ("deadline" if deadline.expired() or short_of_time else "converged"),
         trace=log.trace_of(best.value),
     )

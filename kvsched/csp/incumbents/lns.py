@@ -24,7 +24,7 @@ import numpy as np
 
 from kvsched.costmodel.base import CostModel
 from kvsched.csp.incumbents.base import Incumbent, confirmed
-from kvsched.csp.incumbents.greedy import greedy
+from kvsched.csp.incumbents.greedy import greedy, run_estimate
 from kvsched.csp.incumbents.knapsack import knapsack
 from kvsched.csp.incumbents.knots import PROMPT_WEIGHTED, prompt_scale
 from kvsched.csp.incumbents.rules import kv_area
@@ -219,6 +219,8 @@ def improve(
     # only where it would be kept): one starts only where a whole run with its replay (the incumbent's
     # own, where it was one) fits before the deadline, since it always runs to a complete schedule.
     run_s = [sum(float(incumbent.stats.get(k, 0.0)) for k in ("decide_s", "build_s", "replay_s"))]
+    if "decide_s" not in incumbent.stats:  # no greedy made it (a policy's): no run timed yet
+        run_s[0] = run_estimate(instance, cost_model)
 
     def fits() -> bool:
         return deadline.remaining() > run_s[0]
