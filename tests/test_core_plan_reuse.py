@@ -20,7 +20,7 @@ import pytest
 from kvsched.costmodel import make_cost_model
 from kvsched.heuristics import make_policy, simulate
 from kvsched.schedule.core import EngineState
-from kvsched.schedule.ir import Chunk, Run
+from kvsched.schedule.ir import Batch, Chunk, Run
 from kvsched.schedule.records import BatchRecord, RunRecord, new_batch_record, new_run_record
 from tests.test_runs import _instances
 from tests.test_simulator_equivalence import assert_same_state
@@ -49,6 +49,7 @@ def test_fast_constructors_equal_the_dataclasses_and_stay_frozen():
         (new_run_record(*run_args), RunRecord(*run_args)),
         (Run._trusted(2.25, run.durations, a, run.chunk, run.end), run),
         (Run._trusted(2.25, run.durations, a, run.chunk), run),
+        (Batch._trusted(1.5, 0.75, a, b[[0, 0]], b[[0, 0]], b), Batch(1.5, 0.75, a, b[[0, 0]], b[[0, 0]], b)),
     ):
         _same(fast, slow)
         with pytest.raises(dataclasses.FrozenInstanceError):

@@ -252,7 +252,7 @@ class EngineState(RunSteps):
         req.setflags(write=False)  # (cheaper than through .flags)
         tok.setflags(write=False)
         phases.setflags(write=False)
-        batch = Batch(float(start), float(duration), req, tok, phases, ev)
+        batch = Batch._trusted(float(start), float(duration), req, tok, phases, ev)
         # Its duration is right by construction while the state is unchanged: check() skips recomputing it.
         self._made = _Made(batch, self.num_batches, context, is_decode, num_decodes, num_tokens)
         return batch

@@ -118,6 +118,27 @@ class Batch:
         ev = _EMPTY if isinstance(evicted, tuple | list) and not evicted else _frozen(evicted)
         return cls(float(start), float(duration), req, tok, ph, ev)
 
+    @classmethod
+    def _trusted(
+        cls,
+        start: float,
+        duration: float,
+        requests: np.ndarray,
+        tokens: np.ndarray,
+        phases: np.ndarray,
+        evicted: np.ndarray,
+    ) -> Batch:
+        """``Batch(...)`` for the core's :meth:`~kvsched.schedule.core.EngineState.make_batch`, its
+        fields set through their slot descriptors (as :meth:`Run._trusted`): the same batch."""
+        batch = _new(cls)
+        _set_batch_start(batch, start)
+        _set_batch_duration(batch, duration)
+        _set_batch_requests(batch, requests)
+        _set_batch_tokens(batch, tokens)
+        _set_batch_phases(batch, phases)
+        _set_batch_evicted(batch, evicted)
+        return batch
+
     @property
     def end(self) -> float:
         return self.start + self.duration
@@ -325,6 +346,14 @@ _new = object.__new__
 _set_start, _set_durations, _set_requests, _set_end, _set_chunk = (
     Run.__dict__[f.name].__set__ for f in fields(Run)
 )
+(
+    _set_batch_start,
+    _set_batch_duration,
+    _set_batch_requests,
+    _set_batch_tokens,
+    _set_batch_phases,
+    _set_batch_evicted,
+) = (Batch.__dict__[f.name].__set__ for f in fields(Batch))
 
 
 def _end(start: float, durations: np.ndarray) -> float:
