@@ -63,6 +63,16 @@ def test_a_greedy_run_that_would_overrun_gives_way_to_the_policy(slow_greedy):
     assert not best_incumbent(unit, deadline=Deadline.after(30.0)).name.startswith("policy:")
 
 
+def test_the_first_schedule_is_judged_by_the_whole_solves_deadline():
+    # A first greedy run may take more than the incumbent stage's share: only the whole solve's deadline
+    # decides whether it fits (an estimate of seconds against a share of milliseconds still runs it).
+    inst = _instance()
+    got = best_incumbent(inst, deadline=Deadline.after(0.001), first_deadline=Deadline.after(60.0))
+    assert got.name.startswith("greedy:")
+    # Judged by the share alone (a millisecond, against an estimate of a few), the policy would come first.
+    assert best_incumbent(inst, deadline=Deadline.after(0.001)).name.startswith("policy:")
+
+
 def test_the_local_search_prices_a_policys_incumbent_by_the_estimate(slow_greedy):
     inst = _instance()
     first = best_incumbent(inst, deadline=Deadline.after(30.0))

@@ -72,10 +72,11 @@ SHARING_LP_MAX_REQUESTS = 5_000
 FINISH_MARGIN = 0.03
 
 
-def _incumbents(log: SolveLog, objective: str, deadline: Deadline) -> list[Incumbent]:
-    """The greedy variants and fast policies that fit the deadline (:func:`best_incumbent`)."""
+def _incumbents(log: SolveLog, objective: str, deadline: Deadline, whole: Deadline) -> list[Incumbent]:
+    """The greedy variants and fast policies that fit ``deadline`` (:func:`best_incumbent`; the first
+    schedule must fit ``whole``, the solve's)."""
     # The running caps come later (_running_caps), once the bounds have had their time.
-    best = best_incumbent(log.instance, objective, deadline, running_caps=False)
+    best = best_incumbent(log.instance, objective, deadline, running_caps=False, first_deadline=whole)
     # Record what best_incumbent tried: the first and the best schedules replayed by the core, the others
     # valued on the greedy's own log (equal to the replay, tests/test_csp_incumbents.py), so that every bound
     # is checked against them too.
@@ -236,7 +237,7 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
     for bound in portfolio(log.instance, objective, deadline.share(BOUNDS_SHARE)):
         log.add_bound(bound)
     log.report()
-    found = _incumbents(log, objective, deadline.share(INCUMBENT_SHARE))
+    found = _incumbents(log, objective, deadline.share(INCUMBENT_SHARE), deadline)
     # A first schedule made by a policy because no greedy run fitted: the stages did not run out of work.
     short_of_time = any(inc.stats.get("greedy_skipped_for_time") for inc in found)
     if warm_start is not None:

@@ -213,6 +213,7 @@ def best_incumbent(
     policies: Sequence[str] = FAST_POLICIES,
     cost_model: CostModel | None = None,
     running_caps: bool = True,
+    first_deadline: Deadline | None = None,
 ) -> Incumbent:
     """The best validated schedule of the greedy variants and ``policies``, with its value and name.
 
@@ -226,8 +227,9 @@ def best_incumbent(
     later, after its bounds). The
     first variant always runs (it is the first schedule of every time-limited solve; past the deadline it
     finishes in its cheapest mode), except under a seconds-based cost model where its run is expected to
-    overrun what is left (:func:`~kvsched.csp.incumbents.greedy.run_estimate`): then :data:`FIRST_POLICY`'s schedule is the
-    result. Each further candidate runs only if its
+    overrun what is left of ``first_deadline`` (default ``deadline``; the pipeline passes the whole solve's,
+    since a first schedule may take more than its share; :func:`~kvsched.csp.incumbents.greedy.run_estimate`):
+    then :data:`FIRST_POLICY`'s schedule is the result. Each further candidate runs only if its
     estimated time, priced from the first variant's measured time, fits in what is left, so the
     deadline is kept without interrupting a policy mid-simulation. ``stats`` of the result
     lists every candidate tried (``tried``: name -> value) and those skipped for time.
@@ -240,7 +242,12 @@ def best_incumbent(
         variants = variants_for(instance, cost_model)
     tried: dict[str, float] = {}
     skipped: list[str] = []
-    if kind == "costly" and deadline.bounded and run_estimate(instance, cost_model) > deadline.remaining():
+    first_deadline = first_deadline or deadline
+    if (
+        kind == "costly"
+        and first_deadline.bounded
+        and run_estimate(instance, cost_model) > first_deadline.remaining()
+    ):
         # The greedy cannot stop halfway and leave a schedule, and its run would overrun: the fast policy's
         # schedule comes first instead, and nothing else is expected to fit after it.
         return _policy_first(instance, objective, cost_model, variants, policies)
