@@ -504,7 +504,7 @@ class Stepper:
                 run_record = step_run(run)
                 add_entry(run)
                 add_record(run_record)
-                num_batches += run.repeat
+                num_batches += run.durations.size  # (run.repeat)
                 tail = run_record.tail  # a run that ends with its prompt's last chunk
                 if tail is not None:
                     add_record(tail)

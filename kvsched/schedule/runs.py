@@ -422,7 +422,7 @@ class RunSteps:
         A run whose last chunk finishes its prompt is recorded as its head (the
         first ``k - 1`` batches) with the record of its last batch as ``tail``.
         """
-        req, k, chunk = run.requests, run.repeat, run.chunk
+        req, k, chunk = run.requests, run.durations.size, run.chunk  # (k: run.repeat, without the call)
         n = int(req.size)
         made = self._made_run  # (make_run's, when it made this run in this state)
         if made is not None and (made[0] is not run or made[1] != self.num_batches):
@@ -511,7 +511,9 @@ class RunSteps:
             chunk_kv,
             tail,
         )
-        self.clock = max(self.clock, run.end)
+        end = run.end
+        if end > self.clock:  # (max(clock, end), without the call)
+            self.clock = end
         self.num_batches += k
         return record
 
