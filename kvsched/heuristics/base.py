@@ -111,7 +111,9 @@ class SchedulerView:
 
     def next_arrival(self) -> float | None:
         """The first arrival strictly after :attr:`now`, or ``None`` if every request has arrived."""
-        k = self.num_arrived
+        k = self._arrived
+        if k < 0:
+            k = self.num_arrived
         return self._sorted_arrival_list[k] if k < self.n else None  # (the list's floats: no conversion)
 
     def active(self) -> np.ndarray:

@@ -367,7 +367,7 @@ class InferMax(RunOffers):
             self._consider_merged(build, view)
 
         self._commit(build)
-        if build.empty and not build.evicted:
+        if not build.requests and not build.parts and not build.evicted:  # (build.empty, without the call)
             self._explain_stall(view)
             return None
         requests, tokens = build.items()

@@ -124,7 +124,9 @@ class RunOffers:
         c = int(decision.tokens[-1])
         if c < 1 or (n and not self.hybrid) or n + c != self._P or len(decision.evict):
             return None
-        chunks = (int(view.unprocessed(int(decision.requests[-1]))) - done - 1) // c
+        p = int(decision.requests[-1])
+        # view.unprocessed(p) (S - m) on Python ints: scalar reads instead of three array ones.
+        chunks = (self._prompt[p] + view.generated.item(p) - view.kv.item(p) - done - 1) // c
         short = bool(self._waiting.items) or self._running.size != n + 1
         return n, chunks, short
 
