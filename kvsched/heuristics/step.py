@@ -433,7 +433,7 @@ class Stepper:
             state.step_run,
         )
         add_entry, add_record = self.entries.append, self.records.append
-        advance = view._advance
+        advance, left_decoding = view._advance, state.left_decoding
         n = state.n
         num_batches = self.num_batches
         now = 0.0
@@ -512,8 +512,13 @@ class Stepper:
                     on_record(run_record)
                     if tail is not None:
                         on_record(tail)
-                if follow is not None and num_batches < limit:
-                    following = _follow_run(state, run, run_record)
+                # _follow_run, inlined (once per run): after a completion or a finished prompt.
+                if (
+                    follow is not None
+                    and num_batches < limit
+                    and (tail is not None or (run.chunk is None and run_record.completed.size))
+                ):
+                    following = left_decoding()
         finally:
             self.num_batches = num_batches
             if collecting:

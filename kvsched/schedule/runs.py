@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvsched.costmodel.base import chunk_run_times, decode_run_times, decode_run_until
+from kvsched.costmodel.base import chunk_run_times, decode_run_times
 from kvsched.costmodel.small import SMALL, imax, imin, isum, nonzero
 from kvsched.schedule.ir import Chunk, Phase, Run, batch_starts
 from kvsched.schedule.records import (
@@ -53,6 +53,7 @@ _ONE = np.array(1, dtype=np.int64)
 _NO_ITEMS = np.zeros(0, dtype=np.int64)
 _NO_ITEMS.flags.writeable = False
 _count = nonzero
+_UNSET = object()
 
 #: What :meth:`RunSteps._plan_limit` finds: the limit, the last chunk's tokens, the first completion's
 #: batch, and the decodes' tokens left to generate (on a few decodes).
@@ -98,6 +99,9 @@ def _cut(
 
 class RunSteps:
     """The run half of :class:`~kvsched.schedule.core.EngineState` (its methods read and write the state)."""
+
+    # The cost model's decode_run_until (costmodel.base.decode_run_until's getattr), bound on first use.
+    _run_until: object = _UNSET
 
     # ------------------------------------------------------------- planning
     def run_limit(self: EngineState, requests: np.ndarray, chunk: int = 0) -> int:
@@ -226,7 +230,11 @@ class RunSteps:
             kv = self.kv[requests]
             priced = None
             if until is not None:  # only the batches that start before it, where the model can
-                priced = decode_run_until(self.cost_model, kv, limit, self.clock, until, TIME_TOL)
+                fn = self._run_until
+                if fn is _UNSET:
+                    fn = self._run_until = getattr(self.cost_model, "decode_run_until", None)
+                if fn is not None:
+                    priced = fn(kv, limit, self.clock, until, TIME_TOL)  # type: ignore[operator]
             if priced is not None:
                 durations, ends = priced  # (the end of the last one: make_run's end for all of them)
                 if durations.size < limit:
