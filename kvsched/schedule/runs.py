@@ -133,8 +133,13 @@ class RunSteps:
             else NOT_STEADY
         )
         checked = steady != NOT_STEADY and not req.flags.writeable
-        if not checked and (not size or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)):
-            return _NO_PLAN
+        if not checked:
+            if size and size <= SMALL:  # in range and distinct, on one list (imin, imax, _distinct's)
+                items = req.tolist()
+                if min(items) < 0 or max(items) >= self.n or len(set(items)) != size:
+                    return _NO_PLAN
+            elif not size or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req):
+                return _NO_PLAN
         if chunk:
             p = int(req[-1])
             if chunk < 0 or self._phase[p] == _DECODE:
