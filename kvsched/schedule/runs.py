@@ -152,8 +152,12 @@ class RunSteps:
         n = int(dec.size)
         # A live decode has exactly its last token left (a finished request none): known of the
         # decodes of a batch just applied that completed nothing.
-        if n and not steady and (_count(self._phase[dec] != _DECODE_CODE) or _count(self._left[dec] != _ONE)):
-            return _NO_PLAN
+        if n and not steady:
+            if n <= SMALL:  # (on the lists: a count is cheaper than a comparison and a count of arrays)
+                if self._phase[dec].tolist().count(_DECODE) != n or self._left[dec].tolist().count(1) != n:
+                    return _NO_PLAN
+            elif _count(self._phase[dec] != _DECODE_CODE) or _count(self._left[dec] != _ONE):
+                return _NO_PLAN
         max_tokens, max_prefill, max_running = self._budgets
         if max_tokens is not None and n + c > max_tokens:
             return _NO_PLAN
