@@ -48,7 +48,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kvsched.costmodel import CostModel
-from kvsched.costmodel.small import SMALL, imax, imin
+from kvsched.costmodel.small import SMALL
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import (
     Decision,
@@ -226,9 +226,9 @@ def _ahead(state: EngineState, view: SchedulerView, ahead: Ahead, decision: Deci
         tok = np.array(decision.tokens, dtype=np.int64)
         if req.ndim != 1 or tok.shape != req.shape or not req.size or len(decision.evict):
             return 0
-        decodes = tok[:-1]
-        c = int(tok[-1])
-        if c < 1 or (decodes.size and (imin(decodes) != 1 or imax(decodes) != 1)):
+        tokens = tok.tolist()  # (a few items: one list for the checks)
+        c = tokens[-1]
+        if c < 1 or (len(tokens) > 1 and (min(tokens[:-1]) != 1 or max(tokens[:-1]) != 1)):
             return 0
         req.setflags(write=False)  # (the run's positions, and its last batch's items)
         most = _run_limit(state, view, req, None, c)

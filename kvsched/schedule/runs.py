@@ -450,13 +450,13 @@ class RunSteps:
         if chunk is not None:
             p, last = chunk.request, chunk.last
             grown = chunk.tokens * (k - 1) + last if last else chunk.tokens * k
-            chunk_kv = int(self.kv[p])
+            chunk_kv = self.kv.item(p)  # (scalar reads: .item, no numpy scalar)
             if not chunk_kv:
                 self.num_holding += 1
-                if math.isnan(self.first_scheduled[p]):
+                if math.isnan(self.first_scheduled.item(p)):
                     self.first_scheduled[p] = run.start
             self.kv[p] = chunk_kv + grown
-            self._left[p] -= grown  # 0 only after a last chunk (below)
+            self._left[p] = self._left.item(p) - grown  # 0 only after a last chunk (below)
             self.kv_tokens += grown
             self.kv_blocks += (
                 grown if bs == 1 else (chunk_kv + grown + bs - 1) // bs - (chunk_kv + bs - 1) // bs
@@ -482,14 +482,14 @@ class RunSteps:
         tail = None
         if last:
             # The last chunk finished p's prompt: p generates at the end of the run, as a batch's item.
-            g = int(self.generated[p]) + 1
+            g = self.generated.item(p) + 1
             self.generated[p] = g
             self._left[p] = 1  # the token just generated
             self.refilling[p] = False
             self._phase[p] = _DECODE
             if g == 1:
                 self.first_token[p] = run.end
-            if g >= self.output[p]:
+            if g >= self.output.item(p):
                 completed = np.append(completed, p)
             head = run.head()
             tail = new_batch_record(
