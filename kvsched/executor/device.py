@@ -141,3 +141,21 @@ def environment(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     else:
         env["device_name"] = platform.processor() or platform.machine()
     return env
+
+
+def capture_graph(fn: Callable[[], Any], pool: Any = None) -> Any:
+    """A CUDA graph of ``fn`` (in ``pool`` when given), after one warm-up call on a side stream.
+
+    The warm-up compiles, autotunes and allocates outside the capture, where none of it may happen.
+    Raises what torch raises when ``fn`` cannot be captured (e.g. it reads a device value on the host).
+    """
+    cuda = require_torch().cuda
+    side = cuda.Stream()
+    side.wait_stream(cuda.current_stream())
+    with cuda.stream(side):
+        fn()
+    cuda.current_stream().wait_stream(side)
+    graph = cuda.CUDAGraph()
+    with cuda.graph(graph, pool=pool):
+        fn()
+    return graph

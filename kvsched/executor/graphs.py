@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from kvsched.executor.batch import BatchPlan
-from kvsched.executor.device import Timer
+from kvsched.executor.device import Timer, capture_graph
 from kvsched.executor.fused import SmallOps
 from kvsched.executor.kvcache import KVPool
 from kvsched.executor.model import Decoder
@@ -91,16 +91,8 @@ class BucketGraphs:
     def _graph(self, key: Any) -> Any:
         """The CUDA graph of a bucket, captured on first use (after one warm-up call on a side stream)."""
         if key not in self.graphs:
-            cuda = torch.cuda
-            side = cuda.Stream()
-            side.wait_stream(cuda.current_stream())
             with self._own_ops():
-                with cuda.stream(side):
-                    self.forward(key)  # compiles, autotunes, allocates: nothing of it may happen in capture
-                cuda.current_stream().wait_stream(side)
-                graph = cuda.CUDAGraph()
-                with cuda.graph(graph, pool=self._mempool):
-                    self.forward(key)
+                graph = capture_graph(lambda: self.forward(key), self._mempool)
             self._mempool = graph.pool()
             self.graphs[key] = graph
         return self.graphs[key]

@@ -36,7 +36,7 @@ import torch
 from kvsched.costmodel import BatchView, CostModel
 from kvsched.costmodel.profiles import LAYER_OPS
 from kvsched.executor.batch import ItemWork, attend_fn, plan_batch
-from kvsched.executor.device import Timer, environment, synchronize
+from kvsched.executor.device import Timer, capture_graph, environment, synchronize
 from kvsched.executor.engine import Engine, EngineOptions, engine_options
 from kvsched.executor.fused import SmallOps
 from kvsched.executor.measure import REPLAY_COLUMNS, batch_row, write_replay
@@ -137,21 +137,16 @@ class _Bench:
     @staticmethod
     def _captured(fn: Callable[[], Any]) -> Any:
         """A CUDA graph of GRAPH_CALLS calls of fn, or None when fn cannot be captured."""
-        cuda = torch.cuda
-        side = cuda.Stream()
-        side.wait_stream(cuda.current_stream())
-        with cuda.stream(side):
-            fn()  # warm-up on a side stream, as before any capture
-        cuda.current_stream().wait_stream(side)
-        graph = cuda.CUDAGraph()
+
+        def calls() -> None:
+            for _ in range(GRAPH_CALLS):
+                fn()
+
         try:
-            with cuda.graph(graph):
-                for _ in range(GRAPH_CALLS):
-                    fn()
+            return capture_graph(calls)
         except RuntimeError:  # e.g. an operator that reads a device value on the host
-            cuda.synchronize()
+            torch.cuda.synchronize()
             return None
-        return graph
 
     def randn(self, *shape: int) -> torch.Tensor:
         m = self.model
