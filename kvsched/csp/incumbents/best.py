@@ -235,7 +235,7 @@ def best_incumbent(
     lists every candidate tried (``tried``: name -> value) and those skipped for time.
     """
     deadline = deadline or Deadline.never()
-    measure = objective_function(objective)
+    objective_function(objective)  # an unknown objective is refused before any work
     cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
     kind = variant_kind(instance, cost_model)
     if variants is None:
@@ -322,16 +322,12 @@ def best_incumbent(
             skipped.append(f"policy:{name}")
             continue
         try:
-            sim = simulate(instance, make_policy(name), cost_model)
+            cand = _policy(instance, name, objective, cost_model)
         except KvschedError:
             continue  # a policy that cannot run this instance (stalls, needs predictions, ...)
-        # simulate() stepped every batch through the core and ran until every request completed.
-        value = measure(sim.trace)
-        tried[f"policy:{name}"] = value
-        if value < best.value:
-            best = Incumbent(
-                f"policy:{name}", sim.schedule, value, objective, {"runtime_s": sim.runtime}, sim.trace
-            )
+        tried[cand.name] = cand.value
+        if cand.value < best.value:
+            best = cand
     stats = dict(best.stats)
     stats.update(tried=tried, skipped=skipped)
     return Incumbent(best.name, best.schedule, best.value, objective, stats, best.trace)
@@ -345,17 +341,23 @@ def _policy_first(
     policies: Sequence[str],
 ) -> Incumbent:
     """:data:`FIRST_POLICY`'s schedule, every greedy variant and other policy listed as skipped for time."""
-    sim = simulate(instance, make_policy(FIRST_POLICY), cost_model)
-    name = f"policy:{FIRST_POLICY}"
-    value = objective_function(objective)(sim.trace)
+    first = _policy(instance, FIRST_POLICY, objective, cost_model)
     skipped = [f"greedy:{v.rule}" for v in variants] + [f"policy:{p}" for p in policies if p != FIRST_POLICY]
     stats = {
-        "runtime_s": sim.runtime,
-        "tried": {name: value},
+        **first.stats,
+        "tried": {first.name: first.value},
         "skipped": skipped,
         "greedy_skipped_for_time": True,
     }
-    return Incumbent(name, sim.schedule, value, objective, stats, sim.trace)
+    return replace(first, stats=stats)
+
+
+def _policy(instance: Instance, name: str, objective: str, cost_model: CostModel) -> Incumbent:
+    """The registered policy's schedule as an incumbent (raises :class:`KvschedError` where it cannot run)."""
+    sim = simulate(instance, make_policy(name), cost_model)
+    # simulate() stepped every batch through the core and ran until every request completed.
+    value = objective_function(objective)(sim.trace)
+    return Incumbent(f"policy:{name}", sim.schedule, value, objective, {"runtime_s": sim.runtime}, sim.trace)
 
 
 def variant_of(incumbent: Incumbent) -> Variant | None:
