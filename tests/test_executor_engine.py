@@ -70,6 +70,9 @@ def test_device_defaults_and_bad_options():
         engine_options(torch.device("cpu"), tile=48)
     with pytest.raises(InputError, match="--kernels: expected one of torch, triton"):
         engine_options(torch.device("cpu"), kernels="cuda")
+    assert not cpu.mixed_graphs and engine_options(torch.device("cpu"), mixed_graphs=True).mixed_graphs
+    with pytest.raises(InputError, match="--mixed-graphs needs --attention paged"):
+        engine_options(torch.device("cpu"), attention="gather", mixed_graphs=True)
     with pytest.MonkeyPatch.context() as mp:
         mp.delenv("TRITON_INTERPRET", raising=False)
         with pytest.raises(InputError, match=r"TRITON_INTERPRET=1|pip install triton"):
