@@ -4,6 +4,10 @@ Usage::
 
     python benchmarks/deadline.py                                   # every size, 10 s limit
     python benchmarks/deadline.py --sizes 200,1000 --limit 5 --formulations auto,time
+    # any instance or trace, with solve's own options (the 100k Azure trace of benchmarks/simulate.py's
+    # azure-100k case under the A100 fit, where a 60 s solve once took 113 s)
+    python benchmarks/deadline.py --instance azure-100k.csv --formulations auto --limit 60 \
+        --solve-args "--kv-capacity 125885 -C 512 --cost-model llama-2-7b_a100-80gb_tp1"
 
 Each row runs ``kvsched solve`` as its own process (parsing, bounds, warm
 starts, model building, solving, decoding, validation, writing the result: what
@@ -25,6 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -52,10 +57,12 @@ def generate(n: int, folder: Path) -> Path:
     return path
 
 
-def run(instance: Path, formulation: str, solver: str, limit: float, folder: Path) -> dict:
+def run(
+    instance: Path, formulation: str, solver: str, limit: float, folder: Path, extra: list[str] | None = None
+) -> dict:
     out = folder / f"{instance.stem}-{formulation}-{solver}.result.json"
     args = [sys.executable, "-m", "kvsched.cli", "solve", str(instance), "--formulation", formulation]
-    args += ["--solver", solver, "--time-limit", str(limit), "--json", str(out)]
+    args += ["--solver", solver, "--time-limit", str(limit), "--json", str(out), *(extra or [])]
     start = time.monotonic()
     proc = subprocess.run(args, capture_output=True, text=True, timeout=20 * limit + 120)
     wall = time.monotonic() - start
@@ -72,21 +79,35 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--formulations", default="auto,time,batch")
     parser.add_argument("--solvers", default=",".join(SOLVERS))
     parser.add_argument("--folder", default=None, help="where instances and results go (default: a temp dir)")
+    parser.add_argument(
+        "--instance",
+        action="append",
+        default=[],
+        help="an instance or trace file instead of --sizes (repeatable)",
+    )
+    parser.add_argument(
+        "--solve-args", default="", help="more options for kvsched solve, e.g. a trace's limits"
+    )
     args = parser.parse_args(argv)
     folder = Path(args.folder or tempfile.mkdtemp(prefix="kvsched-deadline-"))
     folder.mkdir(parents=True, exist_ok=True)
     console = Console(width=180)
     table = Table(title=f"kvsched solve --time-limit {args.limit:g}: wall time of the whole command")
-    for col in ("n", "formulation", "solver", "limit s", "wall s", "wall/limit", "ok", "loaded s", "solved s",
+    for col in ("case", "formulation", "solver", "limit s", "wall s", "wall/limit", "ok", "loaded s", "solved s",
                 "status", "objective", "bound", "bound source", "scope", "gap"):  # fmt: skip
         table.add_column(col, justify="right" if col not in ("formulation", "solver", "status") else "left")
     failures = 0
-    for n in (int(s) for s in args.sizes.split(",")):
-        inst = generate(n, folder)
+    extra = shlex.split(args.solve_args)
+    if args.instance:
+        cases = [(Path(p).stem, Path(p)) for p in args.instance]
+    else:
+        cases = [(str(n), generate(n, folder)) for n in (int(s) for s in args.sizes.split(","))]
+    for n, inst in cases:
         for formulation in args.formulations.split(","):
-            solvers = ["highs"] if formulation == "auto" and n > 12 else args.solvers.split(",")
+            small = n.isdigit() and int(n) <= 12
+            solvers = ["highs"] if formulation == "auto" and not small else args.solvers.split(",")
             for solver in solvers:
-                got = run(inst, formulation, solver, args.limit, folder)
+                got = run(inst, formulation, solver, args.limit, folder, extra)
                 doc = got["doc"]
                 grace = max(1.0, 0.05 * args.limit)
                 ok = got["rc"] in (0, 2) and got["wall"] <= args.limit + grace and (doc or got["rc"] == 2)
@@ -94,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                 gap = doc.get("gap")
                 at = doc.get("command_seconds", {})  # seconds since start: instance loaded, solve returned
                 table.add_row(
-                    str(n),
+                    n,
                     doc.get("formulation", formulation),
                     solver,
                     f"{args.limit:g}",
