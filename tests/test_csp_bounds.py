@@ -282,6 +282,38 @@ def test_separable_forms_are_below_the_batch_time(model, items):
         assert form.lower(tokens, context, decode) <= cost.batch_time(view) * (1 + 1e-12) + 1e-15
 
 
+def test_per_type_form_charges_each_phase_at_its_cheapest_load():
+    # The A100 Llama-2-7B set at C = 512: the token term per token is cheapest at 384 tokens (a 7 ms step
+    # follows), so a phase's fixed part is charged over 384 tokens, not spread over 512 as the hull lines do.
+    from kvsched.costmodel.coeffile import COEFFICIENT_DIR, load_coefficients
+
+    coeffs = load_coefficients(COEFFICIENT_DIR / "llama-2-7b_a100-80gb_tp1.json")
+    cost = make_cost_model(coeffs.name, coeffs.params)
+    forms = separable_forms(cost, 512)
+    (form,) = [f for f in forms if f.fixed == f.fixed_decode == f.fixed_prefill == 0 and f.line[0] == 0]
+    loads = np.arange(1, 513, dtype=float)
+    phi_d = float(np.min((cost.b0 + cost.non_attention(loads)) / loads))
+    phi_p = float(np.min((cost.p0 + cost.non_attention(loads)) / loads))
+    assert form.per_token + form.decode - cost.b2 == pytest.approx(phi_d, rel=1e-8)
+    assert form.per_token + form.prefill_token == pytest.approx(phi_p, rel=1e-8)
+    hull = max(f.per_token + f.decode + f.fixed_decode / 512 for f in forms if f is not form)
+    assert form.per_token + form.decode > hull  # it charges a decode more than any hull line does
+    # Below the batch time for decode-only, prefill-only and mixed batches up to the budget.
+    rng = np.random.default_rng(7)
+    for _ in range(400):
+        kind = rng.integers(3)
+        decodes = 0 if kind == 1 else int(rng.integers(1, 385 if kind == 0 else 300))
+        chunk = 0 if kind == 0 else int(rng.integers(1, 513 - decodes))
+        tokens = np.array([1] * decodes + ([chunk] if chunk else []))
+        context = np.array(
+            list(rng.integers(1, 4000, decodes) + 1) + ([int(rng.integers(0, 4000))] if chunk else [])
+        )
+        decode = np.array([True] * decodes + ([False] if chunk else []))
+        view = BatchView(tokens, context, np.where(decode, 1, 0))
+        for f in forms:
+            assert f.lower(tokens, context, decode) <= cost.batch_time(view) * (1 + 1e-12)
+
+
 def test_minorant_of_a_negative_step_and_its_gap():
     # Token term 2, 2, 3, 1.5, 1.5 at loads 1..5 (a step up then down): the convex minorant is not the function.
     loads = np.arange(1, 6, dtype=float)

@@ -241,12 +241,42 @@ def separable_forms(cost: CostModel, tau_max: int) -> list[Separable]:
         base = _rad_attention(cost)
     else:  # hinge, staircase: the token load is all there is
         base = Separable()
-    return [
+    forms = [
         replace(
             base, fixed=base.fixed + n0, per_token=base.per_token + n1, minorant_gap=gap, line=(n0, n1)
         ).shrunk()
         for n0, n1 in lines
     ]
+    if isinstance(cost, CalibratedCost):
+        forms.append(replace(_per_type_form(base, *term), minorant_gap=gap).shrunk())
+    return forms
+
+
+def _per_type_form(base: Separable, loads: np.ndarray, values: np.ndarray) -> Separable:
+    """``base`` with its phase fixed parts and the token term charged per token, by the token's phase.
+
+    A decode-only batch of tau tokens pays ``fixed_decode + N(tau)``, so each of its tokens can be
+    charged ``phi_d = min over tau of (fixed_decode + N(tau)) / tau``; likewise ``phi_p`` with
+    ``fixed_prefill`` for a prefill-only batch. A mixed batch pays both fixed parts, more than
+    ``max(fixed_decode, fixed_prefill) + N(tau) >= tau max(phi_d, phi_p)``, so the charges hold for
+    every batch. Against the hull lines this charges a phase's fixed part at the token term's most
+    efficient load instead of spreading it over a full budget: under a stepped fit whose cheapest
+    load per token is below C (384 tokens of the A100 Llama-2-7B set at C = 512), each token pays
+    more. N is linear between consecutive ``loads``, so (F + N) / tau is monotone there and its
+    minimum over integer loads is at one of them.
+    """
+    phi_d = float(np.min((base.fixed_decode + values) / loads))
+    phi_p = float(np.min((base.fixed_prefill + values) / loads))
+    low = min(phi_d, phi_p)
+    return replace(
+        base,
+        fixed_decode=0.0,
+        fixed_prefill=0.0,
+        per_token=base.per_token + low,
+        decode=base.decode + phi_d - low,
+        prefill_token=base.prefill_token + phi_p - low,
+        line=(0.0, low),
+    )
 
 
 def _rad_attention(cost: RadTiling) -> Separable:
