@@ -25,6 +25,23 @@ _minimum = np.minimum.reduce
 _maximum = np.maximum.reduce
 
 
+#: 0-d int64 arrays of 0 .. _OPERANDS - 1 (:func:`operand`).
+_OPERANDS = 1024
+_OPERAND = tuple(np.array(k, dtype=np.int64) for k in range(_OPERANDS))
+for _a in _OPERAND:
+    _a.flags.writeable = False
+
+
+def operand(k: int) -> np.ndarray:
+    """``k`` (an int >= 0) as a read-only 0-d int64 array, the operand of an array's ufunc.
+
+    numpy 2 converts a Python int operand on every call (its weak-scalar promotion): ``a + k``
+    on a few items costs about 0.53 µs against 0.27 µs with a 0-d array of a's dtype. The same
+    values, so the same result; counts below 1,024 (a run's batches) come from one table.
+    """
+    return _OPERAND[k] if k < _OPERANDS else np.array(k, dtype=np.int64)
+
+
 def count(a: np.ndarray) -> int:
     """Number of non-zero (true) elements, as a Python int (numpy returns an ``np.int64``)."""
     return int(nonzero(a))
@@ -50,4 +67,4 @@ def fmax(a: np.ndarray) -> float:
     return max(a.tolist()) if a.size <= SMALL else float(_maximum(a))
 
 
-__all__ = ["SMALL", "count", "fmax", "imax", "imin", "isum", "nonzero"]
+__all__ = ["SMALL", "count", "fmax", "imax", "imin", "isum", "nonzero", "operand"]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvsched.costmodel.small import SMALL, isum, nonzero
+from kvsched.costmodel.small import SMALL, isum, nonzero, operand
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.schedule.search import last_fitting
 
@@ -163,7 +163,7 @@ class RunOffers:
             return limit
         kv = view.kv[req]  # each batch j = 1, 2, ... of the run wants kv + j reserved (a fresh gather)
         if ahead:
-            kv += ahead
+            kv += operand(ahead)  # (0-d operands: numpy converts a Python int on every call)
         alloc = self._alloc[req]
         free = self._capacity - self._reserved
         n = int(req.size)
@@ -183,7 +183,7 @@ class RunOffers:
             k = max(0, min(limit, (free - held) // n))
             if k:
                 self._reserved += held + n * k  # grown(k)
-                kv += k  # (kv is a fresh gather, or a fresh sum with ahead)
+                kv += operand(k)  # (kv is a fresh gather, or a fresh sum with ahead)
                 self._alloc[req] = kv  # max(alloc, kv + k) = kv + k as alloc <= kv + 1
             return k
         base = isum(self._blocks_of(alloc))

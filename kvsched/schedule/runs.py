@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kvsched.costmodel.base import chunk_run_times, decode_run_times
-from kvsched.costmodel.small import SMALL, imax, imin, isum, nonzero
+from kvsched.costmodel.small import SMALL, imax, imin, isum, nonzero, operand
 from kvsched.schedule.ir import Chunk, Phase, Run, batch_starts
 from kvsched.schedule.records import (
     Rule,
@@ -465,9 +465,10 @@ class RunSteps:
         if n:
             # make_run's plan read the decodes' KV in this state (a fresh array).
             kv_before = made[3] if made is not None and made[3] is not None else self.kv[req]
-            kv_after = kv_before + k
+            grow = operand(k)  # (a 0-d operand: numpy converts a Python int on every call)
+            kv_after = kv_before + grow
             self.kv[req] = kv_after
-            self.generated[req] += k  # distinct positions: one gather, add and scatter
+            self.generated[req] += grow  # distinct positions: one gather, add and scatter
             self.kv_tokens += n * k
             self.kv_blocks += n * k if bs == 1 else isum(self._blocks(kv_after) - self._blocks(kv_before))
             if made is not None and not made[2]:
