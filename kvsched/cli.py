@@ -23,6 +23,12 @@ import threading
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
+# numpy's OpenBLAS starts a thread per core as numpy loads, and they spin waiting for work that a
+# command never gives them (its numpy work is element-wise; the few dot products are on a few
+# elements): on a busy 2-core machine that cost ~0.04 s of a 1 s `kvsched simulate`. One thread,
+# unless the caller chose (set before the first numpy import below; a no-op if numpy is loaded).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 from kvsched.commands.common import EXIT_ERROR, EXIT_INTERNAL, KEPT
 from kvsched.errors import KvschedError
 from kvsched.stop import mark_start
