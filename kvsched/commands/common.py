@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import gc
 import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
@@ -13,6 +12,7 @@ from pathlib import Path
 from kvsched.errors import InputError
 from kvsched.instances.csvtrace import number_or_text
 from kvsched.instances.model import Instance, Limits, TimeModel
+from kvsched.schedule.collector import collector_paused as paused
 from kvsched.stop import Deadline
 
 EXIT_INVALID = 1  # the schedule is illegal
@@ -233,13 +233,8 @@ def collector_paused() -> Iterator[None]:
     tables, set one off; loading the requests another, 0.03-0.06 s). The
     collector runs again, as it was, when the block ends.
     """
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
+    with paused():  # (resumed with the objects made meanwhile counted as old: no pass over them then)
         yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 #: What commands left to the end of the process (:func:`keep_until_exit`).

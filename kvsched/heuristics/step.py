@@ -60,6 +60,7 @@ from kvsched.heuristics.base import (
     steady_decodes,
 )
 from kvsched.instances.model import Instance
+from kvsched.schedule.collector import resume_collector
 from kvsched.schedule.core import TIME_TOL, BatchRecord, EngineState
 from kvsched.schedule.ir import Batch, Phase, Run, batch_starts
 from kvsched.schedule.records import RunRecord, expand_records
@@ -522,7 +523,7 @@ class Stepper:
         finally:
             self.num_batches = num_batches
             if collecting:
-                gc.enable()
+                resume_collector()  # (with the loop's objects counted as old: no pass over them then)
 
 
 __all__ = ["BATCHES_PER_TOKEN", "Entry", "Record", "Stepper", "batch_limit"]
