@@ -685,9 +685,11 @@ class InferMax(RunOffers):
         done = view.done[run]
         if not nonzero(done):
             return run
+        alloc = self._alloc
         for r in run[done].tolist():
-            self._reserved -= self._blocks(int(self._alloc[r]))
-            self._alloc[r] = 0
+            held = alloc.item(r)  # (a scalar read: no numpy scalar)
+            self._reserved -= held if self._block == 1 else self._blocks(held)
+            alloc[r] = 0
             if self.reserve == "histogram":
                 self._observe(int(view.generated[r]))
         run = self._running = run[~done]

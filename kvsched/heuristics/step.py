@@ -207,7 +207,10 @@ def _continue(
     ``view`` reads at the run's start. The policy asks for :func:`_run_limit` only once it has
     found no cheaper reason to decline (planning costs the run's durations).
     """
-    k = follow(view, req, lambda: _run_limit(state, view, req, horizon))
+    if horizon is None:  # (the single-engine loop: _run_limit without its layer, once per continuation)
+        k = follow(view, req, lambda: state.plan_run(req, 0, view.next_arrival())[0])
+    else:
+        k = follow(view, req, lambda: _run_limit(state, view, req, horizon))
     return state.make_run(state.clock, req, k) if k else None
 
 
