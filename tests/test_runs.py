@@ -75,9 +75,24 @@ def stepped_or_same_failure(inst: Instance, policy: str, stepped_policy: Policy 
         return None
 
 
-def test_the_infermax_family_opts_in():
+class Stepped:
+    """``inner`` without its run offers: a policy that did not opt in (stepped batch by batch)."""
+
+    def __init__(self, inner: Policy) -> None:
+        self.inner = inner
+        self.name, self.uses_true_output, self.params = inner.name, inner.uses_true_output, inner.params
+
+    def reset(self, instance: Instance) -> None:
+        self.inner.reset(instance)
+
+    def next_batch(self, view):
+        return self.inner.next_batch(view)
+
+
+def test_the_infermax_family_and_seed_004_opt_in():
     assert {"sarathi", "vllm", "sarathi-ef", "rank-i", "infermax-sec6"} <= set(STEADY)
-    assert steady_decodes(make_policy("mcsf-alg1")) is None  # the default is "no"
+    assert {"mcsf-alg1", "mcsf", "alpha-greedy", "alpha-beta"} <= set(STEADY)
+    assert steady_decodes(Stepped(make_policy("mcsf"))) is None  # the default is "no"
 
 
 @pytest.mark.parametrize("name", sorted(INSTANCES))
@@ -278,7 +293,13 @@ def test_class_priority_coalesces_through_its_inner_policy():
     assert fast.schedule.has_runs and fast.schedule.same_as(plain.schedule, tol=0.0)
     assert_same_state(fast.trace.state, plain.trace.state)
     # An inner policy that does not opt in is stepped batch by batch.
-    assert not simulate(inst, make_policy("class-priority", inner="mcsf")).schedule.has_runs
+    from kvsched.heuristics.priority import ClassPriority
+
+    assert not simulate(inst, ClassPriority(Stepped(make_policy("mcsf")))).schedule.has_runs
+    # MC-SF opted in: through the gated view too.
+    fast = simulate(inst, make_policy("class-priority", inner="mcsf"))
+    plain = simulate(inst, make_policy("class-priority", inner="mcsf"), coalesce=False)
+    assert fast.schedule.has_runs and fast.schedule.same_as(plain.schedule, tol=0.0)
 
 
 @pytest.mark.parametrize(

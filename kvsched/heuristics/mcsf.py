@@ -108,7 +108,6 @@ from __future__ import annotations
 import bisect
 import hashlib
 from collections.abc import Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, get_args
 
@@ -116,8 +115,9 @@ import numpy as np
 
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.heuristics.mcsf_runs import AlphaRuns, McsfRuns, _ceil_div, _Profile, _Room
 from kvsched.heuristics.spec import PolicySpec
-from kvsched.instances.model import Instance, Limits
+from kvsched.instances.model import Instance
 
 Lengths = Literal["true", "predicted"]
 OnFail = Literal["break", "continue"]
@@ -132,38 +132,6 @@ def _check_choice(name: str, value: Any, choices: Any) -> None:
     allowed = get_args(choices)
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
-
-
-def _ceil_div(a: np.ndarray | int, b: int) -> Any:
-    return -(-a // b)
-
-
-@dataclass(slots=True)
-class _Room:
-    """What is left of the per-batch budgets (C, P, max_running) while a batch is built."""
-
-    tokens: float
-    prefill: float
-    running: float
-
-    @classmethod
-    def of(cls, limits: Limits, tokens: int, prefill: int, running: int) -> _Room:
-        """The room left once the forced part of the batch (running requests) is in."""
-        inf = float("inf")
-        return cls(
-            (limits.max_batch_tokens if limits.max_batch_tokens is not None else inf) - tokens,
-            (limits.max_prefill_tokens if limits.max_prefill_tokens is not None else inf) - prefill,
-            (limits.max_running if limits.max_running is not None else inf) - running,
-        )
-
-    def fits(self, tokens: int) -> bool:
-        """Whether a new prefill or refill of ``tokens`` tokens (a new running request) fits."""
-        return tokens <= self.tokens and tokens <= self.prefill and self.running >= 1
-
-    def take(self, tokens: int) -> None:
-        self.tokens -= tokens
-        self.prefill -= tokens
-        self.running -= 1
 
 
 def _check_whole_prompts(instance: Instance, policy: str) -> None:
@@ -184,60 +152,7 @@ def _check_whole_prompts(instance: Instance, policy: str) -> None:
 # ============================================================================ MC-SF
 
 
-class _Profile:
-    """The future KV of a batch's requests: request j holds ``h_j + d`` in round d < r_j.
-
-    Kept sorted by ``r`` with suffix sums of ``h``, so that the memory at any
-    round is one :func:`numpy.searchsorted` away (block size 1), or a small
-    matrix sum (paged KV).
-    """
-
-    def __init__(self, h: np.ndarray, r: np.ndarray, block: int) -> None:
-        order = np.argsort(r, kind="stable")
-        self.h = h[order].astype(np.int64)
-        self.r = r[order].astype(np.int64)
-        self.block = block
-        self._sums()
-
-    def _sums(self) -> None:
-        self.suffix = np.zeros(self.h.size + 1, dtype=np.int64)
-        self.suffix[:-1] = np.cumsum(self.h[::-1])[::-1]
-
-    def add(self, h: int, r: int) -> None:
-        k = int(np.searchsorted(self.r, r, side="right"))
-        self.h = np.insert(self.h, k, h)
-        self.r = np.insert(self.r, k, r)
-        self._sums()
-
-    def memory(self, d: np.ndarray) -> np.ndarray:
-        """KV (blocks) the batch's requests hold in each round of ``d``."""
-        if self.block == 1:
-            k = np.searchsorted(self.r, d, side="right")  # the first request still active in round d
-            return self.suffix[k] + d * (self.r.size - k)
-        active = self.r[None, :] > d[:, None]
-        held = _ceil_div(self.h[None, :] + d[:, None], self.block)
-        return np.where(active, held, 0).sum(axis=1)
-
-    def peak_with(self, h: int, r: int, include_candidate: bool) -> int:
-        """The most KV held at the checked rounds if a request ``(h, r)`` joins.
-
-        Checked rounds: the completions ``r_j - 1`` of the batch's requests within
-        the candidate's run, and the candidate's own ``r - 1`` (left out with
-        ``include_candidate=False``, the printed time list, which then checks
-        every completion of the batch and nothing else).
-        """
-        if include_candidate:
-            k = int(np.searchsorted(self.r, r, side="right"))  # requests that end no later
-            d = np.append(self.r[:k] - 1, r - 1)
-        else:
-            d = self.r - 1
-            if d.size == 0:
-                return 0
-        own = np.where(d < r, _ceil_div(h + d, self.block), 0)
-        return int((self.memory(d) + own).max())
-
-
-class MCSF:
+class MCSF(McsfRuns):
     """MC-SF: seed 004's Algorithm 2 (online), shortest output first under the future-memory check.
 
     Every round: every running request stays in the batch (never preempted);
@@ -475,7 +390,7 @@ class MCSFAlgorithm1(MCSF):
 # ============================================================================ α-protection
 
 
-class AlphaProtection:
+class AlphaProtection(AlphaRuns):
     """Seed 004 Sec. 7's baselines: α-protection greedy (β = 1) and α-protection β-clearing.
 
     Every round: running requests stay in the batch; waiting requests join in
