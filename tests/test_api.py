@@ -149,3 +149,28 @@ def test_the_instances_package_exports_its_nouns():
         kvsched.Request,
         kvsched.TimeModel,
     }
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda inst: kvsched.simulate(inst, "vllm"), r"^policy: expected a Policy, got the name 'vllm'"),
+        (
+            lambda inst: kvsched.simulate("figure15.json", kvsched.make_policy("vllm")),
+            r"^instance: expected an",
+        ),
+        (lambda inst: kvsched.solve(inst, options=kvsched.SolverOptions(gap=2)), r"^options.gap: must be in"),
+        (
+            lambda inst: kvsched.solve(inst, options=kvsched.SolverOptions(threads=0)),
+            r"^options.threads: must",
+        ),
+        (
+            lambda inst: kvsched.solve(inst, options={"time_limit": 5}),
+            r"^options: expected kvsched.SolverOptions",
+        ),
+        (lambda inst: kvsched.save_instance(inst, Path(__file__).parent), r"is a folder, not a file$"),
+    ],
+)
+def test_wrong_arguments_raise_input_error_naming_them(call, message):
+    with pytest.raises(InputError, match=message):
+        call(load_instance(kvsched.example("figure15")))

@@ -75,3 +75,19 @@ def test_all_on_a_seconds_model_says_which_kinds_do_not_apply(capsys):
     assert main(["bound", "all", str(EXAMPLES / "tiny.json"), "--cost-model", "infermax-linear"]) == 0
     out = capsys.readouterr().out
     assert "portfolio bounds" in out and "not computed: combinatorial" in out and "not computed: fluid" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["all", "--d0", "-1", "--d1", "1"], "--d0: -1 must be a positive"),
+        (["fluid", "--d0", "1", "--d1", "nan"], "--d1: nan must be a finite number >= 0"),
+        (["all", "--d1", "1"], "--d0/--d1: give both"),
+        (["portfolio", "--saturated"], "--saturated: applies to the fluid bound"),
+    ],
+)
+def test_bad_fluid_flags_are_an_error_even_under_all(capsys, args, message):
+    # ``all`` once listed a bad --d0 as "not computed" and exited 0.
+    assert main(["bound", args[0], FIG15, *args[1:]]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and message in err, err

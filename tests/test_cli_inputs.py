@@ -151,3 +151,93 @@ def test_cost_param_alone_overrides_the_instance_s_own_model(files, tmp_path, ca
     assert "hinge" in out and "c=2" in out and "a=0.5" in out
     assert main(["info", str(files[0]), "--cost-param", "nope=1"]) == 2
     assert "nope" in _one_error_line(capsys)
+
+
+def test_two_outputs_naming_one_file_are_refused_before_the_work(files, tmp_path, capsys):
+    out = tmp_path / "out.json"
+    assert (
+        main(
+            [
+                "simulate",
+                str(files[0]),
+                "-p",
+                "vllm",
+                "-o",
+                str(out),
+                "--json",
+                str(tmp_path / "." / "out.json"),
+            ]
+        )
+        == 2
+    )
+    assert "is also the file of --out" in _one_error_line(capsys)
+    assert not out.exists()
+    assert (
+        main(
+            [
+                "compare",
+                str(files[0]),
+                "--policies",
+                "vllm",
+                "--no-solver",
+                "--csv",
+                str(out),
+                "--json",
+                str(out),
+            ]
+        )
+        == 2
+    )
+    assert "--json" in _one_error_line(capsys) and not out.exists()
+
+
+def test_replay_and_calibrate_never_overwrite_the_replay_metadata_s_neighbours(files, tmp_path, capsys):
+    # replay writes TABLE.csv and TABLE.json: -o sched.csv would put the metadata over the schedule sched.json.
+    before = files[1].read_bytes()
+    assert main(["replay", str(files[0]), str(files[1]), "-o", str(files[1].with_suffix(".csv"))]) == 2
+    assert "--out's metadata" in _one_error_line(capsys) and files[1].read_bytes() == before
+    assert main(["replay", str(files[0]), str(files[1]), "-o", str(tmp_path / "m.json")]) == 2
+    assert "is also the file of --out" in _one_error_line(capsys)
+    # calibrate --from-replay reads the table's metadata too.
+    table, side = tmp_path / "m.csv", tmp_path / "m.json"
+    table.write_text("x\n1\n")
+    side.write_text("{}")
+    assert main(["calibrate", "--from-replay", str(table), "-o", str(side)]) == 2
+    assert "also an input" in _one_error_line(capsys) and side.read_text() == "{}"
+
+
+def test_profile_into_a_file_is_one_error_line(files, capsys):
+    assert main(["profile", "--out", str(files[0]), "--grid", "quick"]) == 2
+    assert "is a file, not a folder" in _one_error_line(capsys)
+
+
+def test_an_output_through_a_link_writes_through_and_keeps_the_link(tmp_path):
+    # -o /dev/stdout is a link (to the file the shell redirects to): replacing it would replace /dev/stdout.
+    real, link = tmp_path / "real.json", tmp_path / "link.json"
+    real.write_text("old")
+    link.symlink_to(real)
+    common.write_text_atomic(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+
+
+def test_convert_refuses_a_schedule_of_another_instance(files, tmp_path, capsys):
+    other = tmp_path / "other.json"
+    doc = _doc(files[0])
+    doc["requests"][0]["arrival"] = 5.0
+    other.write_text(json.dumps(doc))
+    sched = _doc(files[1])
+    del sched["meta"][FINGERPRINT_KEY]  # an old file: nothing says which instance it was made for
+    files[1].write_text(json.dumps(sched))
+    out = tmp_path / "im.json"
+    assert main(["convert", str(other), str(files[1]), "--to", "infermax", "-o", str(out)]) == 1
+    err = _one_error_line(capsys)
+    assert err.startswith("INVALID:") and "before-arrival" in err and not out.exists()
+
+
+def test_compare_needs_a_policy(files, capsys):
+    assert main(["compare", str(files[0]), "--policies", " , ", "--no-solver"]) == 2
+    assert "--policies: give at least one" in _one_error_line(capsys)
+
+
+def test_the_output_time_warning_never_says_0_s():
+    assert [common._seconds(x) for x in (0.3, 0.012, 8.74, 123.4)] == ["0.3", "0.012", "8.7", "123"]

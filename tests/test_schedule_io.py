@@ -129,3 +129,10 @@ def test_bad_schedule_documents(mutate, message):
     mutate(d)
     with pytest.raises(InputError, match=message):
         schedule_from_dict(d, inst)
+
+
+def test_a_file_that_is_no_npz_archive_is_not_taken_for_a_pickle(tmp_path):
+    path = tmp_path / "s.npz"
+    path.write_text("garbage")
+    with pytest.raises(InputError, match=r"s.npz: not a readable .npz schedule \(not a zip archive\)$"):
+        load_schedule(path, evicting_instance())

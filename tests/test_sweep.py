@@ -89,6 +89,11 @@ def _bad(path: str, value: Any) -> dict[str, Any]:
         (_bad("instances.0.params.rate", -1), "instances.0.params"),
         (_bad("instances.0.params.rat", 1), "instances.0.params"),
         (_bad("instances.0.limits.max_batch_tokens", 0), "instances.0.limits.max_batch_tokens"),
+        (_bad("instances.0.time_model", "nope"), "instances.0.time_model.name"),
+        (
+            _bad("instances.0.time_model", {"name": "hinge", "params": {"zz": 1}}),
+            "instances.0.time_model.params",
+        ),
         (_bad("policies", ["sarathi", "no-such-policy"]), "policies.1"),
         (_bad("policies", [{"name": "sarathi", "params": {"bogus": 1}}]), "policies.0"),
         (_bad("policies", ["sarathi", "sarathi"]), "policies"),

@@ -290,6 +290,8 @@ def _check_semantics(spec: SweepSpec, base: Path | None) -> None:
     """What pydantic cannot see: generator names and parameters, policy names and parameters."""
     from kvsched.heuristics import make_policy
     from kvsched.instances.generators import GENERATORS, parse_params
+    from kvsched.instances.io import check_time_model
+    from kvsched.instances.model import TimeModel
 
     for k, block in enumerate(spec.instances):
         where = f"instances.{k}"
@@ -298,6 +300,12 @@ def _check_semantics(spec: SweepSpec, base: Path | None) -> None:
                 raise InputError(
                     f"{where}.generator: unknown generator {block.generator!r} (known: {', '.join(GENERATORS)})"
                 )
+            try:  # an unknown cost model or parameter is the spec's mistake, not 1 error row per cell
+                check_time_model(TimeModel(block.time_model.name, dict(block.time_model.params)), where)
+            except InputError as exc:
+                raise InputError(
+                    str(exc).replace(f"{where}: time_model.", f"{where}.time_model.", 1)
+                ) from None
             keys = list(block.params)
             for values in itertools.product(*block.params.values()):
                 pairs = [f"{key}={value}" for key, value in zip(keys, values, strict=True)]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from typing import Any
 
 from rich.console import Console
@@ -100,8 +101,24 @@ def _is_unit(instance: Any) -> bool:
     return isinstance(instance_cost_model(instance), UnitCost)
 
 
+def _check_fluid_flags(args: argparse.Namespace) -> None:
+    """The fluid bound's flags, checked before any work: ``all`` must not drop a bad one as "not computed"."""
+    given = [flag for flag, value in (("--d0", args.d0), ("--d1", args.d1)) if value is not None]
+    if args.saturated:
+        given.append("--saturated")
+    if given and args.kind not in ("fluid", "all"):
+        raise InputError(f"{given[0]}: applies to the fluid bound (kvsched bound fluid|all), not {args.kind}")
+    if (args.d0 is None) != (args.d1 is None):
+        raise InputError("--d0/--d1: give both, or neither to read them from the instance's time model")
+    if args.d0 is not None and not (math.isfinite(args.d0) and args.d0 > 0):
+        raise InputError(f"--d0: {args.d0:g} must be a positive, finite number (the per-batch time)")
+    if args.d1 is not None and not (math.isfinite(args.d1) and args.d1 >= 0):
+        raise InputError(f"--d1: {args.d1:g} must be a finite number >= 0 (the time per KV token)")
+
+
 def cmd_bound(args: argparse.Namespace) -> int:
     check_outputs(args, ["json"], inputs=["instance"])
+    _check_fluid_flags(args)
     deadline = Deadline.for_command(args.time_limit)
     instance = load_instance_from_args(args.instance, args)
     doc: dict[str, dict[str, Any]] = {}

@@ -133,21 +133,42 @@ def load_instance_from_args(path: str, args: argparse.Namespace) -> Instance:
 
 
 # ----------------------------------------------------------------------------- outputs
-def check_outputs(args: argparse.Namespace, outputs: Iterable[str], inputs: Iterable[str] = ()) -> None:
+def check_outputs(
+    args: argparse.Namespace,
+    outputs: Iterable[str],
+    inputs: Iterable[str] = (),
+    *,
+    extra_outputs: Iterable[tuple[str, str | Path]] = (),
+    extra_inputs: Iterable[str | Path] = (),
+) -> None:
     """Check every output flag of ``args`` before the work starts.
 
     ``outputs`` and ``inputs`` name attributes of ``args`` (unset ones are
-    skipped). An output must not be an input of the command (nothing is lost to
-    a typo), must not be a folder, and its folder must exist or be creatable.
+    skipped); ``extra_outputs`` (label, path) and ``extra_inputs`` are files a
+    command writes or reads beside its flags (a replay table's metadata). An
+    output must not be an input of the command (nothing is lost to a typo), nor
+    another output's file (the second would replace the first), must not be a
+    folder, and its folder must exist or be creatable.
     """
     given_inputs = [getattr(args, name, None) for name in inputs]
-    sources = {_same_file_key(Path(p)) for p in given_inputs if isinstance(p, str) and p}
-    for name in outputs:
-        value = getattr(args, name, None)
+    sources = {
+        _same_file_key(Path(p)) for p in [*given_inputs, *extra_inputs] if isinstance(p, str | Path) and p
+    }
+    named = [(f"--{name.replace('_', '-')}", getattr(args, name, None)) for name in outputs]
+    written: dict[tuple[object, ...], str] = {}
+    for flag, value in [*named, *extra_outputs]:
         if not value:
             continue
-        flag = "--" + name.replace("_", "-")
         check_output_path(value, flag, sources)
+        path = Path(value)
+        if path.exists() and not path.is_file():
+            continue  # a device or pipe (-o /dev/stdout): written in place, several outputs may share it
+        key = _same_file_key(path)
+        if key in written:
+            raise InputError(
+                f"{flag}: {value} is also the file of {written[key]}; give each output its own name"
+            )
+        written[key] = flag
 
 
 def check_output_path(value: str | Path, flag: str, sources: set[tuple[object, ...]] | None = None) -> Path:
@@ -201,8 +222,9 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
     a format by it (figures, Parquet) work unchanged.
     """
     target = Path(path)
-    if target.exists() and not target.is_file():
-        # A device, pipe or terminal (-o /dev/stdout): written in place, never replaced.
+    if target.is_symlink() or (target.exists() and not target.is_file()):
+        # A device, pipe or terminal, or a link (-o /dev/stdout, a link even when the shell redirects it to
+        # a file): written in place, never replaced; replacing the link would put a file in its place.
         yield target
         return
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -310,6 +332,11 @@ def output_seconds(instance: Instance, outputs: Iterable[str] = ("summary",)) ->
     return OUTPUT_SECONDS + tokens * sum(OUTPUT_SECONDS_PER_TOKEN[name] for name in outputs)
 
 
+def _seconds(value: float) -> str:
+    """Seconds for a message: whole ones from 10 on, two significant digits below (never "0 s")."""
+    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
 def solve_deadline(
     deadline: Deadline, instance: Instance, outputs: Iterable[str] = ("summary",), *, warn: str = ""
 ) -> Deadline:
@@ -331,7 +358,7 @@ def solve_deadline(
         hint = " (a .npz schedule writes in a tenth of the time)" if slow == "schedule.json" else ""
         print(
             f"kvsched {warn}: warning: --time-limit {deadline.limit:g}: its output ({', '.join(outputs)}) "
-            f"takes about {needed:.0f} s to write for this instance, more than {OUTPUT_SHARE:.0%} of the "
+            f"takes about {_seconds(needed)} s to write for this instance, more than {OUTPUT_SHARE:.0%} of the "
             f"limit; the command will end late{hint}",
             file=sys.stderr,
         )

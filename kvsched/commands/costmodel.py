@@ -59,7 +59,15 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
 
     if (args.table is None) == (args.from_replay is None):
         raise InputError("calibrate: give either a compute profiling table or --from-replay MEASURED.csv")
-    check_outputs(args, ["out"], inputs=["table", "from_replay", "attention", "all_reduce"])
+    # A replay table's metadata (the JSON beside it) is read too: --out must not replace it.
+    side = []
+    if args.from_replay is not None:
+        from kvsched.executor.measure import sidecar
+
+        side = [sidecar(args.from_replay)]
+    check_outputs(
+        args, ["out"], inputs=["table", "from_replay", "attention", "all_reduce"], extra_inputs=side
+    )
     if args.from_replay is not None:
         from kvsched.commands.executor import cmd_calibrate_from_replay
 

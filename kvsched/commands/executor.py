@@ -16,6 +16,7 @@ from rich.table import Table
 
 from kvsched.commands.common import (
     EXIT_INVALID,
+    check_output_folder,
     check_output_path,
     check_outputs,
     kv_pairs,
@@ -85,8 +86,11 @@ def _error_table(title: str) -> Table:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from kvsched.executor.device import require_torch
+    from kvsched.executor.measure import sidecar
 
-    check_outputs(args, ["out", "trace"], inputs=["instance", "schedule"])
+    # The metadata JSON beside the table is an output too: it must not replace an input or the table.
+    side = [("--out's metadata", sidecar(args.out))] if args.out else []
+    check_outputs(args, ["out", "trace"], inputs=["instance", "schedule"], extra_outputs=side)
     require_torch()
     from kvsched.executor.measure import ErrorSummary, end_to_end, write_replay
     from kvsched.executor.oracle import check_oracle
@@ -188,6 +192,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     from kvsched.executor.device import require_torch
 
+    check_output_folder(args.out, "--out")
     require_torch()
     from kvsched.executor.profile import GRIDS, run_profile
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 
 from rich.console import Console
 
@@ -59,6 +60,19 @@ def cmd_convert(args: argparse.Namespace) -> int:
     check_outputs(args, ["out"], inputs=["instance", "schedule"])
     instance = load_instance_from_args(args.instance, args)
     schedule = load_schedule(args.schedule, instance)
+    from kvsched.schedule.validate import replay
+
+    # A converted file is read as a schedule of INSTANCE: an illegal one (often: another instance's) is not
+    # written. Durations are not checked: a measured schedule converts as it is.
+    trace = replay(instance, schedule, strict=False, check_durations=False)
+    if trace.violations:
+        print(
+            f"INVALID: {args.schedule} is not a legal schedule of {args.instance} "
+            f"({len(trace.violations)} violation(s), the first: {trace.violations[0]}); nothing written "
+            f"(kvsched validate lists them)",
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
     if args.to == "infermax":
         write_text_atomic(args.out, json.dumps(infermax_document(schedule, instance)) + "\n")
     else:

@@ -331,6 +331,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if args.policies == "all"
         else [p.strip() for p in args.policies.split(",") if p.strip()]
     )
+    if not names:
+        raise InputError("--policies: give at least one policy name, or all")
     for name in names:
         if name not in POLICIES:
             raise InputError(f"--policies: unknown policy {name!r} (see kvsched policies)")

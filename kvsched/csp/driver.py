@@ -32,7 +32,7 @@ from kvsched.csp.incumbents import greedy
 from kvsched.csp.pipeline import solve_pipeline
 from kvsched.csp.result import AnytimePoint, Result, SolveStatus
 from kvsched.csp.run import Progress, SolveLog, check_replayable, with_meta
-from kvsched.errors import KvschedError
+from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
@@ -96,6 +96,16 @@ def _fallback(run: SolveLog, objective: str, deadline: Deadline) -> tuple[Schedu
     return None
 
 
+def _check_options(options: SolverOptions) -> None:
+    """A bad option is one :class:`InputError` naming it, before any work (as :func:`kvsched.compare` does)."""
+    if not isinstance(options, SolverOptions):
+        raise InputError(f"options: expected kvsched.SolverOptions(...), got {type(options).__name__}")
+    if isinstance(options.threads, bool) or not isinstance(options.threads, int) or options.threads < 1:
+        raise InputError(f"options.threads: must be a whole number >= 1, got {options.threads!r}")
+    if not 0 <= options.gap < 1:
+        raise InputError(f"options.gap: must be in [0, 1), got {options.gap!r}")
+
+
 def solve(
     instance: Instance,
     *,
@@ -155,7 +165,12 @@ def solve(
         bound meets its objective; ``scope`` says which schedules the optimum
         and the bound range over.
     """
+    if not isinstance(instance, Instance):
+        raise InputError(
+            f"instance: expected an Instance (kvsched.load_instance), got {type(instance).__name__}"
+        )
     options = options or SolverOptions()
+    _check_options(options)
     if deadline is None:
         deadline = Deadline.after(options.time_limit if time_limit is None else time_limit)
     check_solver(solver)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvsched.costmodel import CostModel
+from kvsched.errors import InputError
 from kvsched.heuristics.base import Policy
 from kvsched.heuristics.step import BATCHES_PER_TOKEN, Record, Stepper, batch_limit
 from kvsched.instances.model import Instance
@@ -92,7 +93,19 @@ def simulate(
         The policy stalled (returned nothing while requests remain and none is
         still to arrive), evicted without scheduling anything, or ran past
         :func:`batch_limit` batches (an eviction loop).
+    InputError
+        ``instance`` is not an :class:`Instance`, or ``policy`` is a name rather than a policy.
     """
+    if not isinstance(instance, Instance):
+        raise InputError(
+            f"instance: expected an Instance (kvsched.load_instance), got {type(instance).__name__}"
+        )
+    if isinstance(policy, str):
+        raise InputError(
+            f"policy: expected a Policy, got the name {policy!r}: use kvsched.make_policy({policy!r})"
+        )
+    if not isinstance(policy, Policy):
+        raise InputError(f"policy: expected a Policy (kvsched.make_policy), got {type(policy).__name__}")
     instance.check_feasible()
     cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
     wall = time.perf_counter()

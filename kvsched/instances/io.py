@@ -307,8 +307,14 @@ def instance_to_dict(instance: Instance) -> dict[str, Any]:
 
 
 def save_instance(instance: Instance, path: str | Path) -> None:
-    """Write ``instance`` as a JSON instance file."""
-    Path(path).write_text(json.dumps(instance_to_dict(instance), indent=1) + "\n", encoding="utf-8")
+    """Write ``instance`` as a JSON instance file (a path that cannot be written is an :class:`InputError`)."""
+    p = Path(path)
+    text = json.dumps(instance_to_dict(instance), indent=1) + "\n"
+    try:
+        p.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        why = "is a folder, not a file" if p.is_dir() else f"cannot be written ({exc.strerror or exc})"
+        raise InputError(f"{p}: {why}") from None
 
 
 def load_instance(

@@ -123,6 +123,9 @@ def save_columnar(schedule: Schedule, instance: Instance, path: str | Path) -> N
 
 
 def _read(path: Path) -> dict[str, np.ndarray]:
+    if path.is_file() and not zipfile.is_zipfile(path):
+        # np.load would take it for a pickle and suggest allow_pickle=True: never for a schedule.
+        raise InputError(f"{path}: not a readable .npz schedule (not a zip archive)")
     try:
         with np.load(path, allow_pickle=False) as data:
             return {name: data[name] for name in data.files}
