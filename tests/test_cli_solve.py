@@ -104,3 +104,15 @@ def test_compare_passes_the_model_options_to_the_solver(tmp_path):
     assert main([*args, "--no-eviction", "--time-limit", "30", "--json", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["result"]["objective"] == 40 and doc["result"]["stats"]["evictions"] == 0
+
+
+def test_a_warm_start_file_must_be_a_legal_schedule_of_the_instance(tmp_path, capsys):
+    # An .npz schedule is a file, not a policy name; another instance's schedule is refused, not dropped.
+    npz = tmp_path / "w.npz"
+    assert main(["simulate", FIG15, "-p", "vllm", "-o", str(npz)]) == 0
+    assert main(["solve", FIG15, "--time-limit", "10", "--warm-start", str(npz)]) == 0
+    capsys.readouterr()
+    old = str(EXAMPLES / "figure15-vllm.schedule.json")  # no fingerprint: nothing says which instance
+    assert main(["solve", str(EXAMPLES / "tiny.json"), "--time-limit", "10", "--warm-start", old]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--warm-start:" in err, err

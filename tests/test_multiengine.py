@@ -108,6 +108,10 @@ def test_bad_balancer_input_is_one_clear_error():
         simulate_engines(inst, "sarathi", engines=2, balancer="power-of-two")  # type: ignore[arg-type]
     with pytest.raises(InputError, match="lengths=predicted: some requests carry no predicted_output"):
         simulate_engines(inst, "sarathi", engines=2, balancer="jlot", lengths="predicted")
+    with pytest.raises(InputError, match=r"seed \(--balancer-seed\) must be a whole number >= 0, got -1"):
+        simulate_engines(
+            inst, "sarathi", engines=2, balancer="random", seed=-1
+        )  # was numpy's ValueError: exit 3
 
 
 def test_cli_simulate_on_several_engines(tmp_path, capsys):

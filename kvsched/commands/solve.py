@@ -150,8 +150,17 @@ def cmd_solve(args: argparse.Namespace) -> int:
     slo = slo_from_args(args, instance)
     warm = None
     if args.warm_start:
-        if Path(args.warm_start).suffix == ".json":
-            warm = load_schedule(args.warm_start, instance)
+        path = Path(args.warm_start)
+        if path.suffix in (".json", ".npz") or path.is_file():
+            warm = load_schedule(path, instance)
+            # The solve would drop an illegal warm start without a word: a file made for another instance
+            # is the user's mistake, said here.
+            check = replay(instance, warm, strict=False, check_durations=False)
+            if check.violations:
+                raise InputError(
+                    f"--warm-start: {path} is not a legal schedule of this instance "
+                    f"({len(check.violations)} violation(s), the first: {check.violations[0]})"
+                )
         else:
             warm = simulate(instance, make_policy(args.warm_start)).schedule
     result = solve(

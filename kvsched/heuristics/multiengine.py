@@ -338,6 +338,8 @@ def simulate_engines(
         raise InputError(f"engines must be a positive integer, got {engines!r}")
     if balancer not in BALANCERS:
         raise InputError(f"balancer must be one of {', '.join(BALANCERS)}; got {balancer!r}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"seed (--balancer-seed) must be a whole number >= 0, got {seed!r}")
     if lengths not in get_args(Lengths):
         raise InputError(f"lengths must be one of {', '.join(get_args(Lengths))}; got {lengths!r}")
     if lengths == "predicted" and any(r.predicted_output is None for r in instance.requests):
