@@ -16,7 +16,10 @@ Cases (issue #16):
 * ``sharegpt-10k-t0``: 10,000 ShareGPT requests all at t = 0, unit time,
   M = 100,000, C = 4096, ``sarathi``;
 * ``all-policies-1k``: every registered policy on ``azure-1k`` (the loop time is
-  the sum over the policies; the whole command is ``kvsched compare``-like).
+  the sum over the policies; the whole command is ``kvsched compare``-like), the
+  13 whole-prompt policies (:data:`WHOLE_PROMPT_POLICIES`: no chunked prefill) at
+  C = P = 8192, a budget that admits every prompt of the trace (up to 4,145
+  tokens; at C = 512 they would refuse it at once), the others at C = 512.
 
 Columns: *loop* is :func:`kvsched.heuristics.simulate` in this process (CPU
 seconds, best of ``--repeat``); *command* is ``python -m kvsched.cli simulate
@@ -60,12 +63,14 @@ de378c8 (medians 2.33 and 2.10). What is deterministic: azure-10k makes 30,476
 policy calls since de378c8 against 45,376 (15,657 decode runs, and 5,200 mixed runs of which 3,361 end with
 the prompt's last chunk). The commands interleaved at load 1.9-2.1 (min of 3):
 azure-10k 2.53 -> 2.32, sharegpt-10k-t0 1.55 -> 1.34, azure-1k 0.54 -> 0.41 CPU s
-(2.40, 1.39, 0.48 without kvsched's bytecode). Since 7d66b0d, 13 of the 36
-policies refuse azure-1k at C = 512 (whole prompts longer than the budget; another
-helper's change): the all-36 row's loop is the sum over the 23 that run (6.0 s).
+(2.40, 1.39, 0.48 without kvsched's bytecode). From 7d66b0d to 8e36e03, 13 of the
+36 policies refused azure-1k at C = 512 (whole prompts longer than the budget) and
+the all-36 row's loop was the sum over the 23 that ran (6.0 s above); since then the
+13 run at C = P = 8192 and MC-SF and α-protection coalesce their decode runs (all
+36 run: 10.0-10.6 -> 6.6-6.7 CPU s back to back at load 1.5-2.2, ``docs/simulation.md``).
 
 Issue #16's targets and where this stands. Met: all 36 policies on azure-1k <=
-10 s; azure-10k peak <= 300 MB (122 MB); azure-100k peak <= 1 GB (819 MB).
+10 s (all 36 running, the whole-prompt ones at C = 8192); azure-10k peak <= 300 MB (122 MB); azure-100k peak <= 1 GB (819 MB).
 Missed: azure-10k loop <= 1 s and command <= 2 s (1.5 and 2.0-2.1 CPU s: a fresh
 command 2.42 -> 2.05, peak 122 -> 105 MB, against 913a1e1), azure-100k command
 <= 15 s (its loop alone 14.9 s), sharegpt-10k-t0 command <= 1 s (1.3-1.6 CPU s).
@@ -139,6 +144,29 @@ AZURE_CONV = ROOT.parent / "shared" / "data" / "traces" / "splitwise_conv.csv"
 AZURE_COST = "llama-2-7b_a100-80gb_tp1"
 AZURE_M = 125_885
 AZURE_C = 512
+#: The token and prefill budget (C = P) of the whole-prompt policies in ``all-policies-1k``: it admits
+#: every prompt of the trace (the longest of its first 1,000 rows has 4,145 tokens), as a real engine
+#: without chunked prefill needs (vLLM asks max_num_batched_tokens >= the model's length).
+AZURE_WHOLE_C = 8192
+#: Registered policies that process whole prompts (no chunked prefill): at C = 512 they refuse the trace's
+#: longer prompts at once, so ``all-policies-1k`` runs them at C = P = :data:`AZURE_WHOLE_C`.
+WHOLE_PROMPT_POLICIES = frozenset(
+    {
+        "vllm",
+        "vllm-ef",
+        "vllm-hy",
+        "vllm-hy-ef",
+        "sarathi-nocp",
+        "sarathi-nocp-ef",
+        "sarathi-nohy",
+        "sarathi-nohy-ef",
+        "fastertransformer",
+        "mcsf-alg1",
+        "mcsf",
+        "alpha-greedy",
+        "alpha-beta",
+    }
+)
 
 
 #: Issue #16's targets per case, printed beside the figures.
@@ -161,8 +189,11 @@ class Case:
     kind: str  # "azure" or "sharegpt-t0"
 
 
-def azure_instance(n: int, seed: int = 0) -> Instance:
-    """``n`` Azure conversation requests (the trace's rows in order, wrapping) at Poisson 2/s."""
+def azure_instance(n: int, seed: int = 0, budget: int = AZURE_C) -> Instance:
+    """``n`` Azure conversation requests (the trace's rows in order, wrapping) at Poisson 2/s.
+
+    ``budget``: C (the default 512, no prefill budget) or, for the whole-prompt policies, C = P = ``budget``.
+    """
     df = pd.read_csv(AZURE_CONV)
     rows = np.arange(n) % len(df)
     prompt = df["num_prefill_tokens"].to_numpy()[rows]
@@ -173,8 +204,17 @@ def azure_instance(n: int, seed: int = 0) -> Instance:
         Request(f"r{k}", float(a), int(i), int(o))
         for k, (a, i, o) in enumerate(zip(arrival, prompt, output, strict=True))
     )
-    limits = Limits(kv_capacity=AZURE_M, block_size=1, max_batch_tokens=AZURE_C)
-    return Instance(requests, limits, TimeModel(name, params), f"azure-conv-{n}")
+    prefill = None if budget == AZURE_C else budget
+    limits = Limits(kv_capacity=AZURE_M, block_size=1, max_batch_tokens=budget, max_prefill_tokens=prefill)
+    suffix = "" if budget == AZURE_C else f"-c{budget}"
+    return Instance(requests, limits, TimeModel(name, params), f"azure-conv-{n}{suffix}")
+
+
+def policy_instances(n: int, policies: list[str] | tuple[str, ...]) -> dict[str, Instance]:
+    """The 1k case's instance of each policy: C = 512, or C = P = 8192 for the whole-prompt policies."""
+    chunked = azure_instance(n)
+    whole = azure_instance(n, budget=AZURE_WHOLE_C) if WHOLE_PROMPT_POLICIES.intersection(policies) else None
+    return {p: whole if whole is not None and p in WHOLE_PROMPT_POLICIES else chunked for p in policies}
 
 
 def sharegpt_t0(n: int, seed: int = 0) -> Instance:
@@ -185,8 +225,14 @@ def sharegpt_t0(n: int, seed: int = 0) -> Instance:
     return sharegpt(n, seed, limits, TimeModel("unit"), arrival=SemiOnline())
 
 
-def build(case: Case) -> Instance:
-    return azure_instance(case.n) if case.kind == "azure" else sharegpt_t0(case.n)
+def build(case: Case) -> dict[str, Instance]:
+    """Each of the case's policies' instance (the whole-prompt ones at C = P = 8192 among all 36)."""
+    if case.kind != "azure":
+        inst = sharegpt_t0(case.n)
+        return dict.fromkeys(case.policies, inst)
+    if len(case.policies) == 1:
+        return dict.fromkeys(case.policies, azure_instance(case.n))
+    return policy_instances(case.n, case.policies)
 
 
 def cases(big: bool) -> list[Case]:
@@ -307,14 +353,14 @@ def run_cases(args: argparse.Namespace, console: Console) -> None:
     with tempfile.TemporaryDirectory() as tmpdir:
         tmp = Path(tmpdir)
         for case in chosen:
-            inst = build(case)
+            instances = build(case)
             loop = 0.0
             batches = entries = 0
             failed = []
             for policy in case.policies:
                 profiler = cProfile.Profile() if args.profile else None
                 try:
-                    cpu, result = time_loop(inst, policy, args.repeat, profiler)
+                    cpu, result = time_loop(instances[policy], policy, args.repeat, profiler)
                 except KvschedError as exc:
                     failed.append(policy)
                     console.print(f"{case.name} / {policy}: failed: {exc}")
@@ -330,11 +376,14 @@ def run_cases(args: argparse.Namespace, console: Console) -> None:
                     console.print(f"[bold]{case.name} / {policy}[/bold] (profiled)")
                     print(out.getvalue())
             if len(case.policies) == 1 and not args.no_command:
-                wall, cpu, peak = run_command(inst, case.policies[0], tmp)
+                wall, cpu, peak = run_command(instances[case.policies[0]], case.policies[0], tmp)
                 command, command_cpu, peak_mb = f"{wall:.2f}", f"{cpu:.2f}", f"{peak:.0f}"
             else:
                 command, command_cpu, peak_mb = "-", "-", "-"
             label = case.policies[0] if len(case.policies) == 1 else f"{len(case.policies)} policies"
+            whole = WHOLE_PROMPT_POLICIES.intersection(case.policies) if len(case.policies) > 1 else ()
+            if whole:
+                label += f" ({len(whole)} whole-prompt at C = {AZURE_WHOLE_C})"
             if failed:
                 label += f" ({len(failed)} failed)"
             row = (
