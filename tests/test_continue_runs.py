@@ -11,6 +11,7 @@ from kvsched.heuristics import list_policies, make_policy, simulate
 from kvsched.heuristics.base import continue_decodes
 from kvsched.heuristics.infermax import InferMax
 from kvsched.heuristics.kfcfs import KFCFS
+from kvsched.heuristics.mcsf import MCSF, AlphaProtection
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.core import EngineState
 from kvsched.schedule.ir import Batch, Run
@@ -42,6 +43,10 @@ def _books(policy) -> tuple[str, ...]:
         return BOOKS
     if isinstance(policy, KFCFS):
         return ()
+    if isinstance(policy, MCSF):
+        return ("_round", "_running", "_waiting")
+    if isinstance(policy, AlphaProtection):
+        return ("_running", "_waiting", "clears", "passes")
     return ENGINE_BOOKS
 
 
@@ -70,7 +75,7 @@ def test_the_infermax_family_opts_in_and_the_default_is_no():
     assert {"kfcfs", "kfcfs-sp", "kfcfs-sr", "vllm-v1", "orca"} <= set(CONTINUING)
     assert not {"slai", "rad", "wait", "fastertransformer"} & set(CONTINUING)  # read time or history
     assert continue_decodes(KFCFS(order="shortest-remaining", lengths="predicted")) is not None
-    assert continue_decodes(make_policy("mcsf-alg1")) is None
+    assert {"mcsf-alg1", "mcsf", "alpha-greedy", "alpha-beta"} <= set(CONTINUING)
     assert continue_decodes(make_policy("class-priority")) is None  # a wrapper does not inherit it
     assert continue_decodes(InferMax(priority="none")) is None
     assert continue_decodes(InferMax(decode_order="kv-desc")) is None

@@ -4,8 +4,8 @@ A randomized differential: on small random instances (arrivals over time or all
 at once, tight M, paged blocks, budgets, wrong predictions) every variant of
 MC-SF and α-protection gives bit-identical schedules with and without
 coalescing, or fails the same way both times. And MC-SF's answer is exact, not
-only safe: a run it cuts short of the simulator's offer ends where a waiting
-request is admitted.
+only safe: a run it cuts short of the simulator's offer (after a decode batch or
+after an event) ends where a waiting request is admitted.
 """
 
 from __future__ import annotations
@@ -105,6 +105,19 @@ def _exactness(cls: type[MCSF], params: dict) -> tuple[int, int]:
         def repeat_decodes(self, view, decision, limit):
             k = super().repeat_decodes(view, decision, limit)
             self.pending = tuple(decision.requests) if k < limit else None
+            return k
+
+        def continue_decodes(self, view, requests, limit):
+            planned: list[int] = []
+
+            def plan() -> int:
+                planned.append(limit())
+                return planned[-1]
+
+            k = super().continue_decodes(view, requests, plan)
+            # Cut short: below the plan, or 0 before planning (the running set changed, or an admission).
+            short = k < planned[-1] if planned else k == 0
+            self.pending = tuple(requests.tolist()) if short else None
             return k
 
         def next_batch(self, view):

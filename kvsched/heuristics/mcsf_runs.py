@@ -5,7 +5,10 @@ of repeats of a decode-only batch it just applied
 (:class:`~kvsched.heuristics.base.SteadyDecodes`): within the ``limit`` batches
 offered no request arrives, none completes before the last of them, and each
 batch decodes one token of every request of the decision (their KV grows by one
-per batch, nothing else changes). The answers here are argued from
+per batch, nothing else changes), and, after an entry in which a request completed
+or finished its prompt, a run of decodes of the requests left
+(:class:`~kvsched.heuristics.base.ContinueDecodes`), asked instead of a decision,
+over the same stretch. The answers here are argued from
 :class:`~kvsched.heuristics.mcsf.MCSF`'s and
 :class:`~kvsched.heuristics.mcsf.AlphaProtection`'s ``next_batch``;
 :class:`McsfRuns` and :class:`AlphaRuns` are the halves of those classes that
@@ -62,13 +65,15 @@ holds. With ``on_fail="break"`` only the head of the waiting list is tried (it
 fails, and while it fails admission stops there); with ``"continue"`` every
 waiting request is tried and the run ends at the first call any of them passes.
 The answer is the smallest of these first calls, at most the offer: the calls
-before it return the same batch. The bookkeeping is the round counter (``_round``
+before it return the same batch. (A run after an event counts the same calls from
+the one it replaces: that call is s = 0.) The bookkeeping is the round counter (``_round``
 grows by one per call; the paper's ``o`` of a running request is recomputed from
 it at each call and does not change through the run).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -218,16 +223,46 @@ class McsfRuns:
         run = np.asarray(self._running, dtype=np.int64)
         if self._length is None or not run.size or len(decision.evict) or len(decision.requests) != run.size:
             return 0
+        return self._quiet_calls(view, run, lambda: limit)
+
+    def continue_decodes(
+        self: MCSF, view: SchedulerView, requests: np.ndarray, limit: Callable[[], int]
+    ) -> int:
+        """Runs after a completion or a finished prompt (:class:`~kvsched.heuristics.base.ContinueDecodes`).
+
+        :meth:`~kvsched.heuristics.mcsf.MCSF.next_batch` first takes the arrivals and
+        drops the finished requests from the running list (so here: both are
+        idempotent, so a 0 leaves it as it expects). When the running requests are then
+        exactly ``requests`` (all decoding, in start order, the batch's order), its
+        decision is one decode of each as long as no waiting request passes the check
+        and, with predicted lengths, nothing is evicted: the offer's batches fit M, so
+        ``_relieve`` evicts nothing, and the calls from this one on are those of
+        :meth:`repeat_decodes`' argument, counted from the first.
+        """
+        if self._length is None:
+            return 0
+        self._take_arrivals(view)
+        run = np.asarray(self._running, dtype=np.int64)
+        run = run[~view.done[run]]
+        self._running = run.tolist()
+        if run.size != requests.size or bool((run != requests).any()):
+            return 0
+        return self._quiet_calls(view, run, limit)
+
+    def _quiet_calls(self: MCSF, view: SchedulerView, run: np.ndarray, limit: Callable[[], int]) -> int:
+        """The calls in a row, from the next one (at most ``limit()``), at which no waiting request is
+        admitted and the running requests ``run`` stay within their predicted lengths; ``_round`` moves
+        on by as many."""
         gen = view.generated
         h = self._prompt[run] + gen[run]
         left = self._length[run] - gen[run]  # r before the clamp at 1 (predicted lengths)
-        most = min(limit, int(left.min()))
+        most = int(left.min())
         if most <= 0:
             return 0
         waiting = self._waiting if self.on_fail == "continue" else self._waiting[:1]
         room = _Room.of(self._limits, tokens=run.size, prefill=0, running=run.size)
         shifted: _Shifted | None = None
-        k = most
+        candidates: list[tuple[int, int]] = []
         for cand in waiting:
             hc = int(self._prompt[cand] + gen[cand])
             if not room.fits(hc):
@@ -235,9 +270,15 @@ class McsfRuns:
             if shifted is None:
                 shifted = _Shifted(_Profile(h, left, self._block), self._capacity)
             rc = int(self._remaining(view, cand))
+            if not shifted.first_admission(hc, rc, 1, self.include_candidate):
+                return 0  # admitted at the next call (before planning the offer)
+            candidates.append((hc, rc))
+        k = min(most, limit())
+        for hc, rc in candidates:
+            if k <= 1:
+                break
+            assert shifted is not None
             k = min(k, shifted.first_admission(hc, rc, k, self.include_candidate))
-            if not k:
-                return 0
         self._round += k
         return k
 
@@ -262,6 +303,36 @@ class AlphaRuns:
         if len(decision.evict):
             return 0
         return limit
+
+    def continue_decodes(
+        self: AlphaProtection, view: SchedulerView, requests: np.ndarray, limit: Callable[[], int]
+    ) -> int:
+        """Runs after a completion or a finished prompt (:class:`~kvsched.heuristics.base.ContinueDecodes`).
+
+        :meth:`~kvsched.heuristics.mcsf.AlphaProtection.next_batch` first takes the arrivals
+        and drops the finished requests from the running list (so here: both are idempotent,
+        so a 0 leaves it as it expects). When the running requests are then exactly
+        ``requests`` (all decoding, in admission order, the batch's order), their next batch
+        fits M (nothing is cleared) and the head of the waiting list does not fit (or
+        nothing waits), the decision is one decode of each, and it stays so for the
+        reasons :meth:`repeat_decodes` gives.
+        """
+        self._take_arrivals(view)
+        run = np.asarray(self._running, dtype=np.int64)
+        run = run[~view.done[run]]
+        self._running = run.tolist()
+        if run.size != requests.size or bool((run != requests).any()):
+            return 0
+        used = int(_ceil_div(view.kv[run] + 1, self._block).sum())
+        if used > self._capacity:
+            return 0  # next_batch clears
+        if self._waiting:
+            need = self._need(view, self._waiting[0])
+            blocks = int(_ceil_div(need, self._block))
+            room = _Room.of(self._limits, tokens=run.size, prefill=0, running=run.size)
+            if (used + blocks) * self._block <= self._threshold and room.fits(need):
+                return 0  # the head is admitted
+        return limit()
 
 
 __all__ = ["AlphaRuns", "McsfRuns"]
