@@ -232,3 +232,11 @@ def test_sweep_slo_syntax_is_checked_before_the_work(tmp_path, capsys):
     assert main(["sweep", str(spec), "--db", str(tmp_path / "r.sqlite"), "--slo", "ttft"]) == 2
     assert "--slo: expected ttft=V" in capsys.readouterr().err
     assert not (tmp_path / "r.sqlite").exists()
+
+
+@pytest.mark.parametrize("value", ["200ms", True])
+def test_an_slo_value_that_is_no_number_is_an_input_error(value):
+    # SLO(ttft="200ms") was a TypeError from math.isfinite; unit strings are parse_slo's. numpy numbers are numbers.
+    with pytest.raises(InputError, match=r"^slo: ttft: must be a positive finite number"):
+        SLO(ttft=value)
+    assert SLO(ttft=np.float64(0.2), tpot=np.int64(1)).ttft == 0.2

@@ -25,6 +25,7 @@ the same figures in any unit.
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -83,7 +84,13 @@ class SLO:
     def __post_init__(self) -> None:
         for key in _SLO_KEYS:
             value = getattr(self, key)
-            if value is not None and not (math.isfinite(value) and value > 0):
+            if value is None:
+                continue
+            if (
+                isinstance(value, bool)
+                or not isinstance(value, numbers.Real)
+                or not (math.isfinite(value) and value > 0)
+            ):
                 raise InputError(f"slo: {key}: must be a positive finite number, got {value!r}")
         if self.ttft is None and self.tpot is None and self.e2el is None:
             raise InputError("slo: give at least one of ttft, tpot, e2el")
