@@ -33,13 +33,14 @@ for _a in _OPERAND:
 
 
 def operand(k: int) -> np.ndarray:
-    """``k`` (an int >= 0) as a read-only 0-d int64 array, the operand of an array's ufunc.
+    """``k`` (an int) as a read-only 0-d int64 array, the operand of an int64 array's ufunc.
 
     numpy 2 converts a Python int operand on every call (its weak-scalar promotion): ``a + k``
-    on a few items costs about 0.53 µs against 0.27 µs with a 0-d array of a's dtype. The same
-    values, so the same result; counts below 1,024 (a run's batches) come from one table.
+    on a few items costs about 0.53 µs against 0.27 µs with a 0-d array of a's dtype. With an
+    int64 ``a``, the same values and dtype, so the same result (another dtype would promote to
+    int64: a 0-d array is not a weak scalar). Counts 0-1,023 (a run's batches) come from a table.
     """
-    return _OPERAND[k] if k < _OPERANDS else np.array(k, dtype=np.int64)
+    return _OPERAND[k] if 0 <= k < _OPERANDS else np.array(k, dtype=np.int64)
 
 
 def count(a: np.ndarray) -> int:
