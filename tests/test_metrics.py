@@ -370,3 +370,4 @@ def test_summary_renders(greedy: Trace) -> None:
     print_summary(run(PAGED, PAGED_PLAN), slots, unit="slot")
     text = slots.export_text()
     assert "no SLOs" in text and "makespan (slot)" in text and "tokens / slot" in text
+    assert "attainment (requests' own SLOs)" in text  # not --slo's goodput, printed beside it

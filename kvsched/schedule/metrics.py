@@ -624,7 +624,13 @@ def summary_table(
         ),
         (
             "SLO",
-            [("attainment", _fmt(m.slo_attainment, "pct") if m.slo_attainment is not None else "no SLOs")],
+            # The requests' own ttft_slo/tbt_slo; --slo's goodput is in the serving table.
+            [
+                (
+                    "attainment (requests' own SLOs)",
+                    _fmt(m.slo_attainment, "pct") if m.slo_attainment is not None else "no SLOs",
+                )
+            ],
         ),
     ]
     table = Table(title=title)
