@@ -500,3 +500,13 @@ def test_workers_die_with_a_killed_sweep():
         assert not _alive(worker), "the sweep's worker outlived its parent"
     finally:
         parent.kill()
+
+
+def test_a_ray_address_without_the_ray_backend_is_refused(tmp_path, capsys):
+    # It was ignored: the sweep ran locally, exit 0.
+    assert (
+        main(["sweep", str(EXAMPLE_SPEC), "--db", str(tmp_path / "r.sqlite"), "--address", "ray://x:10001"])
+        == 2
+    )
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--address" in err and not (tmp_path / "r.sqlite").exists()

@@ -61,6 +61,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from kvsched.analysis.sweep import run_sweep
 
     check_outputs(args, ["db"], inputs=["spec"])
+    if args.address and args.backend != "ray":
+        raise InputError("--address: a Ray cluster's address applies to --backend ray only")
     if args.slo is not None:
         from kvsched.schedule.serving import parse_slo
 
