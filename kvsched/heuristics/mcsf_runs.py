@@ -90,6 +90,20 @@ def _ceil_div(a: np.ndarray | int, b: int) -> Any:
     return -(-a // b)
 
 
+def _running_as(
+    policy: MCSF | AlphaProtection, view: SchedulerView, requests: np.ndarray
+) -> np.ndarray | None:
+    """The policy's running requests, after what ``next_batch`` does first (take the arrivals, drop the
+    finished ones: both idempotent), if they are exactly ``requests`` in order; else ``None``."""
+    policy._take_arrivals(view)
+    run = np.asarray(policy._running, dtype=np.int64)
+    run = run[~view.done[run]]
+    policy._running = run.tolist()
+    if run.size != requests.size or bool((run != requests).any()):
+        return None
+    return run
+
+
 @dataclass(slots=True)
 class _Room:
     """What is left of the per-batch budgets (C, P, max_running) while a batch is built."""
@@ -241,11 +255,8 @@ class McsfRuns:
         """
         if self._length is None:
             return 0
-        self._take_arrivals(view)
-        run = np.asarray(self._running, dtype=np.int64)
-        run = run[~view.done[run]]
-        self._running = run.tolist()
-        if run.size != requests.size or bool((run != requests).any()):
+        run = _running_as(self, view, requests)
+        if run is None:
             return 0
         return self._quiet_calls(view, run, limit)
 
@@ -317,11 +328,8 @@ class AlphaRuns:
         nothing waits), the decision is one decode of each, and it stays so for the
         reasons :meth:`repeat_decodes` gives.
         """
-        self._take_arrivals(view)
-        run = np.asarray(self._running, dtype=np.int64)
-        run = run[~view.done[run]]
-        self._running = run.tolist()
-        if run.size != requests.size or bool((run != requests).any()):
+        run = _running_as(self, view, requests)
+        if run is None:
             return 0
         used = int(_ceil_div(view.kv[run] + 1, self._block).sum())
         if used > self._capacity:
