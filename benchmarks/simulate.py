@@ -84,10 +84,10 @@ entries, but needs ragged runs in the IR, the metrics and the token statistics.
 Outside the loop a fresh command spends about 0.25 s importing (numpy alone 0.1
 s), 0.04 s loading a 10k trace (no pandas, no pydantic) and 0.2 s (10k) to 3 s
 (100k) on the batch clock, the token statistics and the run metrics. Where each
-change came from: ``docs/simulation.md`` (the second to sixth passes in
+change came from: ``docs/simulation.md`` (the second to eighth passes in
 ``docs/simulation-history.md``).
 
-Eighth pass (``docs/simulation.md``), 7274a76 against 432b1fe / 110389b, fresh
+Eighth pass (``docs/simulation-history.md``), 7274a76 against 432b1fe / 110389b, fresh
 processes interleaved at load 1.5-1.9: sharegpt-10k-t0 loop 0.91-0.95 -> 0.83-0.86,
 command 1.23-1.31 -> 1.13-1.17 s wall (target 1: missed), peak 188 -> 176 MB;
 azure-10k loop 1.35-1.37 (unchanged within noise; target 1: missed), command
