@@ -3,6 +3,7 @@ with brute force through the semantic core and across back ends; each hole of se
 (notes A4.2) re-opened and caught by the validator."""
 
 import itertools
+import time
 
 import numpy as np
 import pytest
@@ -569,3 +570,19 @@ def test_token_model_with_cliques_and_without_agree():
         values.add(raw.objective)
         assert bi.value(built.schedule_from(raw.x)) == raw.objective
     assert values == {brute_force(inst, "total-latency")}
+
+
+def test_warm_starts_of_too_many_batches_do_not_outlast_the_time_limit():
+    # Prompts of 2^26 tokens: the policies chunk them into about 41,000 batches, which a model of a
+    # few batches never needs; retiming and replaying them once took 44 s of a 30 s limit.
+    p = 2**26
+    inst = Instance(
+        (Request("a", 0, p, 3), Request("b", 0, p, 3), Request("c", 0, p // 2, 3)),
+        Limits(2 * p - 1),
+        TimeModel("unit"),
+    )
+    t0 = time.perf_counter()
+    result = solve(inst, options=SolverOptions(time_limit=30, threads=1))
+    assert time.perf_counter() - t0 < 20
+    # a and c share their three batches (2^26 + 2^25 fits, two 2^26 prompts do not), then b: 3 + 3 + 6.
+    assert result.status == SolveStatus.OPTIMAL and result.objective == 12

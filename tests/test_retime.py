@@ -10,12 +10,13 @@ import pytest
 from kvsched.costmodel import CostModel, make_cost_model
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.generators import Poisson, Uniform, synthetic
-from kvsched.instances.model import Instance, Limits, TimeModel
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.core import EngineState, ScheduleError
 from kvsched.schedule.io import from_infermax, infermax_document
 from kvsched.schedule.ir import Batch, Phase, Schedule
 from kvsched.schedule.retime import retime
 from kvsched.schedule.validate import instance_cost_model, replay
+from kvsched.stop import Deadline, DeadlineReached
 
 LINEAR = TimeModel("infermax-linear")
 
@@ -187,3 +188,19 @@ def test_infermax_import_is_the_retimed_schedule() -> None:
     cost = instance_cost_model(instance)
     got = from_infermax(infermax_document(schedule, instance), instance, cost)
     assert bit_equal(got, Schedule(schedule.batches, {"source": "infermax"}))
+
+
+def test_retime_stops_at_its_deadline_and_takes_runs_lazily():
+    # Long prompts in chunks: a coalesced schedule of a few runs stands for thousands of batches.
+    inst = Instance(
+        tuple(Request(f"r{k}", 0.0, 2**16, 3) for k in range(2)),
+        Limits(2**18, max_batch_tokens=64),
+        TimeModel("unit"),
+    )
+    sched = simulate(inst, make_policy("sarathi")).schedule
+    assert len(sched.entries) < 20 < len(sched)
+    with pytest.raises(DeadlineReached):
+        retime(inst, sched, instance_cost_model(inst), deadline=Deadline.after(1e-9))
+    out = retime(inst, sched, instance_cost_model(inst), deadline=Deadline.after(600))
+    assert len(out) == len(sched)
+    replay(inst, out)

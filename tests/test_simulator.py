@@ -16,6 +16,7 @@ from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.core import EngineState, ScheduleError
 from kvsched.schedule.ir import Batch, Phase
 from kvsched.schedule.validate import replay
+from kvsched.stop import Deadline, DeadlineReached
 
 P, D, R = Phase.PREFILL, Phase.DECODE, Phase.REFILL
 
@@ -102,6 +103,19 @@ def test_progress_bar_does_not_change_the_run():
     quiet = simulate(inst, make_policy("vllm"))
     loud = simulate(inst, make_policy("vllm"), progress=True)
     assert quiet.schedule.same_as(loud.schedule)
+
+
+def test_a_deadline_stops_the_run_and_a_later_one_changes_nothing():
+    inst = Instance(
+        tuple(Request(f"r{k}", float(k), 300, 200) for k in range(40)),
+        Limits(3_000, max_batch_tokens=32),
+        TimeModel("unit"),
+    )
+    with pytest.raises(DeadlineReached):
+        simulate(inst, make_policy("sarathi"), deadline=Deadline.after(1e-9))
+    free = simulate(inst, make_policy("sarathi"))
+    timed = simulate(inst, make_policy("sarathi"), deadline=Deadline.after(600))
+    assert timed.schedule.same_as(free.schedule)
 
 
 def test_idle_gaps_jump_to_the_next_arrival():

@@ -240,6 +240,8 @@ def _solve_exact(
         run.seen.append(Seen(first[1], narrower(form.scope, scope_of(first[0])), first[2]))
         best = first
     for schedule, label in candidates:
+        if best is not None and deadline.expired():  # each replay of a long schedule takes a while
+            break
         try:
             value = run.evaluate(schedule, label, incumbent=False)
         except KvschedError:  # an illegal warm start is not an incumbent

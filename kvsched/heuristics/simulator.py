@@ -35,6 +35,7 @@ from kvsched.heuristics.step import BATCHES_PER_TOKEN, Record, Stepper, batch_li
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import Trace, instance_cost_model
+from kvsched.stop import Deadline
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -67,6 +68,7 @@ def simulate(
     *,
     progress: bool = False,
     coalesce: bool = True,
+    deadline: Deadline | None = None,
 ) -> SimResult:
     """Run ``policy`` on ``instance`` until every request completes.
 
@@ -84,6 +86,10 @@ def simulate(
     coalesce
         Let a policy that opted in repeat a decode-only batch as one
         :class:`~kvsched.schedule.ir.Run` (same batches, shorter storage).
+    deadline
+        Stop once it has passed (checked every :data:`DEADLINE_EVERY` entries): for callers that
+        run a policy inside a time limit (a solver's warm starts), where a simulation of millions
+        of batches must not outlast it.
 
     Raises
     ------
@@ -95,6 +101,8 @@ def simulate(
         :func:`batch_limit` batches (an eviction loop).
     InputError
         ``instance`` is not an :class:`Instance`, or ``policy`` is a name rather than a policy.
+    DeadlineReached
+        ``deadline`` passed before the last request completed (nothing is returned).
     """
     if not isinstance(instance, Instance):
         raise InputError(
@@ -122,10 +130,32 @@ def simulate(
                     bar.advance(task, completed)
 
             on_record = advance_bar
+        if deadline is not None and deadline.bounded:
+            on_record = _checking(deadline, on_record)
         stepper.run(on_record)
     schedule = Schedule(tuple(stepper.entries), {"policy": policy.name, "params": dict(policy.params)})
     trace = Trace(instance, stepper.state, stepper.records)
     return SimResult(schedule, trace, time.perf_counter() - wall)
+
+
+#: A bounded deadline is read once every this many entries (a clock read each is about 1% of an entry).
+DEADLINE_EVERY = 64
+
+
+def _checking(deadline: Deadline, then: Callable[[Record], None] | None) -> Callable[[Record], None]:
+    """An ``on_record`` that raises :class:`~kvsched.stop.DeadlineReached` once ``deadline`` has
+    passed (read every :data:`DEADLINE_EVERY` records), after calling ``then``."""
+    seen = 0
+
+    def on_record(record: Record) -> None:
+        nonlocal seen
+        if then is not None:
+            then(record)
+        seen += 1
+        if seen % DEADLINE_EVERY == 0:
+            deadline.check()
+
+    return on_record
 
 
 def _progress_bar() -> Progress:

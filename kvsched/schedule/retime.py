@@ -22,6 +22,10 @@ from kvsched.costmodel import CostModel
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import EngineState
 from kvsched.schedule.ir import Batch, Schedule
+from kvsched.stop import Deadline
+
+#: A bounded deadline is read once every this many batches.
+DEADLINE_EVERY = 4096
 
 
 def retime(
@@ -30,6 +34,7 @@ def retime(
     timing: CostModel | Sequence[float] | np.ndarray,
     *,
     check: bool = False,
+    deadline: Deadline | None = None,
 ) -> Schedule:
     """``schedule``'s batches back to back, each started as early as its predecessor and arrivals allow.
 
@@ -51,13 +56,18 @@ def retime(
         applies batches unchecked (:meth:`~kvsched.schedule.core.EngineState.apply`:
         legality is then the validator's verdict) and a duration retime does not
         replay the batches at all.
+    deadline
+        Stop once it has passed (read every :data:`DEADLINE_EVERY` batches): a schedule of
+        coalesced runs can stand for millions of batches, and retiming spells each out.
 
     Raises
     ------
     ValueError
         When the number of durations differs from the number of batches.
+    DeadlineReached
+        ``deadline`` passed before the last batch.
     """
-    batches = schedule.batches
+    count = len(schedule)
     # Duck-typed like the core: any object with batch_time is a cost model (the protocol also names `name`).
     if hasattr(timing, "batch_time"):
         cost_model: CostModel | None = timing  # type: ignore[assignment]
@@ -65,13 +75,17 @@ def retime(
     else:
         cost_model = None
         durations = np.asarray(timing, dtype=np.float64).reshape(-1)
-        if durations.size != len(batches):
-            raise ValueError(f"{durations.size} durations for {len(batches)} batches")
+        if durations.size != count:
+            raise ValueError(f"{durations.size} durations for {count} batches")
     state = EngineState(instance, cost_model) if cost_model is not None or check else None
     arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     out = []
     clock = 0.0
-    for k, b in enumerate(batches):
+    watch = deadline is not None and deadline.bounded
+    # The batches one by one (a run's spelled out as they come, none kept but the retimed ones).
+    for k, b in enumerate(schedule):
+        if watch and k % DEADLINE_EVERY == 0:
+            deadline.check()  # type: ignore[union-attr]
         start = max(clock, float(arrival[b.requests].max())) if b.requests.size else clock
         if state is not None and cost_model is not None:
             nb = state.make_batch(start, b.requests, b.tokens, b.evicted)

@@ -18,6 +18,7 @@ from kvsched.schedule.core import EngineState
 from kvsched.schedule.ir import Batch, Schedule
 from kvsched.schedule.retime import retime
 from kvsched.schedule.validate import replay
+from kvsched.stop import Deadline
 
 
 class ScheduleForms(BatchData):
@@ -67,9 +68,10 @@ class ScheduleForms(BatchData):
             return False
         return self.allow_eviction or all(b.evicted.size == 0 for b in schedule.batches)
 
-    def retimed(self, schedule: Schedule) -> Schedule:
-        """``schedule`` with every batch started as early as its predecessor and its arrivals allow."""
-        return retime(self.instance, schedule, self.cost, check=True)
+    def retimed(self, schedule: Schedule, deadline: Deadline | None = None) -> Schedule:
+        """``schedule`` with every batch started as early as its predecessor and its arrivals allow
+        (raises :class:`~kvsched.stop.DeadlineReached` once ``deadline`` has passed)."""
+        return retime(self.instance, schedule, self.cost, check=True, deadline=deadline)
 
     def identical_groups(self) -> list[list[int]]:
         groups: dict[tuple, list[int]] = defaultdict(list)

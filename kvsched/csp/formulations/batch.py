@@ -22,7 +22,7 @@ from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
-from kvsched.stop import Deadline
+from kvsched.stop import Deadline, DeadlineReached
 
 #: Share of what is left for the token-indexed model's deadline LPs (one per request).
 DEADLINE_SHARE = 0.2
@@ -79,11 +79,22 @@ class BatchFormulation:
             if deadline.expired():
                 break
             try:
-                sched = simulate(self.instance, make_policy(name)).schedule
+                sched = simulate(self.instance, make_policy(name), deadline=deadline).schedule
             except KvschedError:
                 continue
-            if bi.in_class(sched):
-                out.append((bi.retimed(sched), f"heuristic {name}"))
+            except DeadlineReached:  # a policy's run outlasts the time limit: keep the warm starts made
+                break
+            # A model over this many batches could not be built in time, so the schedule could only
+            # be an incumbent, and spelling out its batches (retimed, replayed, normalised) would take
+            # the time the others need: long prompts in chunks make hundreds of thousands of them.
+            if VARIABLES_PER_CELL * bi.n * len(sched) > VARIABLES_PER_SECOND * deadline.remaining():
+                continue
+            if not bi.in_class(sched):
+                continue
+            try:
+                out.append((bi.retimed(sched, deadline), f"heuristic {name}"))
+            except DeadlineReached:  # runs of millions of batches, spelled out one by one
+                break
         if bi.normal_form:  # the dominance rows keep the normal form: offer each schedule in it
             out += [(bi.normalised(sched), f"{label}, normalised") for sched, label in out]
         return out
