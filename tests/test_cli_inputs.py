@@ -114,6 +114,19 @@ def test_outputs_never_overwrite_an_input_and_folders_are_made(files, tmp_path, 
     assert "is not a folder" in _one_error_line(capsys)
 
 
+def test_per_engine_outputs_never_overwrite_an_input(files, tmp_path, capsys):
+    # With --engines K, -o OUT writes OUT.engine0.json ... : those names are checked, not OUT.
+    src = tmp_path / "e.engine0.json"
+    src.write_bytes(files[0].read_bytes())
+    before = src.read_bytes()
+    argv = ["simulate", str(src), "-p", "vllm", "--engines", "2", "-o", str(tmp_path / "e.json")]
+    assert main(argv) == 2
+    assert "also an input" in _one_error_line(capsys)
+    assert src.read_bytes() == before
+    assert main(["simulate", str(files[0]), "-p", "vllm", "--balancer", "random"]) == 2
+    assert "--engines 2 or more" in _one_error_line(capsys)
+
+
 def test_atomic_output_leaves_the_old_file_when_writing_fails(tmp_path):
     target = tmp_path / "x.json"
     target.write_text("old")

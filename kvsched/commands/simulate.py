@@ -30,6 +30,10 @@ from kvsched.commands.outputs import (
     write_json,
     write_trace,
 )
+from kvsched.errors import InputError
+
+#: The load balancer of a multi-engine run without --balancer: join the least requests.
+BALANCER = "jlr"
 
 
 def cmd_policies(args: argparse.Namespace) -> int:
@@ -63,7 +67,18 @@ def cmd_policies(args: argparse.Namespace) -> int:
 
 
 def cmd_simulate(args: argparse.Namespace) -> int:
-    check_outputs(args, ["out", "requests_csv", "json", "trace"], inputs=["instance"])
+    if args.engines < 2 and args.balancer is not None:
+        raise InputError(f"--balancer {args.balancer}: a load balancer needs --engines 2 or more")
+    # With several engines, -o and --trace name one file per engine (_engine_path): check those instead.
+    per_engine = ("out", "trace") if args.engines > 1 else ()
+    extra = [
+        (f"--{flag}", _engine_path(getattr(args, flag), k))
+        for flag in per_engine
+        if getattr(args, flag, None)
+        for k in range(args.engines)
+    ]
+    flags = [name for name in ("out", "requests_csv", "json", "trace") if name not in per_engine]
+    check_outputs(args, flags, inputs=["instance"], extra_outputs=extra)
     # The instance's and the trace's objects live to the end: no collector pass over them.
     with collector_paused():
         instance = load_instance_from_args(args.instance, args)
@@ -141,7 +156,7 @@ def _simulate_engines(instance, args: argparse.Namespace, slo=None) -> int:  # t
         instance,
         args.policy,
         engines=args.engines,
-        balancer=args.balancer,
+        balancer=args.balancer or BALANCER,
         params=param_pairs(args.param),
         lengths=args.balancer_lengths,
         seed=args.balancer_seed,
@@ -149,7 +164,7 @@ def _simulate_engines(instance, args: argparse.Namespace, slo=None) -> int:  # t
     summary = result.summary()
     unit = time_unit(instance)
     table = Table(
-        title=f"{args.policy} on {args.engines} engines ({args.balancer}), {instance.name or args.instance}"
+        title=f"{args.policy} on {args.engines} engines ({args.balancer or BALANCER}), {instance.name or args.instance}"
     )
     for col in (
         "engine",
@@ -202,7 +217,7 @@ def _simulate_engines(instance, args: argparse.Namespace, slo=None) -> int:  # t
         out = Path(args.out)
         for k, (sub, res) in enumerate(zip(result.engines, result.results, strict=True)):
             if res is not None:
-                path = out.with_name(f"{out.stem}.engine{k}{out.suffix or '.json'}")
+                path = _engine_path(out, k)
                 with atomic_output(path) as tmp:
                     save_schedule(res.schedule, sub, tmp)
                 Console(stderr=True).print(f"wrote engine {k}'s schedule to {path}", highlight=False)
@@ -212,6 +227,12 @@ def _simulate_engines(instance, args: argparse.Namespace, slo=None) -> int:  # t
         Console(stderr=True).print(f"wrote per-request metrics to {args.requests_csv}", highlight=False)
     _engine_outputs(instance, args, result, slo)
     return 0
+
+
+def _engine_path(out: str | Path, k: int) -> Path:
+    """Engine ``k``'s file for a multi-engine run's ``-o`` or ``--trace`` (``out.engineK.json``)."""
+    out = Path(out)
+    return out.with_name(f"{out.stem}.engine{k}{out.suffix or '.json'}")
 
 
 def _engine_outputs(instance, args: argparse.Namespace, result, slo) -> None:  # type: ignore[no-untyped-def]
@@ -234,7 +255,7 @@ def _engine_outputs(instance, args: argparse.Namespace, result, slo) -> None:  #
         out = Path(args.trace)
         for k, (sub, res) in enumerate(zip(result.engines, result.results, strict=True)):
             if res is not None:
-                path = out.with_name(f"{out.stem}.engine{k}{out.suffix or '.json'}")
+                path = _engine_path(out, k)
                 write_trace(path, sub, res.schedule, name=f"{args.policy}, engine {k}")
                 Console(stderr=True).print(f"wrote engine {k}'s Perfetto trace to {path}", highlight=False)
 
@@ -279,7 +300,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--balancer",
         choices=("random", "jlr", "jlot"),
-        default="jlr",
+        default=None,
         help="with --engines: uniform random, join least requests, join least outstanding tokens (default jlr)",
     )
     p.add_argument(
