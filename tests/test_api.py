@@ -174,3 +174,25 @@ def test_the_instances_package_exports_its_nouns():
 def test_wrong_arguments_raise_input_error_naming_them(call, message):
     with pytest.raises(InputError, match=message):
         call(load_instance(kvsched.example("figure15")))
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (kvsched.Request("x", 0.0, -1, 3), r"request 'x' \(#3\): prompt must be a whole number >= 1, got -1"),
+        (kvsched.Request("x", 0.0, 3, 0), r"request 'x' \(#3\): output must be"),
+        (kvsched.Request("x", float("nan"), 3, 3), r"request 'x' \(#3\): arrival must be finite and >= 0"),
+        (kvsched.Request("x", -1.0, 3, 3), r"arrival must be finite and >= 0, got -1.0"),
+        (kvsched.Request("r0", 0.0, 3, 3), r"request 'r0' \(#3\): its id is used by an earlier request"),
+    ],
+)
+def test_a_python_built_instance_with_an_impossible_request_is_one_input_error(bad, message):
+    good = tuple(kvsched.Request(f"r{k}", float(k), 4, 2) for k in range(3))
+    inst = kvsched.Instance((*good, bad), kvsched.Limits(100), kvsched.TimeModel("unit"))
+    for call in (
+        lambda: kvsched.simulate(inst, kvsched.make_policy("vllm")),
+        lambda: kvsched.solve(inst, options=kvsched.SolverOptions(time_limit=5, threads=1)),
+        lambda: kvsched.compare(inst, policies=["vllm"], solver=None),
+    ):
+        with pytest.raises(InputError, match=message):
+            call()

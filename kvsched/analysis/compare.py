@@ -256,6 +256,11 @@ def compare(
     already checked each batch; the tests replay every policy's schedules).
     """
     _check_arguments(objective, solver, formulation)
+    if not isinstance(instance, Instance):
+        raise InputError(
+            f"instance: expected an Instance (kvsched.load_instance), got {type(instance).__name__}"
+        )
+    instance.check_requests()  # an impossible request is one error, not a failed row per policy
     measure = OBJECTIVES[objective]
     built = _policies(policy_names(policies), policy_params or {})
     solver_error = None

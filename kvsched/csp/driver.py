@@ -169,6 +169,7 @@ def solve(
         raise InputError(
             f"instance: expected an Instance (kvsched.load_instance), got {type(instance).__name__}"
         )
+    instance.check_requests()  # before any bound reads a NaN arrival
     options = options or SolverOptions()
     _check_options(options)
     if deadline is None:
