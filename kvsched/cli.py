@@ -72,6 +72,17 @@ class _Version(argparse._VersionAction):
         super().__call__(parser, namespace, values, option)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser with a usage error as one line (the rule for every bad input), not the usage
+    block first: ``kvsched simulate: error: ... (kvsched simulate --help lists the options)``.
+
+    Subcommand parsers are of the same class (``add_subparsers`` takes the parent's).
+    """
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``kvsched`` parser; with ``command`` (a key of :data:`COMMANDS`), only that command's module's.
 
@@ -79,7 +90,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     eight and what they import (the full parser is for ``kvsched --help``, a
     mistyped command and the tests).
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kvsched",
         description="Optimal schedules for LLM inference, and every practical scheduler measured against them.",
     )

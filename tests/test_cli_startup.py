@@ -59,6 +59,11 @@ def test_version_and_help():
     assert out.returncode == 0 and all(f"    {name}" in out.stdout for name in COMMANDS)
     out = run_cli("simulat")
     assert out.returncode == 2 and "invalid choice: 'simulat'" in out.stderr and "'simulate'" in out.stderr
+    # A usage error is one line, like every bad input, and says where the options are listed.
+    out = run_cli("simulate", "x.json", "--engines", "0")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.startswith("kvsched simulate: error: argument --engines")
+    assert out.stderr.rstrip().endswith("(kvsched simulate --help lists the options)")
 
 
 @pytest.fixture
