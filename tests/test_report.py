@@ -95,6 +95,10 @@ def test_cli_report_for_an_instance_and_a_database(tmp_path, capsys):
     assert "no such file" in capsys.readouterr().err
     assert main(["report", str(FIG15), "--out", str(out), "--policies", "nope"]) == 2
     assert "unknown policy 'nope'" in capsys.readouterr().err
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert main(["report", str(bad), "--out", str(tmp_path / "never")]) == 2
+    assert "not valid JSON" in capsys.readouterr().err and not (tmp_path / "never").exists()
 
 
 def test_instance_report_without_a_solver_that_fits_says_why(tmp_path):

@@ -268,15 +268,17 @@ def cmd_report(args: argparse.Namespace) -> int:
     deadline = Deadline.for_command(args.time_limit)
     if not Path(args.target).exists():
         raise InputError(f"{args.target}: no such file")
-    check_output_folder(args.out, "--out", [args.target])
     if is_database(args.target):
+        check_output_folder(args.out, "--out", [args.target])
         path = database_report(args.target, args.out, against=args.against)
     else:
         from kvsched.analysis import compare
         from kvsched.commands.solve import print_comparison
         from kvsched.heuristics import POLICIES
 
+        # Read first: a bad instance is one error line and leaves no empty --out folder behind.
         instance = load_instance_from_args(args.target, args)
+        check_output_folder(args.out, "--out", [args.target])
         names = _policy_names(args.policies)
         cmp = compare(
             instance,
