@@ -210,3 +210,14 @@ def test_anytime_plot_names_the_scope_and_draws_the_bound_over_every_schedule():
     # Plain points (from a result file) have no scope to name.
     plain = plots.plot_anytime([[0.1, 4, 1]]).axes[0]
     assert [line.get_label() for line in plain.get_lines()] == ["best schedule", "bound"]
+
+
+def test_many_schedules_get_a_legend_below_the_axes_not_over_them():
+    inst = load_instance(EXAMPLES / "figure15.json")
+    few = {name: simulate(inst, make_policy(name)).schedule for name in ("vllm", "sarathi")}
+    fig = plots.plot_cdfs(inst, few)
+    assert fig.axes[0].get_legend() is not None and not fig.legends
+    many = {f"{name} {k}": s for k in range(6) for name, s in few.items()}  # 12 lines
+    for fig in (plots.plot_cdfs(inst, many), plots.plot_kv(inst, many)):
+        assert fig.axes[0].get_legend() is None and len(fig.legends) == 1
+        assert len(fig.legends[0].get_texts()) == len(many) + (fig.axes[0].get_ylabel() == "KV tokens held")

@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
@@ -205,6 +206,20 @@ def plot_gantt(
     return fig
 
 
+#: Above this many labelled lines a legend goes below the axes, in columns, not over them.
+LEGEND_INSIDE = 10
+
+
+def _legend(fig: Figure, ax: Axes, loc: str = "lower right") -> None:
+    """``ax``'s legend: inside at ``loc`` for a few lines; for many (every policy) below the figure's
+    axes in columns, so that it never squeezes them (36 names inside left no room for the plot)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if len(labels) <= LEGEND_INSIDE:
+        ax.legend(fontsize=8, loc=loc)
+        return
+    fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncol=min(6, -(-len(labels) // 3)))
+
+
 def plot_kv(instance: Instance, schedules: Mapping[str, Schedule], *, title: str = "") -> Figure:
     """KV usage over time of several schedules (each replayed), against M."""
     fig = Figure(figsize=(10, 4), layout="constrained")
@@ -217,7 +232,7 @@ def plot_kv(instance: Instance, schedules: Mapping[str, Schedule], *, title: str
     ax.set_xlabel(f"time ({unit_label(instance)})")
     ax.set_ylabel("KV tokens held")
     ax.set_title(title or "KV usage")
-    ax.legend(fontsize=8, loc="lower right")
+    _legend(fig, ax)
     return fig
 
 
@@ -240,7 +255,7 @@ def plot_cdfs(instance: Instance, schedules: Mapping[str, Schedule], *, title: s
         ax.set_ylabel("fraction")
         ax.set_ylim(0, 1.02)
         ax.grid(alpha=0.3)
-    left.legend(fontsize=8, loc="lower right")
+    _legend(fig, left)
     fig.suptitle(title or "TTFT and TBT distributions")
     return fig
 
