@@ -128,7 +128,7 @@ def load_instance_from_args(path: str, args: argparse.Namespace) -> Instance:
     time_model = time_model_from_args(args, instance.time_model)
     if time_model is not None:
         instance = replace(instance, time_model=time_model)
-    instance.check_feasible()
+    instance.check_feasible(requests=False)  # the file's requests were checked as it was read
     return instance
 
 

@@ -362,7 +362,7 @@ def load_instance(
                 new_limits = limits_with(new_limits, overrides, "engine limits")
             instance = replace(instance, limits=new_limits, time_model=time_model or instance.time_model)
     if check_feasible:
-        instance.check_feasible()
+        instance.check_feasible(requests=False)  # its requests were checked as they were read
     return instance
 
 

@@ -162,14 +162,17 @@ class Instance:
                 )
             seen.add(r.id)
 
-    def check_feasible(self) -> None:
+    def check_feasible(self, *, requests: bool = True) -> None:
         """Raise :class:`InfeasibleInstanceError` if some request can never run.
 
         A request is impossible when its peak KV (I + O - 1, rounded up to
         blocks) exceeds M, or when it could never be processed because the
-        budgets forbid even a one-token step.
+        budgets forbid even a one-token step. With ``requests`` (the default),
+        :meth:`check_requests` runs first; a caller that just read the instance
+        from a file (checked by its schema or the CSV loader) may skip it.
         """
-        self.check_requests()
+        if requests:
+            self.check_requests()
         lim = self.limits
         # A peak fits in whole blocks exactly when it is at most the blocks' tokens: one pass over
         # the sums first (100,000 requests in a few ms), the loop below only to name the first misfit.
