@@ -181,6 +181,8 @@ def test_wrong_arguments_raise_input_error_naming_them(call, message):
     [
         (kvsched.Request("x", 0.0, -1, 3), r"request 'x' \(#3\): prompt must be a whole number >= 1, got -1"),
         (kvsched.Request("x", 0.0, 3, 0), r"request 'x' \(#3\): output must be"),
+        (kvsched.Request("x", 0.0, 2.5, 3), r"prompt must be a whole number >= 1, got 2.5"),
+        (kvsched.Request("x", 0.0, 3, float("inf")), r"output must be a whole number >= 1, got inf"),
         (kvsched.Request("x", float("nan"), 3, 3), r"request 'x' \(#3\): arrival must be finite and >= 0"),
         (kvsched.Request("x", -1.0, 3, 3), r"arrival must be finite and >= 0, got -1.0"),
         (kvsched.Request("r0", 0.0, 3, 3), r"request 'r0' \(#3\): its id is used by an earlier request"),

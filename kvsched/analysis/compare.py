@@ -37,7 +37,7 @@ from kvsched.csp.formulations import make_formulation
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import POLICIES, Policy, make_policy, simulate
-from kvsched.instances.model import Instance
+from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.metrics import RunMetrics, request_columns, run_metrics
 from kvsched.schedule.serving import SLO, ServingMetrics, serving_metrics
@@ -256,10 +256,7 @@ def compare(
     already checked each batch; the tests replay every policy's schedules).
     """
     _check_arguments(objective, solver, formulation)
-    if not isinstance(instance, Instance):
-        raise InputError(
-            f"instance: expected an Instance (kvsched.load_instance), got {type(instance).__name__}"
-        )
+    expect_instance(instance)
     instance.check_requests()  # an impossible request is one error, not a failed row per policy
     measure = OBJECTIVES[objective]
     built = _policies(policy_names(policies), policy_params or {})

@@ -34,7 +34,7 @@ from kvsched.csp.result import AnytimePoint, Result, SolveStatus
 from kvsched.csp.run import Progress, SolveLog, check_replayable, with_meta
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import make_policy, simulate
-from kvsched.instances.model import Instance
+from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline
@@ -165,10 +165,7 @@ def solve(
         bound meets its objective; ``scope`` says which schedules the optimum
         and the bound range over.
     """
-    if not isinstance(instance, Instance):
-        raise InputError(
-            f"instance: expected an Instance (kvsched.load_instance), got {type(instance).__name__}"
-        )
+    expect_instance(instance)
     instance.check_requests()  # before any bound reads a NaN arrival
     options = options or SolverOptions()
     _check_options(options)

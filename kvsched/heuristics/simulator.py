@@ -32,7 +32,7 @@ from kvsched.costmodel import CostModel
 from kvsched.errors import InputError
 from kvsched.heuristics.base import Policy
 from kvsched.heuristics.step import BATCHES_PER_TOKEN, Record, Stepper, batch_limit
-from kvsched.instances.model import Instance
+from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import Trace, instance_cost_model
 from kvsched.stop import Deadline
@@ -104,10 +104,7 @@ def simulate(
     DeadlineReached
         ``deadline`` passed before the last request completed (nothing is returned).
     """
-    if not isinstance(instance, Instance):
-        raise InputError(
-            f"instance: expected an Instance (kvsched.load_instance), got {type(instance).__name__}"
-        )
+    expect_instance(instance)
     if isinstance(policy, str):
         raise InputError(
             f"policy: expected a Policy, got the name {policy!r}: use kvsched.make_policy({policy!r})"
