@@ -248,7 +248,8 @@ def separable_forms(cost: CostModel, tau_max: int) -> list[Separable]:
         for n0, n1 in lines
     ]
     if isinstance(cost, CalibratedCost):
-        forms.append(replace(_per_type_form(base, *term), minorant_gap=gap).shrunk())
+        # It reads the token term at its knots, not through the hull: it gives up nothing to it.
+        forms.append(_per_type_form(base, *term).shrunk())
     return forms
 
 
