@@ -102,6 +102,11 @@ def test_real_cost_model_bounds_hold_for_random_legal_schedules(inst, model, see
 
 
 # ----------------------------------------------------------------------- brute-force optimum
+#: The same with phase fixed parts, which the per-phase form charges per token at the cheapest load.
+STEPPED_FIXED = TimeModel(
+    "calibrated",
+    {"a0": 0.6, "a1": 0.05, "step2": 0.5, "step3": -0.4, "b0": 0.3, "b1": 0.02, "p0": 0.45, "p1": 0.01},
+)
 tiny = instances(max_requests=3, max_prompt=3, max_output=3, cost="unit")
 
 
@@ -118,7 +123,7 @@ def test_bounds_below_the_brute_force_optimum(inst, model, objective):
 
 
 @pytest.mark.parametrize("evict", [True, False])
-@pytest.mark.parametrize("model", [TimeModel("unit"), STAIRCASE, STEPPED])
+@pytest.mark.parametrize("model", [TimeModel("unit"), STAIRCASE, STEPPED, STEPPED_FIXED])
 def test_bounds_below_the_brute_force_optimum_with_budgets(evict, model):
     inst = Instance(
         (Request("a", 0, 3, 2), Request("b", 0, 1, 2), Request("c", 1, 1, 2)),
