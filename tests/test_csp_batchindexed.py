@@ -200,7 +200,7 @@ def test_every_policy_schedule_is_a_feasible_vector_with_its_replayed_objective(
     # must each map to a full assignment that satisfies the model and has the core's objective.
     inst = _tiny(reqs, extra, c, p, r, linear=linear)
     bi = BatchIndexed(inst, objective)
-    hint = bi.heuristic_schedule()
+    hint = bi.warm_start()
     for name in ("vllm", "sarathi", "sarathi-pc", "rank-i"):
         try:
             sched = bi.retimed(simulate(inst, make_policy(name)).schedule)
@@ -225,7 +225,7 @@ def test_every_policy_schedule_is_a_feasible_vector_with_its_replayed_objective(
 # ----------------------------------------------------------- holes of A4.2
 def _hole_model(inst, objective, holes, *, evict=True, horizon=None):
     bi = BatchIndexed(inst, objective, allow_eviction=evict, holes=holes)
-    built = bi.build(bi.value(bi.heuristic_schedule()), None, horizon=horizon)
+    built = bi.build(bi.value(bi.warm_start()), None, horizon=horizon)
     return built, built.model  # the built model decodes; it reads the data of bi
 
 
@@ -302,7 +302,7 @@ def test_hole5_heuristic_batch_count_is_not_a_horizon():
     # A better schedule may need more (smaller) batches than the heuristic's.
     inst = _inst(((4, 1, 0), (1, 4, 0), (2, 1, 0), (2, 2, 0)), 5, c=3)
     bi = BatchIndexed(inst, "sum-ttft")
-    hint = bi.heuristic_schedule()
+    hint = bi.warm_start()
     short = len(hint.batches)
     results = {}
     for horizon in (short, None):
@@ -352,7 +352,7 @@ def test_hole7_symmetry_rows_keep_an_optimum(objective):
     inst = _inst(((2, 2, 0), (2, 2, 0), (1, 2, 0)), 4)
     expected = brute_force(inst, objective)
     bi = BatchIndexed(inst, objective)
-    hint = bi.heuristic_schedule()
+    hint = bi.warm_start()
     for symmetry in (True, False):
         built = bi.build(bi.value(hint), hint, symmetry=symmetry)
         model = built.model
@@ -426,7 +426,7 @@ def test_unknown_formulation_and_hole():
 def test_token_rows_are_built_and_every_clique_exceeds_memory_pairwise():
     inst = _inst(((2, 3, 0), (4, 2, 0), (1, 4, 0)), 6)
     bi = BatchIndexed(inst)
-    built = bi.build(bi.value(bi.heuristic_schedule()), None)
+    built = bi.build(bi.value(bi.warm_start()), None)
     model = built.model
     names = {r.name.split("[")[0] for r in model.rows}
     assert {"zG", "zd", "zmono", "zprec", "zkv", "clique", "nf-chunk", "nf-kv"} <= names
@@ -515,7 +515,7 @@ def test_full_model_dominance_keeps_the_optimum(evict):
     inst = _inst(((2, 2, 0), (1, 3, 0), (3, 1, 0)), 4)
     expected = brute_force(inst, "total-latency", evict)
     bi = BatchIndexed(inst, allow_eviction=evict)
-    hint = bi.heuristic_schedule()
+    hint = bi.warm_start()
     found = {}
     for strengthen, dominance in ((False, False), (True, False), (True, True)):
         built = bi.build(bi.value(hint), hint, strengthen=strengthen, dominance=dominance)
@@ -533,7 +533,7 @@ def test_full_model_dominance_keeps_the_optimum(evict):
 def test_token_deadlines_hold_for_the_optimum_and_the_warm_start():
     inst = _inst(((1, 3, 0), (3, 2, 0), (1, 2, 0)), 4)
     bi = BatchIndexed(inst)
-    hint = bi.heuristic_schedule()
+    hint = bi.warm_start()
     upper = bi.value(hint)
     ti = token_indexed.TokenIndexed(bi)
     deadlines = ti.deadlines(upper, FAST)
@@ -559,7 +559,7 @@ def test_token_model_with_cliques_and_without_agree():
     inst = _inst(((3, 2, 0), (2, 3, 0), (4, 1, 0)), 5)  # 4 + 3 > 5 and 3 + 3 > 5: cliques
     bi = BatchIndexed(inst)
     assert bi.clique_sets()
-    hint = bi.heuristic_schedule()
+    hint = bi.warm_start()
     ti = token_indexed.TokenIndexed(bi)
     values = set()
     for cliques in (True, False):

@@ -6,6 +6,7 @@ The normal form (unit time, no C and no P) is what the dominance rows keep: see
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 
 import numpy as np
@@ -18,7 +19,7 @@ from kvsched.schedule.core import EngineState
 from kvsched.schedule.ir import Batch, Schedule
 from kvsched.schedule.retime import retime
 from kvsched.schedule.validate import replay
-from kvsched.stop import Deadline
+from kvsched.stop import Deadline, DeadlineReached
 
 
 class ScheduleForms(BatchData):
@@ -41,24 +42,56 @@ class ScheduleForms(BatchData):
                 batches.append(b)
         return Schedule(tuple(batches), {"policy": "sequential"})
 
-    def heuristic_schedule(self) -> Schedule:
-        """The best legal schedule of the class among the warm-start policies and the sequential one."""
-        cands = [self.sequential_schedule()]
+    def warm_starts(
+        self, deadline: Deadline | None = None, batch_rate: float = math.inf
+    ) -> list[tuple[Schedule, str]]:
+        """The class's schedules to start a model from, each with its label.
+
+        The sequential schedule, then each of :data:`WARM_POLICIES`' schedules that is in the class,
+        retimed; with :attr:`normal_form`, each of those in normal form too (the dominance rows keep
+        the normal form). The driver offers them as incumbents and the tests take their hints from
+        them (:meth:`warm_start`).
+
+        Parameters
+        ----------
+        deadline
+            Stops the policy runs once it passes, keeping the schedules made (None: never).
+        batch_rate
+            Batches a model can be built over per second left: a policy's schedule of more batches
+            than this many times the seconds left is skipped, since it could only be an incumbent,
+            and spelling out its batches (retimed, replayed, normalised) would take the time the
+            others need: long prompts in chunks make hundreds of thousands of them.
+        """
+        deadline = deadline or Deadline.never()
+        out = [(self.sequential_schedule(), "sequential")]
         for name in WARM_POLICIES:
+            if deadline.expired():
+                break
             try:
-                sched = simulate(self.instance, make_policy(name)).schedule
+                sched = simulate(self.instance, make_policy(name), deadline=deadline).schedule
             except KvschedError:
                 continue
-            cands.append(sched)
-        best, best_value = None, INF
-        for sched in cands:
-            if not self.in_class(sched):
+            except DeadlineReached:  # a policy's run outlasts the time limit: keep the warm starts made
+                break
+            if len(sched) > batch_rate * deadline.remaining() or not self.in_class(sched):
                 continue
+            try:
+                out.append((self.retimed(sched, deadline), f"heuristic {name}"))
+            except DeadlineReached:  # runs of millions of batches, spelled out one by one
+                break
+        if self.normal_form:
+            out += [(self.normalised(sched), f"{label}, normalised") for sched, label in out]
+        return out
+
+    def warm_start(self, deadline: Deadline | None = None) -> Schedule:
+        """The best of :meth:`warm_starts` by the objective (the first of equal ones)."""
+        best, best_value = None, INF
+        for sched, _ in self.warm_starts(deadline):
             val = self.value(sched)
             if val < best_value - 1e-12:
                 best, best_value = sched, val
         assert best is not None  # the sequential schedule is always in the class
-        return self.retimed(best)
+        return best
 
     def in_class(self, schedule: Schedule) -> bool:
         """Whether ``schedule`` is legal and (without eviction) evicts nothing."""

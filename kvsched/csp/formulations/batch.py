@@ -15,14 +15,12 @@ import numpy as np
 
 from kvsched.csp import tokenindexed as token_indexed
 from kvsched.csp.backends import SolverOptions, lp_relaxation
-from kvsched.csp.batchindexed import WARM_POLICIES, BatchIndexed
+from kvsched.csp.batchindexed import BatchIndexed
 from kvsched.csp.certificate import Bound, Scope
 from kvsched.csp.formulations.base import Built, Declined
-from kvsched.errors import KvschedError
-from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
-from kvsched.stop import Deadline, DeadlineReached
+from kvsched.stop import Deadline
 
 #: Share of what is left for the token-indexed model's deadline LPs (one per request).
 DEADLINE_SHARE = 0.2
@@ -73,31 +71,10 @@ class BatchFormulation:
         return ""
 
     def incumbents(self, deadline: Deadline, options: SolverOptions) -> list[tuple[Schedule, str]]:
-        bi = self.bi
-        out = [(bi.sequential_schedule(), "sequential")]
-        for name in WARM_POLICIES:
-            if deadline.expired():
-                break
-            try:
-                sched = simulate(self.instance, make_policy(name), deadline=deadline).schedule
-            except KvschedError:
-                continue
-            except DeadlineReached:  # a policy's run outlasts the time limit: keep the warm starts made
-                break
-            # A model over this many batches could not be built in time, so the schedule could only
-            # be an incumbent, and spelling out its batches (retimed, replayed, normalised) would take
-            # the time the others need: long prompts in chunks make hundreds of thousands of them.
-            if VARIABLES_PER_CELL * bi.n * len(sched) > VARIABLES_PER_SECOND * deadline.remaining():
-                continue
-            if not bi.in_class(sched):
-                continue
-            try:
-                out.append((bi.retimed(sched, deadline), f"heuristic {name}"))
-            except DeadlineReached:  # runs of millions of batches, spelled out one by one
-                break
-        if bi.normal_form:  # the dominance rows keep the normal form: offer each schedule in it
-            out += [(bi.normalised(sched), f"{label}, normalised") for sched, label in out]
-        return out
+        # A warm start of more batches than a model could be built over in the time left is skipped.
+        return self.bi.warm_starts(
+            deadline, batch_rate=VARIABLES_PER_SECOND / (VARIABLES_PER_CELL * self.bi.n)
+        )
 
     def estimate(self, upper: float) -> int:
         """About how many variables the model over schedules no worse than ``upper`` has."""
