@@ -21,15 +21,13 @@ from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from kvsched.csp.bounds.portfolio import _tau_max
 from kvsched.csp.bounds.seconds import Tokens, seconds_bounds
-from kvsched.csp.bounds.separable import _COEFFS, separable_forms
+from kvsched.csp.bounds.separable import separable_forms, tau_max
 from kvsched.instances import load_instance
 from kvsched.schedule.validate import instance_cost_model
 
@@ -41,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scales", default="1,1.01,1.02,1.03,1.05,1.10")
     args = parser.parse_args(argv)
     inst = load_instance(args.instance)
-    forms = separable_forms(instance_cost_model(inst), _tau_max(inst))
+    forms = separable_forms(instance_cost_model(inst), tau_max(inst))
     if not forms:
         raise SystemExit(f"{args.instance}: its cost model has no separable form (unit time or unsupported)")
     tok = Tokens.of(inst)
@@ -53,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     base = None
     for scale in (float(s) for s in args.scales.split(",")):
-        scaled = replace(form, **{k: getattr(form, k) * scale for k in _COEFFS})
+        scaled = form.scaled(scale)
         got = seconds_bounds(scaled, tok, mixtures=[best.mixture])
         top = max(got.mbt, got.work_area)
         base = base or top

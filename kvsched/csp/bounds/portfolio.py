@@ -21,7 +21,7 @@ from kvsched.costmodel import UnitCost
 from kvsched.csp.bounds import batch_count, mbt
 from kvsched.csp.bounds.combinatorial import lower_bounds
 from kvsched.csp.bounds.seconds import SecondsBounds, Tokens, seconds_bounds
-from kvsched.csp.bounds.separable import separable_forms
+from kvsched.csp.bounds.separable import separable_forms, tau_max
 from kvsched.csp.certificate import Bound, Scope
 from kvsched.csp.objectives import objective_function
 from kvsched.instances.model import Instance
@@ -39,17 +39,14 @@ class SecondsReport:
     minorant_gap: float
 
 
-def _tau_max(instance: Instance) -> int:
-    """Most tokens a batch can process: each appends a KV token, so at most M, and at most C."""
-    lim = instance.limits
-    cap = lim.kv_blocks * lim.block_size
-    return int(min(cap, lim.max_batch_tokens or cap))
+#: The old private name, for benchmarks/bound_fuzz.py (uncommitted work of another session): use tau_max.
+_tau_max = tau_max
 
 
 def seconds_report(instance: Instance, deadline: Deadline | None = None) -> SecondsReport | None:
     """Seconds-based bounds under each separable form of the instance's cost model (None if unsupported)."""
     deadline = deadline or Deadline.never()
-    forms = separable_forms(instance_cost_model(instance), _tau_max(instance))
+    forms = separable_forms(instance_cost_model(instance), tau_max(instance))
     if not forms:
         return None
     tok = Tokens.of(instance)

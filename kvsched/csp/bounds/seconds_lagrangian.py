@@ -58,7 +58,7 @@ import numpy as np
 
 from kvsched.costmodel import CalibratedCost, CostModel, HingeCost, InfermaxLinear, StaircaseCost, UnitCost
 from kvsched.csp.bounds._ascent import Signed, Subgradient
-from kvsched.csp.bounds.separable import SAFETY, Separable, separable_forms
+from kvsched.csp.bounds.separable import SAFETY, Separable, separable_forms, tau_max
 from kvsched.csp.certificate import Bound, Scope
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
@@ -147,13 +147,13 @@ def batch_bounds(instance: Instance) -> BatchBounds | None:
         return None
     lim = instance.limits
     kv_tokens = int(lim.kv_blocks * lim.block_size)
-    tau_max = int(min(kv_tokens, lim.max_batch_tokens or kv_tokens))
-    forms = separable_forms(cost, tau_max)
+    most = tau_max(instance)
+    forms = separable_forms(cost, most)
     s_max = max(r.prompt + r.output for r in instance.requests)
-    t_max = max_batch_seconds(cost, tau_max, kv_tokens, s_max)
+    t_max = max_batch_seconds(cost, most, kv_tokens, s_max)
     if not forms or t_max is None:
         return None
-    return BatchBounds(cost, forms, tau_max, float(t_max))
+    return BatchBounds(cost, forms, most, float(t_max))
 
 
 def shortest_batch(form: Separable) -> float:

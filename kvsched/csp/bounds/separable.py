@@ -44,6 +44,7 @@ from kvsched.costmodel import (
     StaircaseCost,
     UnitCost,
 )
+from kvsched.instances.model import Instance
 
 #: Coefficients are shrunk by this relative amount so that float rounding in the model's own sums
 #: can never put a bound above a schedule.
@@ -78,8 +79,13 @@ class Separable:
             if not (math.isfinite(value) and value >= 0):
                 raise ValueError(f"separable bound: {name} must be finite and >= 0, got {value}")
 
+    def scaled(self, factor: float) -> Separable:
+        """This form with every coefficient times ``factor`` (the batch time it bounds, times ``factor``)."""
+        return replace(self, **{k: getattr(self, k) * factor for k in _COEFFS})
+
     def shrunk(self) -> Separable:
-        return replace(self, **{k: getattr(self, k) * (1.0 - SAFETY) for k in _COEFFS})
+        """This form a hair under itself (:data:`SAFETY`), so that float rounding never lifts a bound."""
+        return self.scaled(1.0 - SAFETY)
 
     def lower(self, tokens: np.ndarray, context: np.ndarray, decode: np.ndarray) -> float:
         """The right-hand side for one batch (items' tokens, KV before, decode flags): for tests."""
@@ -198,6 +204,16 @@ def _token_term(cost: CostModel, tau_max: int) -> tuple[np.ndarray, np.ndarray] 
 
 
 # ------------------------------------------------------------------ per cost model
+def tau_max(instance: Instance) -> int:
+    """Most tokens a batch of ``instance`` can process (the loads :func:`separable_forms` must cover).
+
+    Each processed token appends a KV token, so at most M (whole blocks), and at most C.
+    """
+    lim = instance.limits
+    cap = lim.kv_blocks * lim.block_size
+    return int(min(cap, lim.max_batch_tokens or cap))
+
+
 def separable_forms(cost: CostModel, tau_max: int) -> list[Separable]:
     """Separable lower bounds on ``cost``'s batch time for batches of at most ``tau_max`` tokens.
 
