@@ -39,11 +39,10 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import numpy as np
 
-from kvsched.csp.bounds.lp_model import LPModel, solve_lp
+from kvsched.csp.bounds.lp_model import SAFETY, LPBoundResult, LPModel, solve_lp
 from kvsched.csp.bounds.seconds import Tokens, _prompt_isolated
 from kvsched.csp.bounds.seconds_lagrangian import batch_bounds, shortest_batch
 from kvsched.csp.bounds.separable import Separable
@@ -53,20 +52,6 @@ from kvsched.stop import Deadline
 
 #: The bound's source name.
 SOURCE = "batch-rate-lp"
-#: Relative safety margin on the reported value (float rounding in the dual evaluation).
-SAFETY = 1e-9
-
-
-@dataclass(frozen=True, slots=True)
-class FluidLPResult:
-    """The bound (None when nothing was proven), the grid it used and how long it took."""
-
-    bound: Bound | None
-    step: float
-    window: float
-    cells: int
-    seconds: float
-    status: str
 
 
 def _op_costs(f: Separable, s: np.ndarray) -> np.ndarray:
@@ -249,7 +234,7 @@ def fluid_lp_bound(
     cells: int = 10_000,
     coarsest: float = math.inf,
     threads: int = 2,
-) -> FluidLPResult:
+) -> LPBoundResult:
     """The batch-rate LP's bound on total latency (see the module docstring).
 
     ``step`` (the interval length D) and ``window`` (how long after its arrival a request's batches are
@@ -262,7 +247,7 @@ def fluid_lp_bound(
     started = time.monotonic()
     bb = batch_bounds(instance)
     if bb is None:
-        return FluidLPResult(None, 0.0, 0.0, 0, 0.0, "not supported")
+        return LPBoundResult(None, 0.0, 0, 0, 0.0, "not supported")
     n, t_max = len(instance.requests), bb.t_max
     lines = machine_forms(bb.forms, bb.tau_max)
     f = lines[0]  # pick_form's: it sizes the window
@@ -272,17 +257,20 @@ def fluid_lp_bound(
     if step is None:
         step = max(window * n / cells, (span + window) / cells, 1e-9)
     if step > coarsest * window:  # an interval as long as a good part of the window proves next to nothing
-        return FluidLPResult(None, step, window, 0, time.monotonic() - started, "grid too coarse")
+        return LPBoundResult(None, step, 0, 0, time.monotonic() - started, "grid too coarse", window=window)
     built = _build(instance, lines, float(step), float(window), float(t_max), deadline)
     if built is None:
-        return FluidLPResult(None, step, window, 0, time.monotonic() - started, "deadline while building")
+        return LPBoundResult(
+            None, step, 0, 0, time.monotonic() - started, "deadline while building", window=window
+        )
     m, const, n_cells = built
     value, status, _ = solve_lp(m, deadline, threads)
     seconds = time.monotonic() - started
     if value is None or not math.isfinite(value):
-        return FluidLPResult(None, step, window, n_cells, seconds, status)
-    value = (value + const) * (1.0 - SAFETY)
-    return FluidLPResult(Bound(max(0.0, value), SOURCE, Scope.ALL), step, window, n_cells, seconds, status)
+        return LPBoundResult(None, step, n_cells, 1, seconds, status, window=window)
+    value += const
+    bound = Bound(max(0.0, value * (1.0 - SAFETY)), SOURCE, Scope.ALL)
+    return LPBoundResult(bound, step, n_cells, 1, seconds, status, ((seconds, value),), window)
 
 
 #: The anytime loop's grids: the first one sized to take about FIRST_SHARE of the time left, from one
@@ -317,13 +305,13 @@ def first_cells(seconds: float) -> int:
     return int(min(MAX_CELLS, max(MIN_CELLS, cells)))
 
 
-def fluid_lp_anytime(instance: Instance, deadline: Deadline, *, threads: int = 2) -> list[FluidLPResult]:
+def fluid_lp_anytime(instance: Instance, deadline: Deadline, *, threads: int = 2) -> list[LPBoundResult]:
     """Finer and finer grids while the deadline allows (each round's bound is valid on its own).
 
     Returns every round's result; the best bound is the largest among them. A round cut off by HiGHS's
     time limit at the deadline has no duals and no bound.
     """
-    out: list[FluidLPResult] = []
+    out: list[LPBoundResult] = []
     cells = min(float(first_cells(deadline.remaining() * FIRST_SHARE)), len(instance.requests) / FIRST_FINEST)
     while True:
         got = fluid_lp_bound(instance, deadline, cells=int(cells), coarsest=COARSEST, threads=threads)

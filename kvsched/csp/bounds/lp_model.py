@@ -11,11 +11,56 @@ finite box.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
+from kvsched.csp.certificate import Bound
 from kvsched.highs import new_highs
 from kvsched.stop import Deadline
+
+#: Relative safety margin on a reported value (float rounding in the dual evaluation).
+SAFETY = 1e-9
+
+
+@dataclass(frozen=True, slots=True)
+class LPBoundResult:
+    """What an LP bound on a time grid gave: the bound (None when nothing was proven), its grid and what it took.
+
+    The batch-rate LP (:mod:`.fluid_lp`) and the processor-sharing LP (:mod:`.sharing_lp`) both return one, so
+    that callers read them the same way.
+
+    Attributes
+    ----------
+    bound
+        The bound, for every legal schedule; None when nothing was proven.
+    step
+        The grid's interval length D (0 when the model is not supported).
+    cells
+        The grid's cells in the model: the batch-rate LP's request-intervals, the sharing LP's intervals (0 when
+        no model was built).
+    rounds
+        LP solves run: the sharing LP's cutting-plane rounds, the batch-rate LP's one.
+    seconds
+        Wall time taken.
+    status
+        HiGHS's model status after the last solve, or why none ran ("not supported", "grid too coarse",
+        "deadline while building").
+    history
+        (seconds since the start, the LP's value) after each solve that gave duals.
+    window
+        The batch-rate LP's window (how long after its arrival a request's batches are placed); None for the
+        sharing LP, whose intervals cover the whole horizon.
+    """
+
+    bound: Bound | None
+    step: float
+    cells: int
+    rounds: int
+    seconds: float
+    status: str
+    history: tuple[tuple[float, float], ...] = ()
+    window: float | None = None
 
 
 class LPModel:

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvsched.csp.bounds.fluid_lp import _op_costs
-from kvsched.csp.bounds.lp_model import LPModel, solve_lp
+from kvsched.csp.bounds.lp_model import SAFETY, LPBoundResult, LPModel, solve_lp
 from kvsched.csp.bounds.seconds import Tokens, _exclusive_cumsum
 from kvsched.csp.bounds.seconds_lagrangian import batch_bounds, shortest_batch
 from kvsched.csp.bounds.separable import Separable
@@ -49,8 +49,6 @@ from kvsched.stop import Deadline
 
 #: The bound's source name.
 SOURCE = "sharing-lp"
-#: Relative safety margin on the reported value (float rounding in the dual evaluation).
-SAFETY = 1e-9
 #: Lines of each concave "requests done" bound and tangents of each convex cumulative cost, per interval.
 DONE_LINES = 8
 COST_TANGENTS = 6
@@ -60,20 +58,6 @@ S_LOW, S_HIGH, S_COUNT = 1e-3, 30.0, 12
 TAIL = 16.0
 #: Cutting-plane rounds stop when no interval's V^2/R term is violated by more than this share.
 CUT_TOLERANCE = 1e-4
-
-
-@dataclass(frozen=True, slots=True)
-class SharingLPResult:
-    """The best bound over the rounds (None when nothing was proven), the grid and what it took."""
-
-    bound: Bound | None
-    step: float
-    intervals: int
-    rounds: int
-    seconds: float
-    status: str
-    #: (seconds since the start, value) after each round that gave duals.
-    history: tuple[tuple[float, float], ...] = ()
 
 
 def _done_lines(sizes: np.ndarray, count: int) -> list[tuple[float, float]]:
@@ -350,7 +334,7 @@ def sharing_lp_bound(
     tail: float | None = None,
     rounds: int = 50,
     threads: int = 2,
-) -> SharingLPResult:
+) -> LPBoundResult:
     """The processor-sharing LP's bound on total latency (see the module docstring).
 
     ``step`` (the interval length D, at least the longest batch) defaults to what three rounds of the deadline
@@ -363,14 +347,14 @@ def sharing_lp_bound(
     started = time.monotonic()
     data = _Data.of(instance)
     if data is None:
-        return SharingLPResult(None, 0.0, 0, 0, 0.0, "not supported")
+        return LPBoundResult(None, 0.0, 0, 0, 0.0, "not supported")
     span = float(data.arrival.max()) + (TAIL * data.isolated_mean() if tail is None else tail)
     if step is None:
         step = span / planned_intervals(deadline.remaining(), len(data.forms))
     step = max(float(step), data.t_max)  # the waiting rows need D >= T_max
     built = _Builder(data, step, span)
     if not built.build(deadline):
-        return SharingLPResult(
+        return LPBoundResult(
             None, step, built.n_int, 0, time.monotonic() - started, "deadline while building"
         )
     best, status, history, done = -math.inf, "not solved", [], 0
@@ -384,6 +368,6 @@ def sharing_lp_bound(
             break
     seconds = time.monotonic() - started
     if not math.isfinite(best):
-        return SharingLPResult(None, step, built.n_int, done, seconds, status)
+        return LPBoundResult(None, step, built.n_int, done, seconds, status)
     bound = Bound(max(0.0, best * (1.0 - SAFETY)), SOURCE, Scope.ALL)
-    return SharingLPResult(bound, step, built.n_int, done, seconds, status, tuple(history))
+    return LPBoundResult(bound, step, built.n_int, done, seconds, status, tuple(history))
