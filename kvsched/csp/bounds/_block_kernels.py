@@ -38,7 +38,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from kvsched.csp.bounds._chain_kernels import BAND_TOL, LATENCY, TTFT, _pre_cost, _pre_weight
+from kvsched.csp.bounds._chain_kernels import BAND_TOL, LATENCY, TTFT, _pre_cost, prompt_weight
 
 __all__ = ["LATENCY", "TTFT", "price_blocks", "price_blocks_python"]
 
@@ -380,6 +380,6 @@ def _pre_min_python(
         return float(y[t // span]) if t // span < y.size else 0.0
 
     return min(
-        sum(_pre_weight(i_j, m, chunk, kv_block) * price(t1 - m) for m in range(1, npre + 1))
+        sum(prompt_weight(i_j, m, chunk, kv_block) * price(t1 - m) for m in range(1, npre + 1))
         for t1 in range(s, b * span + span)
     )

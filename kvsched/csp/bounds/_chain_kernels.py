@@ -16,6 +16,10 @@ in the flat array of those, ``n + 1`` entries; request ``j`` has ``pre_offset[j 
 pre_offset[j] = earliest - release`` of them under a chunk cap ``chunk = q > 0``, none
 without one). ``y`` and ``z`` are padded with zeros
 past the dual horizon so that every slot a chain may use has a price.
+
+The weights here (:func:`op_weight`, :func:`prompt_weight`, :func:`refill_batches`) are the relaxation's
+one definition of what an op, a prompt batch and a refill hold: the chain LP
+(:mod:`kvsched.csp.bounds.chain_lp`) builds its rows from them too.
 """
 
 from __future__ import annotations
@@ -31,13 +35,13 @@ BAND_TOL = 1e-7
 
 
 @nb.njit(cache=True, inline="always")
-def _weight(prompt: int, u: int, block: int) -> float:
+def op_weight(prompt: int, u: int, block: int) -> float:
     """Blocks held while generating token ``u`` (1-based): I + u - 1 tokens, rounded up to blocks."""
     return float((prompt + u - 1 + block - 1) // block)
 
 
 @nb.njit(cache=True, inline="always")
-def _pre_weight(prompt: int, m: int, chunk: int, block: int) -> float:
+def prompt_weight(prompt: int, m: int, chunk: int, block: int) -> float:
     """Blocks held by the ``m``-th prompt batch before the first token's: at least ``I - m q`` tokens."""
     rest = prompt - m * chunk
     return float((rest + block - 1) // block) if rest > 0 else 0.0
@@ -94,7 +98,7 @@ def _price_one(
     for u in range(1, o + 1):
         t = e + u - 1
         if t < big:
-            c += _weight(prompt[j], u, block) * y[t]
+            c += op_weight(prompt[j], u, block) * y[t]
             if has_z and u > 1:
                 c += z[t]
     c += _pre_cost(prompt[j], npre, chunk, block, y, 1, e)
@@ -118,7 +122,7 @@ def _price_one(
                 c += _gap_cost(prompt[j], u, chunk, block, y, last, t)
             last = t
             if t < big:
-                c += _weight(prompt[j], u, block) * y[t]
+                c += op_weight(prompt[j], u, block) * y[t]
                 if has_z and u > 1:
                     c += z[t]
         t1 = prev[offset[j]]
@@ -159,7 +163,7 @@ def _price_one(
         t = e + d
         v = 0.0
         if t < big:
-            v = _weight(prompt[j], 1, block) * y[t]
+            v = op_weight(prompt[j], 1, block) * y[t]
             if has_z:
                 if z[t] < m:
                     m = z[t]
@@ -192,9 +196,9 @@ def _price_one(
     how = np.zeros((o, width), dtype=np.int8)  # 1: the gap before op u is a refill (or free)
     fn = np.empty(width)
     for u in range(2, o + 1):
-        wu = _weight(prompt[j], u, block)
-        wh = _weight(prompt[j], u - 1, block)
-        k1 = _refill_batches(prompt[j], u, chunk)
+        wu = op_weight(prompt[j], u, block)
+        wh = op_weight(prompt[j], u - 1, block)
+        k1 = refill_batches(prompt[j], u, chunk)
         base = e + u - 1
         if k1 == 0:
             # A gap is free (no cap, or the refill fits in op u's own batch): the previous op anywhere before.
@@ -263,7 +267,7 @@ def _op_price(w, t, y, z, has_z):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True, inline="always")
-def _refill_batches(prompt, u, chunk):  # pragma: no cover - compiled
+def refill_batches(prompt, u, chunk):  # pragma: no cover - compiled
     """Batches a refill's last pass has before the one generating token ``u`` (0 without a chunk cap)."""
     return (-(-(prompt + u - 1) // chunk) - 1) if chunk > 0 else 0
 
@@ -272,10 +276,10 @@ def _refill_batches(prompt, u, chunk):  # pragma: no cover - compiled
 def _gap_cost(prompt, u, chunk, block, y, s, t):  # pragma: no cover - compiled
     """The least price of a gap between op ``u - 1`` in slot ``s`` and op ``u`` in slot ``t > s + 1``."""
     hold = 0.0
-    wh = _weight(prompt, u - 1, block)
+    wh = op_weight(prompt, u - 1, block)
     for x in range(s + 1, min(t, y.size)):
         hold += wh * y[x]
-    k1 = _refill_batches(prompt, u, chunk)
+    k1 = refill_batches(prompt, u, chunk)
     if t - s - 1 >= k1:
         return min(hold, _pre_cost(prompt + u - 1, k1, chunk, block, y, 1, t))
     return hold
@@ -291,7 +295,7 @@ def _pre_cost(prompt, npre, chunk, block, y, span, t1):  # pragma: no cover - co
     for m in range(1, npre + 1):
         b = (t1 - m) // span
         if b < y.size:
-            c += _pre_weight(prompt, m, chunk, block) * y[b]
+            c += prompt_weight(prompt, m, chunk, block) * y[b]
     return c
 
 
@@ -386,12 +390,12 @@ def chain_loads(
                 if t <= s + 1 or s < 0:
                     continue
                 if refilled[offset[j] + u - 1]:
-                    k1 = _refill_batches(prompt[j], u, chunk)
+                    k1 = refill_batches(prompt[j], u, chunk)
                     for m in range(1, k1 + 1):
                         if 0 <= t - m < horizon:
-                            load[t - m] += _pre_weight(prompt[j] + u - 1, m, chunk, block)
+                            load[t - m] += prompt_weight(prompt[j] + u - 1, m, chunk, block)
                 else:
-                    wh = _weight(prompt[j], u - 1, block)
+                    wh = op_weight(prompt[j], u - 1, block)
                     for x in range(s + 1, min(t, horizon)):
                         load[x] += wh
     for j in range(output.size):
@@ -399,12 +403,12 @@ def chain_loads(
         for k in range(1, npre + 1):
             t = pre_chains[pre_offset[j] + k - 1]
             if 0 <= t < horizon:  # contiguous before the first op: nothing held in a gap
-                load[t] += _pre_weight(prompt[j], npre - k + 1, chunk, block)
+                load[t] += prompt_weight(prompt[j], npre - k + 1, chunk, block)
     for j in range(output.size):
         for u in range(1, output[j] + 1):
             t = chains[offset[j] + u - 1]
             if 0 <= t < horizon:
-                load[t] += _weight(prompt[j], u, block)
+                load[t] += op_weight(prompt[j], u, block)
                 if with_tokens:
                     tokens[t] += 1.0
         if with_tokens and pslot[j] < horizon:
@@ -454,7 +458,7 @@ def price_chains_numpy(
             wh = -(-(i_j + u - 2) // block)
             held = np.concatenate([[0.0], np.cumsum(wh * yy)])
             best = (held[1:] + np.minimum.accumulate(f - held[1:]))[:-1]
-            k1 = _refill_batches(i_j, u, chunk)
+            k1 = refill_batches(i_j, u, chunk)
             if k1 < best.size:
                 refill = np.full(best.size, np.inf)
                 cost = [_pre_cost(i_j + u - 1, k1, chunk, block, y, 1, int(t)) for t in slots[1 + k1 :]]
@@ -482,7 +486,7 @@ def _prompt_batches_numpy(
         return 0.0
     grid = np.arange(r, int(slots[-1]) + 1)
     price = np.where(grid < y.size, y[np.minimum(grid, y.size - 1)], 0.0)
-    g = _pre_weight(i_j, npre, chunk, block) * price  # the first of them, in any slot from r
+    g = prompt_weight(i_j, npre, chunk, block) * price  # the first of them, in any slot from r
 
     def after(g: np.ndarray, held: float) -> np.ndarray:
         # The cheapest g at an earlier slot t' plus ``held`` x the prices of the slots strictly between.
@@ -492,10 +496,10 @@ def _prompt_batches_numpy(
 
     for k in range(2, npre + 1):
         g = (
-            after(g, _pre_weight(i_j, npre - k + 2, chunk, block))
-            + _pre_weight(i_j, npre - k + 1, chunk, block) * price
+            after(g, prompt_weight(i_j, npre - k + 2, chunk, block))
+            + prompt_weight(i_j, npre - k + 1, chunk, block) * price
         )
-    last = after(g, _pre_weight(i_j, 1, chunk, block))  # the first op after the last of them
+    last = after(g, prompt_weight(i_j, 1, chunk, block))  # the first op after the last of them
     return last[slots - r]
 
 

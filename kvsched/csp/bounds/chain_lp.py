@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from kvsched.csp.bounds._chain_kernels import op_weight, prompt_weight, refill_batches
 from kvsched.csp.bounds.chain import LATENCY, ChainData
 from kvsched.highs import new_highs
 
@@ -50,15 +51,15 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
         for t in range(lo, top):
             for k in range(npre + 1):
                 # Waiting after batch k of the last pass holds what it left (nothing is evicted there).
-                rest = i_j - (npre - k + 1) * data.chunk
-                hold = ([t], [float(-(-rest // data.block))]) if k > 0 and t < horizon else ([], [])
+                held = prompt_weight(i_j, npre - k + 1, data.chunk, data.block)
+                hold = ([t], [held]) if k > 0 and t < horizon else ([], [])
                 for f in flags:
                     arcs.append((0.0, nid(("p", k, f, t)), nid(("p", k, f, t + 1)), *hold))
                     if k < npre:  # prompt batch k + 1 in slot t holds >= I - (npre - k) q tokens
                         rows, coefs = [], []
-                        rest = i_j - (npre - k) * data.chunk
-                        if t < horizon and rest > 0:
-                            rows, coefs = [t], [float(-(-rest // data.block))]
+                        w = prompt_weight(i_j, npre - k, data.chunk, data.block)
+                        if t < horizon and w > 0:
+                            rows, coefs = [t], [w]
                         arcs.append((0.0, nid(("p", k, f, t)), nid(("p", k + 1, f, t + 1)), rows, coefs))
                 if budget:  # place the other I - 1 prompt tokens in slot t
                     rows = [n_mem + t] if t < horizon else []
@@ -78,7 +79,7 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
             # evicted ("ev" nodes, free) and its refill's last pass puts k1 batches just before op u + 1.
             gaps = data.chunk > 0 and u >= 1
             if gaps:
-                k1 = -(-(i_j + u) // data.chunk) - 1
+                k1 = refill_batches(i_j, u + 1, data.chunk)
                 for t in range(e + u, top):
                     arcs.append((0.0, nid((u, t)), nid(("ev", u, t)), [], []))
                     arcs.append((0.0, nid(("ev", u, t)), nid(("ev", u, t + 1)), [], []))
@@ -88,10 +89,10 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
                     for m in range(1, k1 + 1):
                         if t + k1 - m < horizon:
                             rows.append(t + k1 - m)
-                            coefs.append(float(-(-(i_j + u - m * data.chunk) // data.block)))
+                            coefs.append(prompt_weight(i_j + u, m, data.chunk, data.block))
                     if t + k1 < horizon:
                         rows.append(t + k1)
-                        coefs.append(float(-(-(i_j + u) // data.block)))
+                        coefs.append(op_weight(i_j, u + 1, data.block))
                         if budget:
                             rows.append(n_mem + t + k1)
                             coefs.append(1.0)
@@ -104,9 +105,9 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
                 # Wait a slot: before the first op, holding what the last prompt batch left; after op u,
                 # under a chunk cap, holding its KV.
                 if u == 0 and npre and t < horizon:
-                    hold = ([t], [float(-(-(i_j - data.chunk) // data.block))])
+                    hold = ([t], [prompt_weight(i_j, 1, data.chunk, data.block)])
                 elif gaps and t < horizon:
-                    hold = ([t], [float(-(-(i_j + u - 1) // data.block))])
+                    hold = ([t], [op_weight(i_j, u, data.block)])
                 else:
                     hold = ([], [])
                 arcs.append((0.0, nid((u, t)), nid((u, t + 1)), *hold))
@@ -114,7 +115,7 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
                     continue
                 rows, coefs = [], []
                 if t < horizon:  # op u + 1 in slot t holds I + u tokens
-                    rows, coefs = [t], [float(-(-(i_j + u) // data.block))]
+                    rows, coefs = [t], [op_weight(i_j, u + 1, data.block)]
                     if budget:
                         rows.append(n_mem + t)
                         coefs.append(1.0)
