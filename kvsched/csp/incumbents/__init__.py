@@ -2,7 +2,9 @@
 
 * :func:`greedy` -- the eviction-aware priority greedy (any rule, or external keys);
 * :func:`best_incumbent` -- the best of the greedy variants and the fast registered policies;
-* :func:`improve` -- large-neighbourhood search over the greedy's priorities, windows solved exactly.
+* :func:`improve` -- large-neighbourhood search over the greedy's priorities, windows re-ordered and re-simulated;
+* :func:`window_search` -- windows of a schedule re-solved exactly with CP-SAT against the residual the
+  frozen rest leaves (unit time, no budget; a tool, not run by the pipeline: see its module).
 """
 
 from kvsched.csp.incumbents.base import Incumbent
@@ -18,6 +20,7 @@ from kvsched.csp.incumbents.greedy import decide, greedy
 from kvsched.csp.incumbents.lns import improve
 from kvsched.csp.incumbents.log import BatchLog
 from kvsched.csp.incumbents.rules import RULES, kv_area, rule_keys
+from kvsched.csp.incumbents.window import window_search
 
 __all__ = [
     "FAST_POLICIES",
@@ -34,4 +37,5 @@ __all__ = [
     "kv_area",
     "rule_keys",
     "variant_kind",
+    "window_search",
 ]
