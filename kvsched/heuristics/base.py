@@ -146,6 +146,11 @@ class SchedulerView:
         """How many requests have completed (it only grows: a count of completions so far)."""
         return self._state.num_done
 
+    def completed_since(self, k: int) -> list[int]:
+        """The requests that completed after the first ``k`` completions (``k`` a :attr:`num_done` read
+        earlier), in the order they completed: a fresh list."""
+        return self._state._completed[k:]
+
     # ------------------------------------------------------------------ memory
     @property
     def kv_tokens_used(self) -> int:

@@ -681,18 +681,28 @@ class InferMax(RunOffers):
         completions = view.num_done
         if completions == self._released:
             return run
+        completed = view.completed_since(self._released)
         self._released = completions
-        done = view.done[run]
-        if not nonzero(done):
-            return run
+        if len(completed) == 1:
+            # The usual case, one completion since the last call: found by its position, without a
+            # gather of `done` over the running ones (a request completes once).
+            keep = run != completed[0]
+            if nonzero(keep) == run.size:
+                return run
+        else:
+            done = view.done[run]
+            if not nonzero(done):
+                return run
+            completed = run[done].tolist()  # (in running order)
+            keep = ~done
         alloc = self._alloc
-        for r in run[done].tolist():
+        for r in completed:
             held = alloc.item(r)  # (a scalar read: no numpy scalar)
             self._reserved -= held if self._block == 1 else self._blocks(held)
             alloc[r] = 0
             if self.reserve == "histogram":
                 self._observe(int(view.generated[r]))
-        run = self._running = run[~done]
+        run = self._running = run[keep]
         return run
 
     def _commit(self, build: _Build) -> None:

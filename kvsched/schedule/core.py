@@ -147,6 +147,9 @@ class EngineState(RunSteps):
         self.kv_blocks = 0  # sum of blocks(kv)
         self.num_holding = 0  # requests with kv > 0
         self.num_done = 0
+        # The completed requests in the order they completed (num_done of them): a policy reads the ones
+        # since its last look (completed_since) instead of gathering `done` over the ones it runs.
+        self._completed: list[int] = []
         self.num_batches = 0
         self._made: _Made | None = None  # last make_batch result
         self._planned: tuple | None = None  # last plan_run (RunSteps.plan_run)
@@ -178,6 +181,7 @@ class EngineState(RunSteps):
             {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()}
         )
         new._made = new._planned = new._made_run = new._applied = new._generated_all = None
+        new._completed = list(self._completed)
         return new
 
     # ------------------------------------------------------------------ reads
@@ -203,6 +207,11 @@ class EngineState(RunSteps):
     @property
     def all_done(self) -> bool:
         return self.num_done == self.n
+
+    def completed_since(self, k: int) -> list[int]:
+        """The requests that completed after the first ``k`` completions, in the order they completed
+        (a fresh list; ``completed_since(0)`` is every completed request)."""
+        return self._completed[k:]
 
     def _blocks(self, tokens: np.ndarray) -> np.ndarray:
         if self.block_size == 1:
@@ -513,16 +522,7 @@ class EngineState(RunSteps):
         self.first_token[first_tok] = end
         completed = gen[self.generated[gen] >= self.output[gen]]
         if completed.size:
-            kv_c = self.kv[completed]
-            self.kv_tokens -= int(kv_c.sum())
-            self.kv_blocks -= int(self._blocks(kv_c).sum())
-            self.num_holding -= int(completed.size)
-            self.kv[completed] = 0
-            self._dropped[completed] += kv_c
-            self._left[completed] = 0
-            self.done[completed] = True
-            self.completion[completed] = end
-            self.num_done += int(completed.size)
+            self._complete(completed, end)
 
         num_tokens = int(tok.sum())
         decode_tokens = int(is_decode.sum())  # a decode is one token
@@ -561,6 +561,7 @@ class EngineState(RunSteps):
             self.done[r] = True
             self.completion[r] = end
             self.num_done += 1
+            self._completed.append(r)
             return
         kv_c = self.kv[completed]
         self.kv_tokens -= isum(kv_c)
@@ -572,6 +573,7 @@ class EngineState(RunSteps):
         self.done[completed] = _TRUE
         self.completion[completed] = end
         self.num_done += int(completed.size)
+        self._completed += completed.tolist()
 
     def _advance_legal(self, batch: Batch, legal: _Legal) -> BatchRecord:
         """:meth:`_advance` for a batch the quick path accepted, reusing its reads.
