@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from kvsched.csp.bounds.fluid_lp import _op_costs, fluid_lp_anytime, fluid_lp_bound
+from kvsched.csp.bounds.fluid_lp import fluid_lp_anytime, fluid_lp_bound
+from kvsched.csp.bounds.seconds import op_costs
 from kvsched.csp.bounds.separable import separable_forms
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.heuristics import make_policy, simulate
@@ -31,7 +32,7 @@ def test_refill_costs_are_the_least_over_the_chunk():
             instance_cost_model(Instance((Request("a", 0, 1, 1),), Limits(kv_capacity=99), model)), 64
         ):
             s = np.arange(2, 40, dtype=np.float64)
-            got = _op_costs(f, s)
+            got = op_costs(f, s)
             for k, sv in enumerate(s):
                 c = np.arange(1, sv + 1)
                 chunk = (

@@ -32,7 +32,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from kvsched.csp.bounds.seconds import Tokens, _exclusive_cumsum, _prompt_isolated, _token_costs
+from kvsched.csp.bounds.lp_model import exclusive_cumsum
+from kvsched.csp.bounds.seconds import Tokens, prompt_isolated, token_costs
 from kvsched.csp.bounds.separable import Separable, separable_forms
 from kvsched.instances.model import Instance, TimeModel
 from kvsched.schedule.validate import instance_cost_model
@@ -53,7 +54,7 @@ def unit_copy(instance: Instance) -> Instance:
 def _own_work(form: Separable, tok: Tokens) -> np.ndarray:
     """W_j: the least total of j's items' own terms (no fixed part: that is shared by the batch)."""
     g = replace(form, fixed=0.0, fixed_decode=0.0, fixed_prefill=0.0)
-    return _prompt_isolated(g, tok) + tok.over_tokens(_exclusive_cumsum(_token_costs(g, tok.grid, tok.q_cap)))
+    return prompt_isolated(g, tok) + tok.over_tokens(exclusive_cumsum(token_costs(g, tok.grid, tok.q_cap)))
 
 
 def batch_count_bound(instance: Instance, unit_batches: float) -> float | None:

@@ -43,7 +43,7 @@ import time
 import numpy as np
 
 from kvsched.csp.bounds.lp_model import SAFETY, LPBoundResult, LPModel, solve_lp
-from kvsched.csp.bounds.seconds import Tokens, _prompt_isolated
+from kvsched.csp.bounds.seconds import Tokens, op_costs, prompt_isolated
 from kvsched.csp.bounds.seconds_lagrangian import batch_bounds, shortest_batch
 from kvsched.csp.bounds.separable import Separable
 from kvsched.csp.certificate import Bound, Scope
@@ -52,24 +52,6 @@ from kvsched.stop import Deadline
 
 #: The bound's source name.
 SOURCE = "batch-rate-lp"
-
-
-def _op_costs(f: Separable, s: np.ndarray) -> np.ndarray:
-    """Least own term of the batch generating a token with S = I + u - 1 known tokens (u >= 2): a decode
-    reading S - 1 KV tokens, or the last chunk of a refill, c tokens (1 <= c <= S) on S - c KV tokens:
-    h(c) = A c + B c (2S - c) + E (S - c) + G c^2 + prefill, a quadratic in c, at its least over [1, S]
-    (both ends and, where it is convex, its vertex)."""
-    decode = f.per_token + f.decode + f.decode_kv * (s - 1)
-    a_, b_, e_, g_ = f.per_token + f.prefill_token, f.prefill_quad, f.prefill_kv, f.prefill_sq
-
-    def h(c):
-        return a_ * c + b_ * c * (2 * s - c) + e_ * (s - c) + g_ * c * c + f.prefill
-
-    refill = np.minimum(h(np.ones_like(s)), h(s))
-    if g_ > b_:
-        vertex = np.clip((e_ - a_ - 2 * b_ * s) / (2 * (g_ - b_)), 1.0, s)
-        refill = np.minimum(refill, h(vertex))
-    return np.minimum(decode, refill)
 
 
 def _build(
@@ -93,8 +75,8 @@ def _build(
     tok_item = [f.per_token + f.prefill_token + f.prefill_sq for f in lines]
     kp = np.maximum(1.0, np.ceil(prompt / q))
     nd = out - 1
-    op_cost = [_op_costs(f, prompt + 1) for f in lines]  # the cheapest generating op of j (costs grow with S)
-    iso_prompt = np.max([_prompt_isolated(f, tok) for f in lines], axis=0)
+    op_cost = [op_costs(f, prompt + 1) for f in lines]  # the cheapest generating op of j (costs grow with S)
+    iso_prompt = np.max([prompt_isolated(f, tok) for f in lines], axis=0)
     nint = max(1, math.ceil((float(a.max()) + window) / step))
     starts = np.arange(nint) * step
     m = LPModel()
@@ -121,7 +103,7 @@ def _build(
             w = 1.0 / nd[j]
             over_t = float(starts[i1 - 1] + step - a[j]) if i1 == nint else window
             s = prompt[j] + np.arange(2, out[j] + 1) - 1  # S of tokens 2..O
-            b = np.max([fx + _op_costs(f, s) for fx, f in zip(fixed, lines, strict=True)], axis=0)
+            b = np.max([fx + op_costs(f, s) for fx, f in zip(fixed, lines, strict=True)], axis=0)
             const += float((np.arange(1, b.size + 1) * b).sum()) * w
         else:
             w, over_t = 0.0, 0.0
@@ -199,8 +181,8 @@ def _budget_rows(m: LPModel, nint: int, parts, R, cap: float) -> None:
 
 def _mean_isolated(instance: Instance, f: Separable) -> float:
     tok = Tokens.of(instance)
-    per_op = f.fixed + min(f.fixed_decode, f.fixed_prefill) + _op_costs(f, tok.prompt + 1)
-    return float(np.mean(_prompt_isolated(f, tok) + per_op * (tok.output - 1)))
+    per_op = f.fixed + min(f.fixed_decode, f.fixed_prefill) + op_costs(f, tok.prompt + 1)
+    return float(np.mean(prompt_isolated(f, tok) + per_op * (tok.output - 1)))
 
 
 def pick_form(forms: list[Separable], tau_max: int) -> Separable:

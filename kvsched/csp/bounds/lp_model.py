@@ -63,6 +63,22 @@ class LPBoundResult:
     window: float | None = None
 
 
+def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
+    """Exclusive prefix sums: ``out[k]`` is the sum of ``values[:k]``, so ``out[b] - out[a]`` sums ``values[a:b]``.
+
+    Parameters
+    ----------
+    values
+        A 1-d array.
+
+    Returns
+    -------
+    np.ndarray
+        Float array of ``values.size + 1`` entries, starting at 0 (as :meth:`.seconds.Tokens.over_tokens` reads it).
+    """
+    return np.concatenate([[0.0], np.cumsum(values)])
+
+
 class LPModel:
     """Columns with boxes and costs, rows with bounds, as flat arrays (COO)."""
 

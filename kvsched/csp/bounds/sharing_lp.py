@@ -38,9 +38,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvsched.csp.bounds.fluid_lp import _op_costs
-from kvsched.csp.bounds.lp_model import SAFETY, LPBoundResult, LPModel, solve_lp
-from kvsched.csp.bounds.seconds import Tokens, _exclusive_cumsum
+from kvsched.csp.bounds.lp_model import SAFETY, LPBoundResult, LPModel, exclusive_cumsum, solve_lp
+from kvsched.csp.bounds.seconds import Tokens, op_costs
 from kvsched.csp.bounds.seconds_lagrangian import batch_bounds, shortest_batch
 from kvsched.csp.bounds.separable import Separable
 from kvsched.csp.certificate import Bound, Scope
@@ -125,10 +124,10 @@ class _Data:
         grid = np.maximum(tok.grid, 1.0)
         # The least own terms as a function of S, made nondecreasing (a running minimum from the right
         # lies below them) so that the cheapest ops are those with the fewest tokens.
-        op_cost = [np.minimum.accumulate(_op_costs(f, grid)[::-1])[::-1] for f in forms]
+        op_cost = [np.minimum.accumulate(op_costs(f, grid)[::-1])[::-1] for f in forms]
         token = [f.per_token + f.prefill_token + f.prefill_sq for f in forms]
         work = [
-            tok.over_tokens(_exclusive_cumsum(c))[order] + t * i + f.prefill * chunks
+            tok.over_tokens(exclusive_cumsum(c))[order] + t * i + f.prefill * chunks
             for f, c, t in zip(forms, op_cost, token, strict=True)
         ]
         return cls(
