@@ -50,7 +50,7 @@ import bisect
 import heapq
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -102,7 +102,7 @@ def _check_budget(name: str, value: int | None) -> None:
         raise ValueError(f"{name} must be a positive integer or None; got {value!r}")
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class _Build:
     """Accumulators of one GETNEXTBATCH call.
 
@@ -120,16 +120,37 @@ class _Build:
     free: int  # KV blocks not reserved
     running: int  # requests holding a reservation
     tail: int  # next victim candidate: order[tail] and before (lowest-priority rule)
-    requests: list[int] = field(default_factory=list)  # items added one by one, since the last part
-    tokens: list[int] = field(default_factory=list)
-    parts: list[Sequence[int]] = field(default_factory=list)  # requests, in the order they joined
-    token_parts: list[Sequence[int]] = field(default_factory=list)  # their tokens
-    tok: int = 0  # tokens in the batch so far
-    decode_batch: bool | None = None  # phase of the batch (for the hybrid check)
-    evicted: list[int] = field(default_factory=list)
-    admitted: list[int] = field(default_factory=list)  # indices in the waiting list
-    waiting_closed: bool = False
-    heap: list[tuple[int, int]] | None = None  # victims by (kv, -rank) (smallest-kv rule)
+    requests: list[int]  # items added one by one, since the last part
+    tokens: list[int]
+    parts: list[Sequence[int]]  # requests, in the order they joined
+    token_parts: list[Sequence[int]]  # their tokens
+    tok: int  # tokens in the batch so far
+    decode_batch: bool | None  # phase of the batch (for the hybrid check)
+    evicted: list[int]
+    admitted: list[int]  # indices in the waiting list
+    waiting_closed: bool
+    heap: list[tuple[int, int]] | None  # victims by (kv, -rank) (smallest-kv rule)
+
+    def __init__(
+        self,
+        view: SchedulerView,
+        order: np.ndarray,
+        kv: np.ndarray,
+        decode: np.ndarray,
+        num_decodes: int,
+        free: int,
+        running: int,
+        tail: int,
+    ) -> None:
+        # Written out (one call per decision): the generated __init__ calls a factory per list field.
+        self.view, self.order, self.kv, self.decode = view, order, kv, decode
+        self.num_decodes, self.free, self.running, self.tail = num_decodes, free, running, tail
+        self.requests, self.tokens, self.parts, self.token_parts = [], [], [], []
+        self.evicted, self.admitted = [], []
+        self.tok = 0
+        self.decode_batch = None
+        self.waiting_closed = False
+        self.heap = None
 
     def add_decodes(self, pos: np.ndarray, ones: np.ndarray) -> None:
         """Append decodes of the requests ``pos``; ``ones`` is their tokens (one each)."""

@@ -62,6 +62,7 @@ from kvsched.heuristics.base import (
 from kvsched.instances.model import Instance
 from kvsched.schedule.collector import resume_collector
 from kvsched.schedule.core import TIME_TOL, BatchRecord, EngineState
+from kvsched.schedule.data import ProblemData
 from kvsched.schedule.ir import Batch, Phase, Run, batch_starts
 from kvsched.schedule.records import RunRecord, expand_records
 
@@ -81,8 +82,10 @@ _DECODE = int(Phase.DECODE)
 
 def batch_limit(instance: Instance) -> int:
     """The most batches a run may take before it is reported as an eviction loop."""
-    work = sum(r.prompt + r.output for r in instance.requests)
-    return BATCHES_PER_TOKEN * work + len(instance)
+    # The state's arrays (built once per instance): no pass over the requests.
+    data = ProblemData.of(instance)
+    work = int(data.prompt.sum()) + int(data.output.sum())
+    return BATCHES_PER_TOKEN * work + data.n
 
 
 def _evicted_nothing(policy: Policy, evicted: int, now: float) -> KvschedError:
