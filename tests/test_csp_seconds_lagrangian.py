@@ -197,7 +197,7 @@ def test_incumbent_chains_read_runs_as_their_batches(policy):
     # The chains read a run of decode batches whole; spelled out batch by batch they are the same slots.
     import math
 
-    from kvsched.csp.bounds.seconds_lagrangian import _incumbent_chains
+    from kvsched.csp.bounds.seconds_lagrangian import incumbent_chains
     from kvsched.heuristics import make_policy, simulate
     from kvsched.instances.generators import Poisson, Uniform, synthetic
     from kvsched.schedule.records import RunRecord
@@ -209,7 +209,7 @@ def test_incumbent_chains_read_runs_as_their_batches(policy):
     trace = simulate(inst, make_policy(policy)).trace
     assert any(type(e) is RunRecord for e in trace.entries)  # runs to read whole
     data = prepare(inst, trace)
-    got = _incumbent_chains(data.release, data.earliest, data.output, data.offset, data.delta, trace)
+    got = incumbent_chains(data.release, data.earliest, data.output, data.offset, data.delta, trace)
     want = np.full(int(data.output.sum()), -1, dtype=np.int64)
     done = np.zeros(data.output.size, dtype=np.int64)
     for rec in trace.records:  # every batch spelled out

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvsched.csp.bounds.sharing_lp import (
-    _cheapest_tangents,
-    _done_lines,
+    cheapest_tangents,
+    done_lines,
     planned_intervals,
     sharing_lp_bound,
 )
@@ -33,7 +33,7 @@ from tests.seconds_bound_checks import (
 def test_done_lines_lie_above_the_smallest_first_count(sizes):
     """For every amount x, the most requests whose sizes sum to at most x is below every line."""
     sizes = np.array(sizes, dtype=np.float64)
-    lines = _done_lines(sizes, 4)
+    lines = done_lines(sizes, 4)
     ordered = np.sort(sizes)
     for x in np.linspace(0.0, sizes.sum() + 3.0, 57):
         count = int(np.searchsorted(np.cumsum(ordered), x, side="right"))
@@ -46,7 +46,7 @@ def test_cheapest_tangents_lie_below_the_cheapest_sum(counts, seed):
     """For every op count x, the x cheapest ops cost at least every tangent (costs nondecreasing in S)."""
     counts = np.array(counts, dtype=np.float64)
     unit = np.sort(np.random.default_rng(seed).uniform(0.0, 2.0, counts.size))
-    lines = _cheapest_tangents(counts, unit, 3)
+    lines = cheapest_tangents(counts, unit, 3)
     ops = np.repeat(unit, counts.astype(int))
     cheapest = np.concatenate([[0.0], np.cumsum(ops)])
     for x, least in enumerate(cheapest):
@@ -81,9 +81,9 @@ def test_the_grid_is_sized_from_the_time_left():
 
 
 def test_rounds_stop_once_the_value_stalls():
-    from kvsched.csp.bounds.sharing_lp import _stalled
+    from kvsched.csp.bounds.sharing_lp import stalled
 
     rising = [(float(k), 100.0 + 10 * k) for k in range(6)]
-    assert not _stalled(rising)
+    assert not stalled(rising)
     flat = [*rising, (6.0, 150.02), (7.0, 149.9), (8.0, 150.05)]
-    assert _stalled(flat) and not _stalled(flat[:-1])
+    assert stalled(flat) and not stalled(flat[:-1])

@@ -248,11 +248,32 @@ def _coeffs(forms: list[Separable], q: float, s_max: int) -> dict:
     }
 
 
-def _incumbent_chains(data_release, earliest, output, offset, delta, trace: Trace) -> np.ndarray | None:
+def incumbent_chains(data_release, earliest, output, offset, delta, trace: Trace) -> np.ndarray | None:
     """The slots of each request's generating batches in ``trace`` (None if they break the relaxation).
 
     A run of k decode batches is read whole: each of its requests generates in every batch, so its next k
     chain entries are the batches' slots (spelling the run out as batch records took 50 s at 100k requests).
+
+    Parameters
+    ----------
+    data_release
+        Per request, its release slot (unused; kept for the callers' argument order).
+    earliest
+        Per request, the earliest slot of its first generating batch.
+    output
+        Per request, its output tokens O (its chain's length).
+    offset
+        Per request, where its chain starts in the flat array (exclusive prefix sums of ``output``).
+    delta
+        Slot length in seconds: a batch starting at t lies in slot ``floor(t / delta)``.
+    trace
+        A validated schedule's trace.
+
+    Returns
+    -------
+    np.ndarray or None
+        The flat chains (int64, ``output.sum()`` entries), or None when a request's batches are missing, start
+        before its earliest slot or share a slot (the relaxation's chains are strictly increasing).
     """
     chains = np.full(int(output.sum()), -1, dtype=np.int64)
     done = np.zeros(output.size, dtype=np.int64)
@@ -314,7 +335,7 @@ def prepare(instance: Instance, incumbent: Trace) -> SecondsChainData:
     inv_phi = np.where(phi > 0, 1.0 / np.maximum(phi, 1.0), 0.0) * (1.0 - SAFETY)
     # Windows several times the longest batch: the overrun o_W <= T_max costs little against them.
     group = max(1, -(-horizon // WINDOWS), math.ceil(SPAN * t_max / delta))
-    prev = _incumbent_chains(release, earliest, output, offset, delta, incumbent)
+    prev = incumbent_chains(release, earliest, output, offset, delta, incumbent)
     return SecondsChainData(
         release=release,
         earliest=earliest,

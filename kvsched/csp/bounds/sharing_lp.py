@@ -59,10 +59,24 @@ TAIL = 16.0
 CUT_TOLERANCE = 1e-4
 
 
-def _done_lines(sizes: np.ndarray, count: int) -> list[tuple[float, float]]:
-    """Lines (b, slope) with ``done <= b + slope x`` for every x: the most requests of ``sizes`` whose sizes
-    sum to at most x (smallest first) is below each line of the concave interpolation of (sum of the k
-    smallest, k); a subset of its lines still lies above it."""
+def done_lines(sizes: np.ndarray, count: int) -> list[tuple[float, float]]:
+    """Lines above the most requests that fit in a given total size.
+
+    The most requests of ``sizes`` whose sizes sum to at most x (smallest first) is below each line of the
+    concave interpolation of (sum of the k smallest, k); a subset of its lines still lies above it.
+
+    Parameters
+    ----------
+    sizes
+        The requests' sizes (zeros count as done at once).
+    count
+        Lines wanted at most (k spread evenly over 1..the positive sizes).
+
+    Returns
+    -------
+    list[tuple[float, float]]
+        Lines (b, slope) with ``done <= b + slope x`` for every x >= 0.
+    """
     pos = np.sort(sizes[sizes > 0]).astype(np.float64)
     zeros = float(sizes.size - pos.size)
     if pos.size == 0:
@@ -72,11 +86,26 @@ def _done_lines(sizes: np.ndarray, count: int) -> list[tuple[float, float]]:
     return [(zeros + k - 1 - prefix[k - 1] / pos[k - 1], 1.0 / pos[k - 1]) for k in ks]
 
 
-def _cheapest_tangents(counts: np.ndarray, unit: np.ndarray, points: int) -> list[tuple[float, float]]:
-    """Lines (c0, slope) with ``cumulative cost >= c0 + slope x`` after x ops, when ``counts[S]`` ops with
-    S known tokens had arrived, each costing at least ``unit[S]`` (nondecreasing in S): the x cheapest cost
-    at least that. At x = (ops with at most S tokens) the cheapest sum is exact; beyond, each further op
-    costs at least unit[S + 1], and below, each removed one at most unit[S] <= unit[S + 1]."""
+def cheapest_tangents(counts: np.ndarray, unit: np.ndarray, points: int) -> list[tuple[float, float]]:
+    """Lines below the least cumulative cost of x ops, the x cheapest of those that had arrived.
+
+    At x = (ops with at most S tokens) the cheapest sum is exact; beyond, each further op costs at least
+    ``unit[S + 1]``, and below, each removed one at most ``unit[S] <= unit[S + 1]``.
+
+    Parameters
+    ----------
+    counts
+        ``counts[S]``: the ops with S known tokens that had arrived.
+    unit
+        ``unit[S]``: the least cost of one such op, nondecreasing in S.
+    points
+        Tangent points, at evenly spread shares of the ops.
+
+    Returns
+    -------
+    list[tuple[float, float]]
+        Lines (c0, slope) with ``cumulative cost >= c0 + slope x`` after x ops (empty when no op arrived).
+    """
     cum = np.cumsum(counts)
     total = cum[-1]
     if total <= 0:
@@ -228,7 +257,7 @@ class _Builder:
                     (d.work[f][:k], [cum[f"w{f}"][1][i], cx[i], ce[i]], [1.0, d.token[f], d.forms[f].prefill])
                 )
             for sizes, cols, coef in sized:
-                for b, slope in _done_lines(sizes, DONE_LINES):
+                for b, slope in done_lines(sizes, DONE_LINES):
                     m.row([done[i], *cols], [1.0, *(-slope * c for c in coef)], hi=b)
             # The generating ops of the requests arrived by end_i, by S: the cheapest ones bound the cost.
             while added < k:
@@ -251,7 +280,7 @@ class _Builder:
                         lo=0.0,
                     )
                 for total, unit in units:
-                    for c0, slope in _cheapest_tangents(per_s, unit, COST_TANGENTS):
+                    for c0, slope in cheapest_tangents(per_s, unit, COST_TANGENTS):
                         m.row([total[i], cg[i]], [1.0, -slope], lo=c0)
             else:
                 for f in range(nf):
@@ -315,10 +344,22 @@ def planned_intervals(seconds: float, forms: int) -> int:
     return int(min(MAX_INTERVALS, max(MIN_INTERVALS, n)))
 
 
-def _stalled(history: list[tuple[float, float]]) -> bool:
-    """True when the last STALL_ROUNDS rounds raised the best value by less than STALL_SHARE: past that the
-    interior point's inexact duals move the value up and down by about as much as a tangent adds (A100 1k,
-    D = 1 s: within 0.2% of the final value after 7 of 19 rounds)."""
+def stalled(history: list[tuple[float, float]]) -> bool:
+    """Whether the cutting-plane rounds have stopped paying: the sharing LP's stopping rule.
+
+    Past that point the interior point's inexact duals move the value up and down by about as much as a
+    tangent adds (A100 1k, D = 1 s: within 0.2% of the final value after 7 of 19 rounds).
+
+    Parameters
+    ----------
+    history
+        (seconds, the LP's value) after each round, in order.
+
+    Returns
+    -------
+    bool
+        True when the last STALL_ROUNDS rounds raised the best value by less than STALL_SHARE.
+    """
     if len(history) <= STALL_ROUNDS:
         return False
     before = max(v for _, v in history[:-STALL_ROUNDS])
@@ -363,7 +404,7 @@ def sharing_lp_bound(
         if value is not None and math.isfinite(value):
             best = max(best, value)
             history.append((time.monotonic() - started, value))
-        if point is None or deadline.expired() or built.violated(point) == 0 or _stalled(history):
+        if point is None or deadline.expired() or built.violated(point) == 0 or stalled(history):
             break
     seconds = time.monotonic() - started
     if not math.isfinite(best):
