@@ -38,7 +38,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from kvsched.csp.bounds._chain_kernels import BAND_TOL, LATENCY, TTFT, _pre_cost, prompt_weight
+from kvsched.csp.bounds._chain_kernels import BAND_TOL, LATENCY, TTFT, pre_cost, prompt_weight
 
 __all__ = ["LATENCY", "TTFT", "price_blocks", "price_blocks_python"]
 
@@ -53,7 +53,7 @@ def _pre_min(i_j, npre, chunk, kv_block, span, y, b, s):  # pragma: no cover - c
     best = np.inf
     at = s
     for t1 in range(s, min(b * span + span - 1, max(s, b * span + npre)) + 1):
-        c = _pre_cost(i_j, npre, chunk, kv_block, y, span, t1)
+        c = pre_cost(i_j, npre, chunk, kv_block, y, span, t1)
         if c < best:
             best = c
             at = t1
@@ -106,7 +106,7 @@ def _price_one(
                     c += rest * m
         if objective == TTFT:
             break
-    c += _pre_cost(i_j, npre, chunk, kv_block, y, span, e)
+    c += pre_cost(i_j, npre, chunk, kv_block, y, span, e)
     c += e + (o if objective == LATENCY else 1) - a
     ub = min(ub, c)
     if use_prev and prev[offset[j]] >= 0:
@@ -122,7 +122,7 @@ def _price_one(
                 if has_z:
                     c += z[t // span]
         t1 = prev[offset[j]]
-        c += _pre_cost(i_j, npre, chunk, kv_block, y, span, t1)
+        c += pre_cost(i_j, npre, chunk, kv_block, y, span, t1)
         if has_z and t1 < big:
             mm = zp
             for t in range(e, t1 + 1):

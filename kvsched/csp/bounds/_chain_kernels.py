@@ -101,7 +101,7 @@ def _price_one(
             c += op_weight(prompt[j], u, block) * y[t]
             if has_z and u > 1:
                 c += z[t]
-    c += _pre_cost(prompt[j], npre, chunk, block, y, 1, e)
+    c += pre_cost(prompt[j], npre, chunk, block, y, 1, e)
     if objective == LATENCY:
         c += e + o - a
     else:
@@ -126,7 +126,7 @@ def _price_one(
                 if has_z and u > 1:
                     c += z[t]
         t1 = prev[offset[j]]
-        c += _pre_cost(prompt[j], npre, chunk, block, y, 1, t1)  # prompt batches just before t1
+        c += pre_cost(prompt[j], npre, chunk, block, y, 1, t1)  # prompt batches just before t1
         if has_z:
             mm = pre_min
             for s in range(e, min(t1 + 1, big)):
@@ -154,7 +154,7 @@ def _price_one(
     # npre slots just before its first op: gm[d] is their price for the first op at e + d.
     gm = np.zeros(width)
     for d in range(width):
-        gm[d] = _pre_cost(prompt[j], npre, chunk, block, y, 1, e + d)
+        gm[d] = pre_cost(prompt[j], npre, chunk, block, y, 1, e + d)
     f = np.empty(width)
     p1 = np.empty(width, dtype=np.int64)  # where the other prompt tokens go, per first-op slot
     m = pre_min
@@ -229,7 +229,7 @@ def _price_one(
             v = held + run_h
             arg[u - 2, d] = ah
             if run_r < np.inf:
-                vr = run_r + _pre_cost(prompt[j] + u - 1, k1, chunk, block, y, 1, t)
+                vr = run_r + pre_cost(prompt[j] + u - 1, k1, chunk, block, y, 1, t)
                 if vr < v:
                     v = vr
                     arg[u - 2, d] = ar
@@ -281,15 +281,37 @@ def _gap_cost(prompt, u, chunk, block, y, s, t):  # pragma: no cover - compiled
         hold += wh * y[x]
     k1 = refill_batches(prompt, u, chunk)
     if t - s - 1 >= k1:
-        return min(hold, _pre_cost(prompt + u - 1, k1, chunk, block, y, 1, t))
+        return min(hold, pre_cost(prompt + u - 1, k1, chunk, block, y, 1, t))
     return hold
 
 
 @nb.njit(cache=True, inline="always")
-def _pre_cost(prompt, npre, chunk, block, y, span, t1):  # pragma: no cover - compiled
+def pre_cost(prompt, npre, chunk, block, y, span, t1):  # pragma: no cover - compiled
     """The price of ``npre`` prompt batches in the slots just before a first op at ``t1``.
 
-    ``y`` is constant on blocks of ``span`` slots (1: slot prices); past its end every price is 0.
+    Shared by the chain kernels (slot prices) and the block kernels (prices per block of slots).
+
+    Parameters
+    ----------
+    prompt
+        The prompt's tokens I.
+    npre
+        Prompt batches, in slots ``t1 - 1, ..., t1 - npre``.
+    chunk
+        The largest prefill chunk (see :func:`prompt_weight`).
+    block
+        The KV block size (see :func:`prompt_weight`).
+    y
+        Prices, constant on blocks of ``span`` slots; past its end every price is 0.
+    span
+        Slots per price (1: slot prices).
+    t1
+        The slot of the first generating op.
+
+    Returns
+    -------
+    float
+        The sum over the prompt batches of their weight times their slot's price.
     """
     c = 0.0
     for m in range(1, npre + 1):
@@ -461,7 +483,7 @@ def price_chains_numpy(
             k1 = refill_batches(i_j, u, chunk)
             if k1 < best.size:
                 refill = np.full(best.size, np.inf)
-                cost = [_pre_cost(i_j + u - 1, k1, chunk, block, y, 1, int(t)) for t in slots[1 + k1 :]]
+                cost = [pre_cost(i_j + u - 1, k1, chunk, block, y, 1, int(t)) for t in slots[1 + k1 :]]
                 refill[k1:] = np.minimum.accumulate(f)[: best.size - k1] + np.array(cost)
                 best = np.minimum(best, refill)
             step = -(-(i_j + u - 1) // block) * yy[1:]
