@@ -19,7 +19,7 @@ from kvsched.commands.common import (
     positive_int,
 )
 from kvsched.commands.outputs import add_slo_arg
-from kvsched.commands.solve import _add_solver_args, _model_kwargs, _options
+from kvsched.commands.solve import add_solver_args, model_kwargs, solver_options
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
 from kvsched.stop import Deadline
@@ -177,8 +177,8 @@ def _solve(instance: Any, args: argparse.Namespace) -> Any:  # -> Result
         objective=args.objective,
         formulation=args.formulation,
         solver=args.solver,
-        options=_options(args),
-        **_model_kwargs(args),
+        options=solver_options(args),
+        **model_kwargs(args),
     )
 
 
@@ -286,9 +286,9 @@ def cmd_report(args: argparse.Namespace) -> int:
             objective=args.objective,
             solver=None if args.no_solver else args.solver,
             formulation=args.formulation,
-            options=_options(args),
+            options=solver_options(args),
             skip_solver_errors=True,
-            solve_options=None if args.no_solver else _model_kwargs(args),
+            solve_options=None if args.no_solver else model_kwargs(args),
             # Time is kept for drawing the figures after the solve.
             deadline=deadline.before(min(REPORT_MARGIN, REPORT_SHARE * deadline.limit)),
         )
@@ -389,7 +389,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--metric", default="mean_latency", help="load: the y column (default mean_latency)")
     p.add_argument("--sweep", help="load, regret: only rows of this sweep")
     _add_against(p)
-    _add_solver_args(p)
+    add_solver_args(p)
     p.set_defaults(func=_plot_entry)
 
     p = sub.add_parser(
@@ -405,7 +405,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--policies", default="all", help="comma-separated policy names, or all (default)")
     p.add_argument("--no-solver", action="store_true", help="compare the policies only")
     _add_against(p)
-    _add_solver_args(p)
+    add_solver_args(p)
     p.set_defaults(func=cmd_report)
 
 

@@ -38,7 +38,24 @@ SOLVERS = ("highs", "cbc", "cpsat")
 OBJECTIVES = ("total-latency", "makespan", "sum-ttft")
 
 
-def _options(args: argparse.Namespace):  # -> SolverOptions
+def solver_options(args: argparse.Namespace):  # -> SolverOptions
+    """The solver options of ``args`` (the flags of :func:`add_solver_args`).
+
+    Parameters
+    ----------
+    args
+        Parsed arguments of a command with the solver flags.
+
+    Returns
+    -------
+    SolverOptions
+        Time limit, threads, gap, seed and log.
+
+    Raises
+    ------
+    InputError
+        A time limit or gap out of range.
+    """
     from kvsched.csp import SolverOptions
 
     check_time_limit(args.time_limit)
@@ -49,7 +66,14 @@ def _options(args: argparse.Namespace):  # -> SolverOptions
     )
 
 
-def _add_solver_args(p: argparse.ArgumentParser) -> None:
+def add_solver_args(p: argparse.ArgumentParser) -> None:
+    """Add the "solver" flag group (back end, formulation, objective, limits, formulation options) to ``p``.
+
+    Parameters
+    ----------
+    p
+        The command's parser: ``kvsched solve``, ``compare``, ``plot`` and ``report`` share these flags.
+    """
     g = p.add_argument_group("solver")
     g.add_argument("--solver", choices=SOLVERS, default="highs", help="back end (default highs)")
     g.add_argument(
@@ -85,8 +109,24 @@ def _add_solver_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _model_kwargs(args: argparse.Namespace) -> dict[str, bool]:
-    """The formulation options of ``args`` that apply to its formulation."""
+def model_kwargs(args: argparse.Namespace) -> dict[str, bool]:
+    """The formulation options of ``args`` that apply to its formulation.
+
+    Parameters
+    ----------
+    args
+        Parsed arguments with the flags of :func:`add_solver_args`.
+
+    Returns
+    -------
+    dict[str, bool]
+        ``allow_eviction`` for the batch and auto formulations, ``strengthen`` for the time one.
+
+    Raises
+    ------
+    InputError
+        A formulation flag given for a formulation it does not apply to.
+    """
     if args.formulation in ("batch", "auto"):
         if args.no_strengthen:
             raise InputError("--no-strengthen: applies to --formulation time only")
@@ -168,11 +208,11 @@ def cmd_solve(args: argparse.Namespace) -> int:
         objective=args.objective,
         formulation=args.formulation,
         solver=args.solver,
-        options=_options(args),
+        options=solver_options(args),
         warm_start=warm,
         export=args.export,
         deadline=solve_deadline(deadline, instance, _outputs(args), warn="solve"),
-        **_model_kwargs(args),
+        **model_kwargs(args),
     )
     seconds["solved"] = time.monotonic() - started
     # After the solve, not before: a configuration it refuses gets its one error line only, and the
@@ -351,8 +391,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         objective=args.objective,
         solver=None if args.no_solver else args.solver,
         formulation=args.formulation,
-        options=_options(args),
-        solve_options=None if args.no_solver else _model_kwargs(args),
+        options=solver_options(args),
+        solve_options=None if args.no_solver else model_kwargs(args),
         slo=slo_from_args(args, instance),
         deadline=solve_deadline(deadline, instance),
         validate=args.validate,
@@ -388,7 +428,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "schedule found and the proven bound. The schedule is replayed through the semantic core.",
     )
     p.add_argument("instance", help="instance .json")
-    _add_solver_args(p)
+    add_solver_args(p)
     p.add_argument("--warm-start", help="policy name or schedule .json to start from")
     p.add_argument("--export", help="also write the model as .mps or .lp (for Gurobi, CPLEX, ...)")
     p.add_argument("--out", "-o", help="write the schedule here (kvsched JSON)")
@@ -415,7 +455,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("instance", help="instance .json")
     p.add_argument("--policies", default="all", help="comma-separated policy names, or all (default)")
     p.add_argument("--no-solver", action="store_true", help="compare the policies only")
-    _add_solver_args(p)
+    add_solver_args(p)
     p.add_argument("--csv", help="write the table as CSV")
     p.add_argument(
         "--json",
