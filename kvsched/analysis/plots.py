@@ -30,7 +30,8 @@ from kvsched.csp.result import AnytimePoint, Result
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Phase, Schedule
-from kvsched.schedule.metrics import _generation_events, batch_metrics, request_metrics
+from kvsched.schedule.metrics import batch_metrics, request_metrics
+from kvsched.schedule.tokens import generation_events
 from kvsched.schedule.validate import Trace, replay
 
 FORMATS = (".png", ".svg", ".pdf")
@@ -124,7 +125,7 @@ def _step_xy(kv: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def token_gaps(trace: Trace) -> np.ndarray:
     """Every time between two consecutive tokens of one request (the TBT samples)."""
-    pos, times = _generation_events(trace)
+    pos, times = generation_events(trace)
     same = pos[1:] == pos[:-1]
     return np.diff(times)[same]
 
