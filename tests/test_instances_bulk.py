@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kvsched.errors import InputError
-from kvsched.instances.io import MAX_TIME, MAX_TOKENS, _requests_in_bulk, instance_from_dict, load_instance
+from kvsched.instances.io import MAX_TIME, MAX_TOKENS, instance_from_dict, load_instance, requests_in_bulk
 from kvsched.instances.model import Request
 
 #: Values of every JSON type near each field's edges (types the schema refuses included).
@@ -55,21 +55,21 @@ def _schema_only(raw) -> tuple[Request, ...] | str:
     """What the schema alone makes of ``raw``: the requests, or the error line."""
     from kvsched.instances import io
 
-    original = io._requests_in_bulk
-    io._requests_in_bulk = lambda _: None
+    original = io.requests_in_bulk
+    io.requests_in_bulk = lambda _: None
     try:
         return instance_from_dict(_document(raw), "f.json").requests
     except InputError as exc:
         return str(exc)
     finally:
-        io._requests_in_bulk = original
+        io.requests_in_bulk = original
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(request_lists())
 def test_bulk_checks_accept_only_what_the_schema_accepts(raw):
     expected = _schema_only(raw)
-    bulk = _requests_in_bulk(raw)
+    bulk = requests_in_bulk(raw)
     if bulk is not None:  # accepted in bulk: the schema accepts it too, with equal values of equal types
         assert bulk == expected
         assert [type(r.arrival) for r in bulk] == [float] * len(bulk)
@@ -82,7 +82,7 @@ def test_bulk_checks_accept_only_what_the_schema_accepts(raw):
 
 def test_integer_times_are_read_as_floats():
     raw = [{"id": "a", "arrival": 3, "prompt": 1, "output": 1, "ttft_slo": 2, "tbt_slo": None}]
-    (req,) = _requests_in_bulk(raw)
+    (req,) = requests_in_bulk(raw)
     assert req == Request("a", 3.0, 1, 1, ttft_slo=2.0) and type(req.ttft_slo) is float
 
 

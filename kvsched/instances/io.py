@@ -134,7 +134,7 @@ _REQUIRED = frozenset(("id", "arrival", "prompt", "output"))
 _FLOATS = frozenset(("arrival", "ttft_slo", "tbt_slo"))
 
 
-def _requests_in_bulk(raw: Any) -> tuple[Request, ...] | None:
+def requests_in_bulk(raw: Any) -> tuple[Request, ...] | None:
     """The requests of a well-formed ``requests`` list, checked field by field in bulk; else ``None``.
 
     Validating 100,000 request objects one by one through pydantic takes seconds
@@ -142,6 +142,16 @@ def _requests_in_bulk(raw: Any) -> tuple[Request, ...] | None:
     accept only what :class:`~kvsched.instances.schema.RequestSchema` accepts (the same types, ranges and
     unique ids): anything else returns ``None``, and the caller lets pydantic
     find and name the fault, so every error message stays the schema's own.
+
+    Parameters
+    ----------
+    raw
+        The document's ``requests`` value, as parsed from JSON.
+
+    Returns
+    -------
+    tuple[Request, ...] or None
+        The requests (integer times read as floats), or None when anything is not plainly well formed.
     """
     if type(raw) is not list or not raw or not all(type(r) is dict for r in raw):
         return None
@@ -180,7 +190,7 @@ def _validated(data: Any, source: str) -> InstanceSchema:
 def instance_from_dict(data: Any, source: str = "instance") -> Instance:
     """Validate a parsed JSON document and build the :class:`Instance`.
 
-    A well-formed request list is checked in bulk (:func:`_requests_in_bulk`)
+    A well-formed request list is checked in bulk (:func:`requests_in_bulk`)
     and the rest of the document by the schema; any fault sends the whole
     document through the schema, which names it.
     """
@@ -193,7 +203,7 @@ def instance_from_dict(data: Any, source: str = "instance") -> Instance:
 
     from kvsched.instances.schema import InstanceSchema
 
-    requests = _requests_in_bulk(data.get("requests")) if isinstance(data, dict) else None
+    requests = requests_in_bulk(data.get("requests")) if isinstance(data, dict) else None
     doc = None
     if requests is not None:
         try:  # the schema checks everything but the requests (and the first of them again)
