@@ -13,13 +13,13 @@ from kvsched.csp.incumbents import Incumbent, greedy
 from kvsched.csp.incumbents.admission import LOWEST, RATIO, cap_grid, peak_running, running_cap_search
 from kvsched.csp.incumbents.best import (
     VARIANTS,
-    _greedy,
     best_incumbent,
+    run_variant,
     search_running_caps,
     variant_of,
     variants_for,
 )
-from kvsched.csp.incumbents.lns import _rerun
+from kvsched.csp.incumbents.lns import rerunner
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.ir import Schedule
@@ -135,14 +135,14 @@ def test_best_incumbent_searches_running_caps_on_its_best_variant_under_a_steppe
     capped = {name: value for name, value in best.stats["tried"].items() if "/running-cap=" in name}
     assert capped, "no running cap was tried"
     # The caps are the best variant's, on the grid below the first variant's peak.
-    uncapped = {v: _greedy(inst, v, cost) for v in variants_for(inst, cost)}
+    uncapped = {v: run_variant(inst, v, cost) for v in variants_for(inst, cost)}
     variant = min(uncapped, key=lambda v: uncapped[v].value)
     peak = peak_running(uncapped[variants_for(inst, cost)[0]].trace)
     first_cap = next(cap_grid(peak))
     for name, value in capped.items():
         cap = int(name.split("/running-cap=")[1].split("/")[0])
         assert cap < peak
-        again = _greedy(inst, replace(variant, running_cap=cap), cost)
+        again = run_variant(inst, replace(variant, running_cap=cap), cost)
         assert again.name == name and value == pytest.approx(again.value)
     assert any(f"/running-cap={first_cap}" in name for name in capped)
     assert best.value == min(best.stats["tried"].values())
@@ -163,8 +163,8 @@ def test_the_local_search_re_makes_a_capped_incumbent_with_its_cap():
     inst = _a100()
     cost = instance_cost_model(inst)
     variant = replace(variants_for(inst, cost)[0], running_cap=8)
-    inc = _greedy(inst, variant, cost)
-    again = _rerun(inst, inc, cost)(np.ones(len(inst)), Deadline.never(), "again")
+    inc = run_variant(inst, variant, cost)
+    again = rerunner(inst, inc, cost)(np.ones(len(inst)), Deadline.never(), "again")
     assert again.value == pytest.approx(inc.value)
     assert again.schedule.meta["params"]["running_cap"] == 8
     assert peak_running(replay(inst, again.schedule, cost)) <= 8
@@ -174,7 +174,7 @@ def test_a_variants_incumbent_says_which_variant_made_it():
     inst = _a100(n=12)
     cost = instance_cost_model(inst)
     for variant in [*variants_for(inst, cost), replace(variants_for(inst, cost)[0], running_cap=9)]:
-        assert variant_of(_greedy(inst, variant, cost)) == variant
+        assert variant_of(run_variant(inst, variant, cost)) == variant
     # A schedule of external priorities, or no greedy's, names no variant.
     assert variant_of(greedy(inst, priority=np.arange(len(inst), dtype=float))) is None
     assert variant_of(Incumbent("policy:sarathi", Schedule(()), 1.0, "total-latency")) is None
@@ -192,7 +192,7 @@ def test_search_running_caps_only_where_eviction_costs_seconds_and_on_an_uncappe
     inst = _a100()
     cost = instance_cost_model(inst)
     head = variants_for(inst, cost)[0]
-    inc = _greedy(inst, head, cost)
+    inc = run_variant(inst, head, cost)
     tried: dict[str, float] = {}
     best = search_running_caps(inst, inc, tried=tried)
     assert tried and all("/running-cap=" in name for name in tried)
@@ -203,10 +203,10 @@ def test_search_running_caps_only_where_eviction_costs_seconds_and_on_an_uncappe
         f"/running-cap={next(cap_grid(peak_running(inc.trace)))}/prompt-weighted"
     )
     # A capped incumbent is not searched again, and under unit time nothing is searched.
-    capped = _greedy(inst, replace(head, running_cap=10), cost)
+    capped = run_variant(inst, replace(head, running_cap=10), cost)
     assert search_running_caps(inst, capped, tried=(none := {})) is capped and not none
     unit = replace(inst, time_model=TimeModel("unit"))
-    plain = _greedy(unit, VARIANTS["budget"][0], instance_cost_model(unit))
+    plain = run_variant(unit, VARIANTS["budget"][0], instance_cost_model(unit))
     assert search_running_caps(unit, plain, tried=(none := {})) is plain and not none
     # Out of time: the incumbent, replayed.
     assert search_running_caps(inst, inc, Deadline.after(1e-9), tried=(none := {})).value == inc.value

@@ -9,9 +9,9 @@ import pytest
 
 from kvsched.costmodel.coeffile import resolve_cost_model
 from kvsched.csp.incumbents import greedy
-from kvsched.csp.incumbents.best import CAPPED_VARIANTS, _greedy, best_incumbent, variants_for
+from kvsched.csp.incumbents.best import CAPPED_VARIANTS, best_incumbent, run_variant, variants_for
 from kvsched.csp.incumbents.knots import PROMPT_WEIGHTED, prompt_scale
-from kvsched.csp.incumbents.lns import _rerun
+from kvsched.csp.incumbents.lns import rerunner
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.validate import instance_cost_model, replay
 from kvsched.stop import Deadline
@@ -72,7 +72,7 @@ def test_the_local_search_re_makes_a_prompt_weighted_incumbent_with_its_weights(
     inst = _instance(np.random.default_rng(7), 40, TimeModel(*resolve_cost_model(A100)))
     cost = instance_cost_model(inst)
     weighted = next(v for v in variants_for(inst, cost) if v.prompt_weighted)
-    inc = _greedy(inst, weighted, cost)
+    inc = run_variant(inst, weighted, cost)
     assert inc.schedule.meta["params"][PROMPT_WEIGHTED] is True
-    again = _rerun(inst, inc, cost)(np.ones(len(inst)), Deadline.never(), "again")
+    again = rerunner(inst, inc, cost)(np.ones(len(inst)), Deadline.never(), "again")
     assert again.value == pytest.approx(inc.value)

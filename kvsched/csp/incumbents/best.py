@@ -138,8 +138,26 @@ def variants_for(instance: Instance, cost_model: CostModel) -> tuple[Variant, ..
     return head + VARIANTS[kind] + tail
 
 
-def _greedy(instance: Instance, variant: Variant, cost_model: CostModel, **kwargs: Any) -> Incumbent:
-    """The greedy's schedule for ``variant`` (its key scaled and its name saying so where prompt-weighted)."""
+def run_variant(instance: Instance, variant: Variant, cost_model: CostModel, **kwargs: Any) -> Incumbent:
+    """The greedy's schedule for ``variant`` (its key scaled and its name saying so where prompt-weighted).
+
+    Parameters
+    ----------
+    instance
+        The instance.
+    variant
+        The greedy's rule and parameters.
+    cost_model
+        The instance's cost model.
+    **kwargs
+        Further keyword arguments of :func:`~kvsched.csp.incumbents.greedy.greedy` (objective, deadline,
+        replay_schedule).
+
+    Returns
+    -------
+    Incumbent
+        The greedy's validated schedule; a prompt-weighted one says so in its params and its name.
+    """
     scale = prompt_scale(instance, cost_model, variant.token_cap) if variant.prompt_weighted else None
     cand = greedy(instance, variant.rule, **variant.kwargs(), scale=scale, cost_model=cost_model, **kwargs)
     if scale is None:
@@ -254,7 +272,7 @@ def best_incumbent(
     first, *others = variants
     cold = not is_compiled(advance_jit)
     t0 = time.perf_counter()
-    best = _greedy(instance, first, cost_model, objective=objective, deadline=deadline)
+    best = run_variant(instance, first, cost_model, objective=objective, deadline=deadline)
     greedy_cost = time.perf_counter() - t0
     if cold and is_compiled(advance_jit):
         # The first run compiled the kernel (seconds): price the others from its build and replay instead
@@ -300,7 +318,7 @@ def best_incumbent(
             skipped.append(f"greedy:{variant.rule}")
             continue
         started = time.perf_counter()
-        cand = _greedy(
+        cand = run_variant(
             instance, variant, cost_model, objective=objective, deadline=deadline, replay_schedule=False
         )
         run_cost = max(run_cost, time.perf_counter() - started)
@@ -424,7 +442,7 @@ def search_running_caps(
 
     def capped(cap: int) -> Incumbent:
         started = time.perf_counter()
-        cand = _greedy(
+        cand = run_variant(
             instance, replace(variant, running_cap=cap), cost_model, objective=incumbent.objective,
             deadline=deadline, replay_schedule=False,
         )  # fmt: skip

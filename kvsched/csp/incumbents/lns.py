@@ -85,13 +85,28 @@ _GREEDY_KEYS = (
 _KNAPSACK_KEYS = ("candidates", "cells", "tail", "min_chunk", "hold_weight", "chunk_discount", "ratio_power")
 
 
-def _rerun(
+def rerunner(
     instance: Instance, incumbent: Incumbent, cost_model: CostModel
 ) -> Callable[..., Incumbent] | None:
     """How to re-make ``incumbent`` with per-request key scales: ``rerun(scale, deadline, name)``.
 
     For an incumbent of the greedy under a dynamic rule or of the knapsack greedy (its schedule's meta
     says which, with its parameters); None otherwise.
+
+    Parameters
+    ----------
+    instance
+        The instance ``incumbent`` schedules.
+    incumbent
+        A schedule of the greedy or the knapsack greedy.
+    cost_model
+        The instance's cost model.
+
+    Returns
+    -------
+    Callable[..., Incumbent] or None
+        ``rerun(scale, deadline, name)``: the same greedy with its key times ``scale`` (per request; ones
+        re-make ``incumbent``); None for an incumbent it cannot re-make.
     """
     meta = incumbent.schedule.meta or {}
     params = meta.get("params")
@@ -134,7 +149,7 @@ def _scaled_search(
 ) -> tuple[Incumbent, int, int]:
     """Windows of the completion order re-weighted: the greedy's own moving key times a per-request scale.
 
-    ``rerun(scale, deadline, name)`` re-makes the incumbent with the scales (:func:`_rerun`). A move multiplies the scales of one window (requests adjacent in completion order; large windows
+    ``rerun(scale, deadline, name)`` re-makes the incumbent with the scales (:func:`rerunner`). A move multiplies the scales of one window (requests adjacent in completion order; large windows
     first) by a factor of :data:`SCALE_MOVES`, moving them earlier or later while their keys still shrink as they generate;
     it is kept when the replayed schedule is strictly better. Returns the best incumbent and the
     numbers of candidates simulated and kept.
@@ -257,7 +272,7 @@ def improve(
         run_s[0] = max(run_s[0], time.perf_counter() - started)
         return cand
 
-    dynamic = _rerun(instance, incumbent, cost_model) if keys is None else None
+    dynamic = rerunner(instance, incumbent, cost_model) if keys is None else None
     if n >= 2 and dynamic is not None and fits():
         # The incumbent is a greedy under a moving key: search per-request scales of that key first,
         # with half the time (its schedules start where the incumbent is; a static order starts far off).
