@@ -7,53 +7,30 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kvsched.csp.incumbents import Incumbent, decide, greedy, kv_area
+from kvsched.csp.incumbents import decide, greedy, kv_area
 from kvsched.csp.incumbents.best import best_incumbent, variant_kind
 from kvsched.csp.incumbents.knapsack import knapsack
 from kvsched.csp.incumbents.lns import improve
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import InputError
-from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.instances.model import Instance, TimeModel
 from kvsched.schedule.validate import instance_cost_model, replay
 from kvsched.stop import Deadline
 from tests.brute import brute_force
-
-
-def _inst(reqs, m, c=None, p=None, r=None, *, block=1, time_model="unit"):
-    requests = tuple(Request(f"r{k}", float(a), i, o) for k, (i, o, a) in enumerate(reqs))
-    return Instance(requests, Limits(m, block, c, p, r), TimeModel(time_model))
-
-
-def _random_instance(rng: np.random.Generator, n: int) -> Instance:
-    """Mixed limits: arrivals, blocks, budgets C/P, max_running, unit or linear time."""
-    reqs = [
-        (int(rng.integers(1, 25)), int(rng.integers(1, 25)), float(rng.integers(0, 20))) for _ in range(n)
-    ]
-    peak = max(i + o - 1 for i, o, _ in reqs)
-    block = int(rng.choice([1, 1, 4]))
-    m = max(-(-peak // block) * block, int(rng.integers(peak, 3 * peak)))
-    c = None if rng.random() < 0.5 else int(rng.integers(8, 50))
-    p = None if rng.random() < 0.6 else int(rng.integers(4, 30))
-    r = None if rng.random() < 0.7 else int(rng.integers(1, 6))
-    model = "unit" if rng.random() < 0.7 else "infermax-linear"
-    return _inst(reqs, m, c, p, r, block=block, time_model=model)
-
-
-def _value(inst: Instance, inc: Incumbent) -> float:
-    return OBJECTIVES[inc.objective](replay(inst, inc.schedule))
+from tests.incumbent_instances import budget_instance, make_instance, objective_value, random_instance
 
 
 # ------------------------------------------------------------------ legality and the two kernels
 @pytest.mark.parametrize("seed", range(6))
 def test_compiled_and_interpreted_kernels_make_the_same_legal_schedule(seed):
     rng = np.random.default_rng(seed)
-    inst = _random_instance(rng, int(rng.integers(2, 25)))
+    inst = random_instance(rng, int(rng.integers(2, 25)))
     for rule in ("remaining-area", "area", "fcfs"):
         for preempt in (True, False):
             fast = greedy(inst, rule, preempt=preempt)  # replayed strictly inside: legal and complete
             slow = greedy(inst, rule, preempt=preempt, jit=False)
             assert fast.schedule.same_as(slow.schedule)
-            assert fast.value == slow.value == _value(inst, fast)
+            assert fast.value == slow.value == objective_value(inst, fast)
 
 
 def _reference(inst: Instance, keys: np.ndarray, preempt: bool) -> list[tuple[list, list, list]]:
@@ -107,7 +84,7 @@ def _reference(inst: Instance, keys: np.ndarray, preempt: bool) -> list[tuple[li
 @pytest.mark.parametrize("seed", range(8))
 def test_kernel_follows_the_plain_rule(seed):
     rng = np.random.default_rng(100 + seed)
-    inst = _random_instance(rng, int(rng.integers(20, 160)))
+    inst = random_instance(rng, int(rng.integers(20, 160)))
     inst = Instance(inst.requests, inst.limits, TimeModel("unit"))
     keys = rng.permutation(len(inst)).astype(float)  # distinct: no tie rule to agree on
     for preempt in (True, False):
@@ -139,7 +116,7 @@ tiny = st.lists(
 @given(tiny, st.sampled_from(sorted(OBJECTIVES)))
 def test_greedy_is_never_below_the_brute_force_optimum(case, objective):
     reqs, m, c, p = case
-    inst = _inst(reqs, m, c, p)
+    inst = make_instance(reqs, m, c, p)
     optimum = brute_force(inst, objective)
     for rule in ("remaining-area", "area", "output"):
         for preempt in (True, False):
@@ -150,7 +127,7 @@ def test_greedy_is_never_below_the_brute_force_optimum(case, objective):
 def test_preemption_evicts_when_it_helps():
     # A (I 5, O 5) holds 5 of M = 9 at t = 1, when B (I 5, O 1) arrives: B fits only if A goes
     # (pausing A is not enough). Evicting is optimal here; the best eviction-free schedule is worse.
-    inst = _inst([(5, 5, 0), (5, 1, 1)], 9)
+    inst = make_instance([(5, 5, 0), (5, 1, 1)], 9)
     evicting = greedy(inst, "remaining-area", preempt=True)
     waiting = greedy(inst, "remaining-area", preempt=False)
     assert evicting.stats["evictions"] == 1 and waiting.stats["evictions"] == 0
@@ -162,7 +139,7 @@ def test_eviction_is_free_under_unit_time_without_budget():
     """The notes' claim, by replay: a refill batch generates a token and holds I + G KV, as a decode would."""
     rng = np.random.default_rng(3)
     reqs = [(int(rng.integers(1, 30)), int(rng.integers(1, 30)), 0.0) for _ in range(40)]
-    inst = _inst(reqs, max(i + o - 1 for i, o, _ in reqs) + 20)
+    inst = make_instance(reqs, max(i + o - 1 for i, o, _ in reqs) + 20)
     inc = greedy(inst, "remaining-area")
     assert inc.stats["evictions"] > 0
     trace = replay(inst, inc.schedule)
@@ -186,7 +163,7 @@ def test_eviction_is_free_under_unit_time_without_budget():
 
 
 def test_budgets_chunk_prefills_and_charge_refills():
-    inst = _inst([(9, 4, 0), (7, 6, 0), (3, 8, 1), (8, 2, 2)], 16, c=5, p=4, r=2)
+    inst = make_instance([(9, 4, 0), (7, 6, 0), (3, 8, 1), (8, 2, 2)], 16, c=5, p=4, r=2)
     inc = greedy(inst, "remaining-area")
     for batch in inc.schedule.batches:
         assert batch.num_tokens <= 5
@@ -197,16 +174,16 @@ def test_budgets_chunk_prefills_and_charge_refills():
 def test_block_size_and_linear_time_with_arrivals():
     rng = np.random.default_rng(7)
     reqs = [(int(rng.integers(1, 40)), int(rng.integers(1, 40)), float(rng.uniform(0, 5))) for _ in range(30)]
-    inst = _inst(reqs, 128, block=16, time_model="infermax-linear")
+    inst = make_instance(reqs, 128, block=16, time_model="infermax-linear")
     inc = greedy(inst)
-    assert inc.value == pytest.approx(_value(inst, inc))
+    assert inc.value == pytest.approx(objective_value(inst, inc))
     assert inc.schedule.makespan > 0
 
 
 def test_lookahead_admits_less_and_never_leaves_a_batch_empty():
     rng = np.random.default_rng(9)
     reqs = [(int(rng.integers(1, 30)), int(rng.integers(1, 30)), 0.0) for _ in range(40)]
-    inst = _inst(reqs, 120, c=32, p=32, time_model="infermax-linear")
+    inst = make_instance(reqs, 120, c=32, p=32, time_model="infermax-linear")
     plain = greedy(inst, "remaining-area")
     careful = greedy(inst, "remaining-area", lookahead=8)
     assert careful.stats["evictions"] < plain.stats["evictions"]
@@ -217,7 +194,7 @@ def test_lookahead_admits_less_and_never_leaves_a_batch_empty():
 
 # ------------------------------------------------------------------ priorities, deadline
 def test_external_priority_reproduces_a_static_rule():
-    inst = _random_instance(np.random.default_rng(11), 20)
+    inst = random_instance(np.random.default_rng(11), 20)
     prompt = np.array([r.prompt for r in inst.requests])
     output = np.array([r.output for r in inst.requests])
     by_rule = greedy(inst, "area")
@@ -230,13 +207,13 @@ def test_external_priority_reproduces_a_static_rule():
 
 
 def test_an_expired_deadline_still_gives_a_complete_legal_schedule():
-    inst = _random_instance(np.random.default_rng(5), 30)
+    inst = random_instance(np.random.default_rng(5), 30)
     expired = Deadline(time.monotonic() - 1.0, 1.0)
     for jit in (True, False):
         log = decide(inst, deadline=expired, jit=jit)
         assert log.num_batches > 0
         inc = greedy(inst, deadline=expired, jit=jit)
-        assert inc.value == _value(inst, inc)
+        assert inc.value == objective_value(inst, inc)
     best = best_incumbent(inst, deadline=expired)
     assert list(best.stats["tried"]) == [best.name]  # only the first variant ran
     assert best.stats["skipped"]
@@ -244,57 +221,45 @@ def test_an_expired_deadline_still_gives_a_complete_legal_schedule():
 
 # ------------------------------------------------------------------ best_incumbent and LNS
 def test_best_incumbent_is_the_best_validated_candidate():
-    inst = _random_instance(np.random.default_rng(2), 25)
+    inst = random_instance(np.random.default_rng(2), 25)
     best = best_incumbent(inst, policies=("mcsf", "sarathi"))
     tried = best.stats["tried"]
     assert best.value == min(tried.values()) == tried[best.name]
     assert any(name.startswith("policy:") for name in tried)
-    assert best.value == pytest.approx(_value(inst, best))
+    assert best.value == pytest.approx(objective_value(inst, best))
 
 
 def test_lns_never_worsens_and_keeps_its_deadline():
     rng = np.random.default_rng(4)
     reqs = [(int(rng.integers(1, 20)), int(rng.integers(1, 20)), 0.0) for _ in range(25)]
-    inst = _inst(reqs, max(i + o - 1 for i, o, _ in reqs) + 40)
+    inst = make_instance(reqs, max(i + o - 1 for i, o, _ in reqs) + 40)
     start = greedy(inst, "fcfs", preempt=False)
     t0 = time.monotonic()
     better = improve(inst, start, Deadline.after(1.0), window=6)
     assert time.monotonic() - t0 < 1.0 + 0.5
     assert better.value <= start.value
-    assert better.value == _value(inst, better)
+    assert better.value == objective_value(inst, better)
     assert better.stats["evaluations"] > 0
 
 
 # ------------------------------------------------------------------ token budgets: refill weight, chunks
-def _budget_instance(rng: np.random.Generator, n: int, time_model: str = "unit") -> Instance:
-    """Long prompts against a small budget, tight KV: refills take several batches."""
-    reqs = [
-        (int(rng.integers(1, 40)), int(rng.integers(1, 20)), float(rng.integers(0, 30))) for _ in range(n)
-    ]
-    peak = max(i + o - 1 for i, o, _ in reqs)
-    block = int(rng.choice([1, 1, 4]))
-    m = max(-(-peak // block) * block, int(rng.integers(peak, 2 * peak)))
-    c = int(rng.integers(6, 20))
-    return _inst(reqs, m, c, c if rng.random() < 0.5 else None, block=block, time_model=time_model)
-
-
 @pytest.mark.parametrize("seed", range(6))
 def test_budget_options_run_the_same_in_both_kernels_and_replay(seed):
     rng = np.random.default_rng(200 + seed)
-    inst = _budget_instance(rng, int(rng.integers(5, 40)), "unit" if seed % 3 else "infermax-linear")
+    inst = budget_instance(rng, int(rng.integers(5, 40)), "unit" if seed % 3 else "infermax-linear")
     for preempt in (True, False):
         for weight, chunk, fit in ((4.0, 0, False), (0.0, 8, False), (0.0, 0, True), (64.0, 5, True)):
             kw = {"preempt": preempt, "refill_weight": weight, "min_chunk": chunk, "fit_chunk": fit}
             fast = greedy(inst, "remaining-area", **kw)  # replayed strictly inside: legal and complete
             slow = greedy(inst, "remaining-area", jit=False, **kw)
             assert fast.schedule.same_as(slow.schedule)
-            assert fast.value == slow.value == _value(inst, fast)
+            assert fast.value == slow.value == objective_value(inst, fast)
             other = greedy(inst, "remaining-output", **kw)
-            assert other.value == _value(inst, other)
+            assert other.value == objective_value(inst, other)
 
 
 def test_options_off_change_nothing():
-    inst = _budget_instance(np.random.default_rng(7), 30)
+    inst = budget_instance(np.random.default_rng(7), 30)
     plain = greedy(inst, "remaining-area")
     off = greedy(inst, "remaining-area", refill_weight=0.0, min_chunk=0, fit_chunk=False)
     assert plain.schedule.same_as(off.schedule) and plain.name == off.name
@@ -302,7 +267,7 @@ def test_options_off_change_nothing():
 
 def test_min_chunk_starts_no_prompt_on_a_sliver_of_budget():
     rng = np.random.default_rng(12)
-    inst = _budget_instance(rng, 40)
+    inst = budget_instance(rng, 40)
     c = inst.limits.max_batch_tokens
     chunk = min(8, c)
     prompt = np.array([r.prompt for r in inst.requests])
@@ -311,7 +276,7 @@ def test_min_chunk_starts_no_prompt_on_a_sliver_of_budget():
     assert first.any()
     assert (log.tokens[first] >= np.minimum(prompt[log.requests[first]], chunk)).all()
     # Larger than the budget it is clamped to it: every request still starts.
-    assert greedy(inst, "remaining-area", min_chunk=10 * c).value == _value(
+    assert greedy(inst, "remaining-area", min_chunk=10 * c).value == objective_value(
         inst, greedy(inst, "remaining-area", min_chunk=10 * c)
     )
 
@@ -320,18 +285,18 @@ def test_refill_weight_evicts_the_cheap_refill_first():
     # M = 14, C = P = 4. A (I 8, O 4) and B (I 2, O 6) both hold KV when C (I 3, O 1) arrives at 3 with
     # a smaller key than either. Plain remaining area evicts A (the larger key), whose refill of 9+
     # tokens takes 3 batches of budget; with a refill weight A ranks first and B (one chunk) goes instead.
-    inst = _inst([(8, 4, 0), (2, 6, 0), (3, 1, 3)], 14, c=4, p=4)
+    inst = make_instance([(8, 4, 0), (2, 6, 0), (3, 1, 3)], 14, c=4, p=4)
     assert decide(inst, "remaining-area").evicted.tolist() == [0]
     assert decide(inst, "remaining-area", refill_weight=4.0).evicted.tolist() == [1]
-    assert greedy(inst, "remaining-area", refill_weight=4.0).value == _value(
+    assert greedy(inst, "remaining-area", refill_weight=4.0).value == objective_value(
         inst, greedy(inst, "remaining-area", refill_weight=4.0)
     )
 
 
 def test_unit_time_with_a_budget_gets_the_budget_variants():
-    budget = _inst([(5, 3, 0), (4, 2, 1)], 12, c=4, p=4)
-    free = _inst([(5, 3, 0), (4, 2, 1)], 12)
-    linear = _inst([(5, 3, 0), (4, 2, 1)], 12, c=4, p=4, time_model="infermax-linear")
+    budget = make_instance([(5, 3, 0), (4, 2, 1)], 12, c=4, p=4)
+    free = make_instance([(5, 3, 0), (4, 2, 1)], 12)
+    linear = make_instance([(5, 3, 0), (4, 2, 1)], 12, c=4, p=4, time_model="infermax-linear")
     kinds = [variant_kind(i, instance_cost_model(i)) for i in (budget, free, linear)]
     assert kinds == ["budget", "free", "costly"]
     best = best_incumbent(budget, policies=())
@@ -340,7 +305,7 @@ def test_unit_time_with_a_budget_gets_the_budget_variants():
 
 
 def test_unit_scales_reproduce_the_rule_and_scales_move_requests():
-    inst = _budget_instance(np.random.default_rng(21), 30)
+    inst = budget_instance(np.random.default_rng(21), 30)
     n = len(inst)
     for rule in ("remaining-area", "remaining-output", "area"):
         plain = greedy(inst, rule, refill_weight=2.0)
@@ -352,31 +317,31 @@ def test_unit_scales_reproduce_the_rule_and_scales_move_requests():
     scale = np.ones(n)
     scale[late] = 1e-9
     moved = greedy(inst, "remaining-area", scale=scale)
-    assert moved.value == _value(inst, moved)
+    assert moved.value == objective_value(inst, moved)
     assert moved.trace.state.completion[late] <= greedy(inst, "remaining-area").trace.state.completion[late]
     with pytest.raises(InputError):
         greedy(inst, scale=-np.ones(n))
 
 
 def test_lns_searches_key_scales_of_a_dynamic_greedy():
-    inst = _budget_instance(np.random.default_rng(22), 40)
+    inst = budget_instance(np.random.default_rng(22), 40)
     start = greedy(inst, "remaining-area", preempt=False, refill_weight=4.0, min_chunk=4, fit_chunk=True)
     t0 = time.monotonic()
     better = improve(inst, start, Deadline.after(1.5), window=6)
     assert time.monotonic() - t0 < 1.5 + 0.5
     assert better.value <= start.value
-    assert better.value == _value(inst, better)
+    assert better.value == objective_value(inst, better)
     assert better.stats["evaluations"] > 0
 
 
 def test_lns_without_a_deadline_searches_key_scales_and_ends():
     """No deadline: the scaled search's half of the time is unbounded too (it once built a Deadline from
     an infinite remainder and refused it as a bad --time-limit), and the passes still end."""
-    inst = _budget_instance(np.random.default_rng(23), 12)
+    inst = budget_instance(np.random.default_rng(23), 12)
     start = greedy(inst, "remaining-area", preempt=False, refill_weight=4.0, min_chunk=4, fit_chunk=True)
     better = improve(inst, start, window=4, max_passes=1)
     assert better.value <= start.value
-    assert better.value == _value(inst, better)
+    assert better.value == objective_value(inst, better)
     assert better.stats["evaluations"] > 0
 
 
@@ -385,7 +350,7 @@ def _loaded_instance(rng: np.random.Generator, n: int) -> Instance:
     reqs = [
         (int(rng.integers(5, 40)), int(rng.integers(2, 20)), float(rng.integers(0, 3 * n))) for _ in range(n)
     ]
-    return _inst(reqs, 2 * max(i + o - 1 for i, o, _ in reqs))
+    return make_instance(reqs, 2 * max(i + o - 1 for i, o, _ in reqs))
 
 
 def test_lns_searches_key_scales_of_the_knapsack_greedy():
@@ -393,7 +358,7 @@ def test_lns_searches_key_scales_of_the_knapsack_greedy():
     start = knapsack(inst)
     better = improve(inst, start, window=6, max_passes=1)
     assert better.value <= start.value
-    assert better.value == _value(inst, better)
+    assert better.value == objective_value(inst, better)
     assert better.stats["evaluations"] > 0
     # The scaled candidates are the knapsack greedy's own (its meta), not the priority greedy's.
     assert better is start or better.schedule.meta["policy"].startswith("lns(knapsack")
@@ -404,7 +369,7 @@ def test_the_greedys_own_value_is_the_replays(seed):
     """The local search values candidates on the greedy's log (no replay) and replays those it keeps:
     the two values agree, budgets, blocks, arrivals, linear time and every objective."""
     rng = np.random.default_rng(seed)
-    inst = _random_instance(rng, int(rng.integers(2, 30)))
+    inst = random_instance(rng, int(rng.integers(2, 30)))
     for objective in sorted(OBJECTIVES):
         for kwargs in (
             {},
@@ -419,7 +384,7 @@ def test_the_greedys_own_value_is_the_replays(seed):
 
 def test_best_incumbent_tries_the_knapsack_greedy_under_a_token_budget():
     rng = np.random.default_rng(31)
-    budget = best_incumbent(_budget_instance(rng, 20))
+    budget = best_incumbent(budget_instance(rng, 20))
     assert "knapsack:remaining-area" in budget.stats["tried"]
     assert budget.value == min(budget.stats["tried"].values())
     free = best_incumbent(_loaded_instance(rng, 30))
@@ -430,7 +395,7 @@ def test_best_incumbent_tries_the_knapsack_greedy_under_a_token_budget():
 def test_best_incumbent_replays_the_best_of_its_log_valued_variants(seed):
     """Variants after the first are valued on their own logs; the one returned is the core's replay."""
     rng = np.random.default_rng(40 + seed)
-    for inst in (_loaded_instance(rng, 30), _budget_instance(rng, 20), _random_instance(rng, 20)):
+    for inst in (_loaded_instance(rng, 30), budget_instance(rng, 20), random_instance(rng, 20)):
         best = best_incumbent(inst, policies=())
-        assert best.trace is not None and best.value == _value(inst, best)
+        assert best.trace is not None and best.value == objective_value(inst, best)
         assert best.value == min(best.stats["tried"].values())
