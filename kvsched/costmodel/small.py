@@ -32,6 +32,10 @@ for _a in _OPERAND:
     _a.flags.writeable = False
 
 
+#: :func:`operand` of 0 .. ``len(OPERANDS) - 1``, indexed directly where a call per run counts.
+OPERANDS = _OPERAND
+
+
 def operand(k: int) -> np.ndarray:
     """``k`` (an int) as a read-only 0-d int64 array, the operand of an int64 array's ufunc.
 

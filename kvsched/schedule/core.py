@@ -592,12 +592,11 @@ class EngineState(RunSteps):
         tail = (
             num_decodes if not decode_only and legal.decodes_first and size - num_decodes <= SMALL else None
         )
-        if legal.new_holders:
+        if legal.new_holders and tail is None:  # (with a tail, in its pass below)
             # Only a request that never held KV can be scheduled for the first time (not a decode).
             first = self.first_scheduled
-            if size <= SMALL or tail is not None:  # on the lists: a few items cost less than four array calls
-                lo = tail or 0
-                for r, m in zip(req[lo:].tolist(), kv_old[lo:].tolist(), strict=True):
+            if size <= SMALL:  # on the lists: a few items cost less than four array calls
+                for r, m in zip(req.tolist(), kv_old.tolist(), strict=True):
                     if not m and math.isnan(first.item(r)):
                         first[r] = start
             else:
@@ -615,10 +614,17 @@ class EngineState(RunSteps):
             gen = req
         elif tail is not None:
             # Each decode generates and keeps one token left; a chunk generates when it takes all it has left.
-            left_of = self._left
-            for r, have, c in zip(
-                req[tail:].tolist(), legal.left[tail:].tolist(), tok[tail:].tolist(), strict=True
+            # One pass over the chunks: also the first scheduling of a request that held no KV (as above).
+            left_of, first, new_holders = self._left, self.first_scheduled, legal.new_holders
+            for r, m, have, c in zip(
+                req[tail:].tolist(),
+                kv_old[tail:].tolist(),
+                legal.left[tail:].tolist(),
+                tok[tail:].tolist(),
+                strict=True,
             ):
+                if new_holders and not m and math.isnan(first.item(r)):
+                    first[r] = start
                 if have == c:
                     finished_prompts.append(r)
                     left_of[r] = 1  # the token just generated
