@@ -319,7 +319,7 @@ def _seconds_lagrangian_bounds(
             )
             alpha = rng.random(nw)
             value = slag.evaluate(data, mu, y, z, alpha).value
-            out.append(("seconds L(mu, y, z, alpha) random", "total-latency", slag._to_bound(value)))
+            out.append(("seconds L(mu, y, z, alpha) random", "total-latency", slag.to_bound(value)))
     return out
 
 

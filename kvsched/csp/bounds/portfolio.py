@@ -39,10 +39,6 @@ class SecondsReport:
     minorant_gap: float
 
 
-#: The old private name, for benchmarks/bound_fuzz.py (uncommitted work of another session): use tau_max.
-_tau_max = tau_max
-
-
 def seconds_report(instance: Instance, deadline: Deadline | None = None) -> SecondsReport | None:
     """Seconds-based bounds under each separable form of the instance's cost model (None if unsupported)."""
     deadline = deadline or Deadline.never()

@@ -517,7 +517,7 @@ def seconds_lagrangian(
         return got.value, (g_mu, g_y, g_z, got.d_alpha)
 
     def improved(value: float) -> None:
-        history.append((time.perf_counter() - wall, _to_bound(value)))
+        history.append((time.perf_counter() - wall, to_bound(value)))
 
     # The share mixture: any alpha in [0, 1] is valid; it moves towards the side that prices more.
     ascent = Subgradient(
@@ -529,7 +529,7 @@ def seconds_lagrangian(
     best_mu, best_y, best_z, _ = ascent.best_x
     iterations = ascent.iterations
     return SecondsLagrangian(
-        bound=Bound(_to_bound(best), SOURCE, Scope.ALL),
+        bound=Bound(to_bound(best), SOURCE, Scope.ALL),
         mu=best_mu,
         y=best_y,
         z=best_z,
@@ -540,7 +540,7 @@ def seconds_lagrangian(
     )
 
 
-def _to_bound(value: float) -> float:
+def to_bound(value: float) -> float:
     """A reported bound: float round-off in the prices' sums cannot lift it above a schedule."""
     if not math.isfinite(value):
         return 0.0
