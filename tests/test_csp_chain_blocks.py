@@ -11,10 +11,13 @@ from kvsched.csp.bounds import _block_kernels, chain_lagrangian
 from kvsched.csp.bounds.chain import ChainData, evaluate
 from kvsched.csp.bounds.chain_blocks import block_spans, evaluate_blocks, finer_start
 from kvsched.csp.objectives import OBJECTIVES
+from kvsched.errors import InputError
+from kvsched.instances.io import load_instance
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline
 from tests.brute import brute_force
 from tests.strategies import SETTINGS, instances, legal_schedules
+from tests.test_examples import EXAMPLES
 
 CHAIN_OBJECTIVES = ("total-latency", "sum-ttft")
 TOL = 1e-9
@@ -131,3 +134,10 @@ def test_finer_start_prices_levels_until_one_does_not_pay(inst, seed):
     assert got.y.size == 24 and np.allclose(
         got.y, np.repeat(padded.reshape(-1, spans[expected]).mean(1), spans[expected])
     )
+
+
+@pytest.mark.parametrize("spans", [(2, 4), (4, 4), (6, 4), (0,)])
+def test_spans_out_of_order_are_refused_by_name(spans):
+    # Block lengths go coarse to fine, each dividing the previous; others used to fail deep in a reshape.
+    with pytest.raises(InputError, match="spans"):
+        chain_lagrangian(load_instance(EXAMPLES / "tiny.json"), "total-latency", spans=spans)

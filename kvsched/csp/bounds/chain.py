@@ -99,6 +99,7 @@ left is not started.
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field
@@ -407,6 +408,11 @@ def chain_lagrangian(
         (``()``: slots only). Default: :func:`kvsched.csp.bounds.chain_blocks.block_spans`, or none
         where ``SLOT_PRICINGS`` slot pricings are predicted to fit in the time left and in ``SLOT_SECONDS``.
     """
+    given = spans or ()
+    if any(s < 1 for s in given) or any(a <= b or a % b for a, b in itertools.pairwise(given)):
+        raise InputError(
+            f"spans must be block lengths coarse to fine, each dividing the previous; got {spans}"
+        )
     wall = time.perf_counter()
     deadline = deadline or Deadline.never()
     data = ChainData.from_instance(instance, objective)
