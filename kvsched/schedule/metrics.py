@@ -28,8 +28,6 @@ from rich.table import Table
 from kvsched.schedule.core import TIME_TOL, BatchRecord
 from kvsched.schedule.records import RunRecord
 from kvsched.schedule.tokens import BatchClock, TokenStats, linear_quantiles, tbt_quantiles, token_stats
-from kvsched.schedule.tokens import generation_events as _generation_events  # noqa: F401 (plots read it)
-from kvsched.schedule.tokens import sorted_group_quantile as _sorted_group_quantile  # noqa: F401
 from kvsched.schedule.validate import Trace
 
 if TYPE_CHECKING:
