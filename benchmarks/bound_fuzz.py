@@ -68,6 +68,7 @@ from kvsched.csp.bounds.sharing_lp import sharing_lp_bound
 from kvsched.csp.certificate import Scope
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import KvschedError
+from kvsched.instances.io import instance_to_dict
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.validate import instance_cost_model, replay
 from kvsched.stop import Deadline
@@ -136,7 +137,7 @@ class Campaign:
                     "value": value,
                     "reference": ref,
                     "reference_is": how,
-                    "instance": instance_dict(inst),
+                    "instance": instance_to_dict(inst),
                 }
             )
             print(
@@ -151,30 +152,13 @@ class Campaign:
         if not ok:
             t.violations += 1
             self.found.append(
-                {"family": family, "claim": what, "detail": detail, "instance": instance_dict(inst)}
+                {"family": family, "claim": what, "detail": detail, "instance": instance_to_dict(inst)}
             )
             print(f"VIOLATION {family}: claim {what}: {detail}\n  {inst_repr(inst)}")
 
     def error(self, family: str, inst: Instance, what: str) -> None:
         self.tallies[family].errors += 1
         print(f"ERROR {family} in {what}: {traceback.format_exc(limit=3)}\n  {inst_repr(inst)}")
-
-
-def instance_dict(inst: Instance) -> dict:
-    lim = inst.limits
-    return {
-        "requests": [[r.arrival, r.prompt, r.output] for r in inst.requests],
-        "limits": {
-            "kv_capacity": lim.kv_capacity,
-            "block_size": lim.block_size,
-            "max_batch_tokens": lim.max_batch_tokens,
-            "max_prefill_tokens": lim.max_prefill_tokens,
-            "max_running": lim.max_running,
-        },
-        "time_model": [inst.time_model.name, dict(inst.time_model.params)]
-        if len(inst) <= 50
-        else inst.time_model.name,
-    }
 
 
 def inst_repr(inst: Instance) -> str:
