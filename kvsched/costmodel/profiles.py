@@ -55,7 +55,8 @@ def _median(op: str) -> str:
     return f"time_stats.{op}.median"
 
 
-def _read(path: str | Path) -> pd.DataFrame:
+def read_table(path: str | Path) -> pd.DataFrame:
+    """A profiling (or measurement) CSV table, or one :class:`InputError` naming the file and what is wrong."""
     p = Path(path)
     if not p.is_file():
         raise InputError(f"{p}: profiling table not found")
@@ -86,7 +87,7 @@ def _shown(value: object) -> str:
     return repr(item() if callable(item) else value)
 
 
-def _numeric(
+def numeric_column(
     df: pd.DataFrame, col: str, path: Path, *, positive: bool = False, integer: bool = False
 ) -> np.ndarray:
     """Column ``col`` as float64, or one error naming the column and the first bad line."""
@@ -150,22 +151,24 @@ def load_compute(path: str | Path, tp: int = 1) -> ComputeProfile:
     operator's median (the Llama tables repeat 2048 and 4096 tokens).
     """
     p = Path(path)
-    df = _read(p)
+    df = read_table(p)
     if table_kind(df) != "compute":
         raise InputError(f"{p}: not a compute profiling table (no column {_median('mlp_up_proj')!r})")
     for op in REQUIRED_OPS:
         if _median(op) not in df.columns:
             raise InputError(f"{p}: missing column {_median(op)!r}")
-    tokens = _numeric(df, "num_tokens", p, positive=True, integer=True)
-    tps = _numeric(df, "num_tensor_parallel_workers", p, positive=True, integer=True)
+    tokens = numeric_column(df, "num_tokens", p, positive=True, integer=True)
+    tps = numeric_column(df, "num_tensor_parallel_workers", p, positive=True, integer=True)
     keep = tps == tp
     if not keep.any():
         have = ", ".join(str(int(v)) for v in sorted(set(tps)))
         raise InputError(f"{p}: no rows with num_tensor_parallel_workers = {tp} (have {have})")
     ops = ("emb", *LAYER_OPS)
     missing = tuple(op for op in ops if _median(op) not in df.columns)
-    cols = {op: _numeric(df, _median(op), p)[keep] for op in ops if op not in missing}
-    dims_rows = np.stack([_numeric(df, c, p, positive=True, integer=True)[keep] for c in DIM_COLUMNS], axis=1)
+    cols = {op: numeric_column(df, _median(op), p)[keep] for op in ops if op not in missing}
+    dims_rows = np.stack(
+        [numeric_column(df, c, p, positive=True, integer=True)[keep] for c in DIM_COLUMNS], axis=1
+    )
     if (dims_rows != dims_rows[0]).any():
         raise InputError(
             f"{p}: rows at tp = {tp} describe more than one model ({', '.join(DIM_COLUMNS)} differ)"
@@ -221,15 +224,15 @@ def _bools(df: pd.DataFrame, col: str, path: Path) -> np.ndarray:
 def load_attention(path: str | Path, tp: int = 1) -> AttentionProfile:
     """Read and validate an attention table, keeping the rows at degree ``tp`` (may be none)."""
     p = Path(path)
-    df = _read(p)
+    df = read_table(p)
     for col in ATTENTION_COLUMNS:
         if col not in df.columns:
             raise InputError(f"{p}: missing column {col!r} (not an attention profiling table?)")
-    tps = _numeric(df, "num_tensor_parallel_workers", p, positive=True, integer=True)
-    batch = _numeric(df, "batch_size", p, integer=True)
-    chunk = _numeric(df, "prefill_chunk_size", p, integer=True)
-    kv = _numeric(df, "kv_cache_size", p, integer=True)
-    ms = _numeric(df, "median_ms", p, positive=True)
+    tps = numeric_column(df, "num_tensor_parallel_workers", p, positive=True, integer=True)
+    batch = numeric_column(df, "batch_size", p, integer=True)
+    chunk = numeric_column(df, "prefill_chunk_size", p, integer=True)
+    kv = numeric_column(df, "kv_cache_size", p, integer=True)
+    ms = numeric_column(df, "median_ms", p, positive=True)
     pre = _bools(df, "is_prefill", p)
     bad = (pre & (chunk < 1)) | (~pre & (batch < 1))
     if bad.any():
@@ -279,13 +282,13 @@ class AllReduceProfile:
 def load_allreduce(path: str | Path, workers: int) -> AllReduceProfile:
     """Read and validate an all-reduce table, keeping single-node rows for ``workers`` GPUs."""
     p = Path(path)
-    df = _read(p)
+    df = read_table(p)
     for col in ALLREDUCE_COLUMNS:
         if col not in df.columns:
             raise InputError(f"{p}: missing column {col!r} (not an all-reduce profiling table?)")
-    n = _numeric(df, "num_workers", p, positive=True, integer=True)
-    size = _numeric(df, "size", p, positive=True)
-    ms = _numeric(df, ALLREDUCE_COLUMNS[0], p)
+    n = numeric_column(df, "num_workers", p, positive=True, integer=True)
+    size = numeric_column(df, "size", p, positive=True)
+    ms = numeric_column(df, ALLREDUCE_COLUMNS[0], p)
     keep = n == workers
     if "collective" in df.columns:
         keep &= df["collective"].astype(str).to_numpy() == "all_reduce"

@@ -37,7 +37,7 @@ from kvsched.costmodel.coeffile import KIND, parse_coefficients
 from kvsched.costmodel.features import BatchFeatures
 from kvsched.costmodel.fidelity import held_out
 from kvsched.costmodel.fitting import fit_batches
-from kvsched.costmodel.profiles import _numeric, _read
+from kvsched.costmodel.profiles import numeric_column, read_table
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Batch, Schedule
@@ -195,12 +195,12 @@ class ReplayTable:
 def read_replay(path: str | Path) -> ReplayTable:
     """Read and check a replay table (one clear error naming the column and line)."""
     p = Path(path)
-    df = _read(p)
-    cols = {name: _numeric(df, name, p) for name in FEATURES}
-    measured = _numeric(df, "measured_s", p, positive=True)
+    df = read_table(p)
+    cols = {name: numeric_column(df, name, p) for name in FEATURES}
+    measured = numeric_column(df, "measured_s", p, positive=True)
     # Profiled batches have no prediction (an empty column): then there is no "before".
     has_pred = "predicted_s" in df.columns and bool(df["predicted_s"].notna().all())
-    predicted = _numeric(df, "predicted_s", p) if has_pred else None
+    predicted = numeric_column(df, "predicted_s", p) if has_pred else None
     feats = tuple(BatchFeatures(**{name: float(cols[name][i]) for name in FEATURES}) for i in range(len(df)))
     meta: dict[str, Any] = {}
     side = sidecar(p)
