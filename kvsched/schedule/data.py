@@ -19,11 +19,15 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TypeVar
 
 import numpy as np
 
 from kvsched.costmodel import CostModel, make_cost_model
 from kvsched.instances.model import Instance
+
+#: A token count, or an integer array of them (:meth:`ProblemData.blocks` keeps the kind).
+IntOrArray = TypeVar("IntOrArray", int, np.ndarray)
 
 #: Instances whose data is kept (the most recently used ones).
 CACHE_SIZE = 8
@@ -138,8 +142,8 @@ class ProblemData:
             cost_model=make_cost_model(tm.name, tm.params),
         )
 
-    def blocks(self, tokens: int) -> int:
-        """KV blocks that hold ``tokens`` KV tokens."""
+    def blocks(self, tokens: IntOrArray) -> IntOrArray:
+        """KV blocks that hold ``tokens`` KV tokens (an int, or an integer array elementwise)."""
         return -(-tokens // self.block_size)
 
 

@@ -105,9 +105,9 @@ def plan_of(instance: Instance, trace: Trace) -> OpPlan:
     return OpPlan(starts, tuple(np.array(s, dtype=np.int64) for s in slots))
 
 
-def _demands(data: ProblemData, r: int, u: np.ndarray) -> np.ndarray:
+def _demands(data: ProblemData, r: int, u: int | np.ndarray) -> int | np.ndarray:
     """KV blocks request r holds during its ops ``u`` (1-based): I + u - 1 tokens, rounded up to blocks."""
-    return -(-(int(data.prompt[r]) + u - 1) // data.block_size)
+    return data.blocks(int(data.prompt[r]) + u - 1)
 
 
 def plan_usage(data: ProblemData, plan: OpPlan) -> np.ndarray:
@@ -126,7 +126,7 @@ def plan_schedule(instance: Instance, plan: OpPlan, slot: float, meta: dict | No
     the most with the fewest refills).
     """
     data = ProblemData.of(instance)
-    n, cap, bs = data.n, data.kv_blocks, data.block_size
+    n, cap = data.n, data.kv_blocks
     items: list[list[tuple[int, int]]] = [[] for _ in range(plan.starts.size)]
     for r, slots in enumerate(plan.ops):
         for u, k in enumerate(slots.tolist(), start=1):
@@ -139,14 +139,14 @@ def plan_schedule(instance: Instance, plan: OpPlan, slot: float, meta: dict | No
             continue
         row.sort()
         running = {r for r, _ in row}
-        need = sum(-(-(int(data.prompt[r]) + u - 1) // bs) for r, u in row)
+        need = sum(_demands(data, r, u) for r, u in row)
         paused = sorted((r for r in holders if r not in running), key=lambda r: -held[r])
-        total = need + sum(-(-int(held[r]) // bs) for r in paused)
+        total = need + sum(data.blocks(int(held[r])) for r in paused)
         evicted: list[int] = []
         for r in paused:
             if total <= cap:
                 break
-            total -= -(-int(held[r]) // bs)
+            total -= data.blocks(int(held[r]))
             evicted.append(r)
             held[r] = 0
             holders.discard(r)
