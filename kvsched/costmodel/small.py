@@ -25,15 +25,13 @@ _minimum = np.minimum.reduce
 _maximum = np.maximum.reduce
 
 
-#: 0-d int64 arrays of 0 .. _OPERANDS - 1 (:func:`operand`).
-_OPERANDS = 1024
-_OPERAND = tuple(np.array(k, dtype=np.int64) for k in range(_OPERANDS))
-for _a in _OPERAND:
+#: How many counts (0 .. NUM_OPERANDS - 1, a run's batches) :data:`OPERANDS` holds.
+NUM_OPERANDS = 1024
+#: :func:`operand` of 0 .. ``NUM_OPERANDS - 1``, read-only; hot paths index it directly where a call per
+#: run counts (``OPERANDS[k] if k < NUM_OPERANDS else operand(k)``, for k >= 0).
+OPERANDS = tuple(np.array(k, dtype=np.int64) for k in range(NUM_OPERANDS))
+for _a in OPERANDS:
     _a.flags.writeable = False
-
-
-#: :func:`operand` of 0 .. ``len(OPERANDS) - 1``, indexed directly where a call per run counts.
-OPERANDS = _OPERAND
 
 
 def operand(k: int) -> np.ndarray:
@@ -44,7 +42,7 @@ def operand(k: int) -> np.ndarray:
     int64 ``a``, the same values and dtype, so the same result (another dtype would promote to
     int64: a 0-d array is not a weak scalar). Counts 0-1,023 (a run's batches) come from a table.
     """
-    return _OPERAND[k] if 0 <= k < _OPERANDS else np.array(k, dtype=np.int64)
+    return OPERANDS[k] if 0 <= k < NUM_OPERANDS else np.array(k, dtype=np.int64)
 
 
 def count(a: np.ndarray) -> int:

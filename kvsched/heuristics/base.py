@@ -149,7 +149,7 @@ class SchedulerView:
     def completed_since(self, k: int) -> list[int]:
         """The requests that completed after the first ``k`` completions (``k`` a :attr:`num_done` read
         earlier), in the order they completed: a fresh list."""
-        return self._state._completed[k:]
+        return self._state.completed_since(k)
 
     # ------------------------------------------------------------------ memory
     @property

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from kvsched.costmodel.small import OPERANDS, SMALL, isum, nonzero, operand
+from kvsched.costmodel.small import NUM_OPERANDS, OPERANDS, SMALL, isum, nonzero, operand
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.schedule.search import last_fitting
 
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     from kvsched.heuristics.infermax import InferMax
 
 _ONE = np.array(1, dtype=np.int64)  # a 0-d operand of the array's dtype (no conversion per call)
-_NUM_OPERANDS = len(OPERANDS)
 
 
 class RunOffers:
@@ -185,7 +184,7 @@ class RunOffers:
             if k:
                 self._reserved += held + n * k  # grown(k)
                 # (kv is a fresh gather, or a fresh sum with ahead; the operand from the table, no call)
-                kv += OPERANDS[k] if k < _NUM_OPERANDS else operand(k)
+                kv += OPERANDS[k] if k < NUM_OPERANDS else operand(k)
                 self._alloc[req] = kv  # max(alloc, kv + k) = kv + k as alloc <= kv + 1
             return k
         base = isum(self._blocks_of(alloc))

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kvsched.costmodel.base import chunk_run_times, decode_run_times
-from kvsched.costmodel.small import OPERANDS, SMALL, imax, imin, isum, nonzero, operand
+from kvsched.costmodel.small import NUM_OPERANDS, OPERANDS, SMALL, imax, imin, isum, nonzero, operand
 from kvsched.schedule.ir import Chunk, Phase, Run, batch_starts
 from kvsched.schedule.records import (
     Rule,
@@ -54,7 +54,6 @@ _NO_ITEMS = np.zeros(0, dtype=np.int64)
 _NO_ITEMS.flags.writeable = False
 _count = nonzero
 _UNSET = object()
-_NUM_OPERANDS = len(OPERANDS)
 
 #: What :meth:`RunSteps._plan_limit` finds: the limit, the last chunk's tokens, the first completion's
 #: batch, and the decodes' tokens left to generate (on a few decodes).
@@ -467,7 +466,7 @@ class RunSteps:
             # make_run's plan read the decodes' KV in this state (a fresh array).
             kv_before = made[3] if made is not None and made[3] is not None else self.kv[req]
             # A 0-d operand (numpy converts a Python int on every call), from the table without a call.
-            grow = OPERANDS[k] if k < _NUM_OPERANDS else operand(k)
+            grow = OPERANDS[k] if k < NUM_OPERANDS else operand(k)
             kv_after = kv_before + grow
             self.kv[req] = kv_after
             self.generated[req] += grow  # distinct positions: one gather, add and scatter
