@@ -216,7 +216,7 @@ def test_search_running_caps_only_where_eviction_costs_seconds_and_on_an_uncappe
 def test_the_pipeline_searches_running_caps_after_its_bounds_and_keeps_a_better_capped_schedule():
     inst = _a100()
     result = solve(
-        inst, formulation="auto", options=SolverOptions(time_limit=6.0), deadline=Deadline.after(6.0)
+        inst, formulation="auto", options=SolverOptions(time_limit=12.0), deadline=Deadline.after(12.0)
     )
     caps = result.stats["running_caps"]
     assert caps and all("/running-cap=" in name for name in caps)
