@@ -25,9 +25,9 @@ def _tiny() -> Instance:
 
 
 def _greedy_kernels() -> list[Any]:
-    from kvsched.csp.incumbents import _kernel
+    from kvsched.csp.incumbents.greedy import compiled_kernels
 
-    return [_kernel.advance_jit]
+    return compiled_kernels()
 
 
 def _greedy() -> list[Any]:
@@ -38,9 +38,9 @@ def _greedy() -> list[Any]:
 
 
 def _knapsack_kernels() -> list[Any]:
-    from kvsched.csp.incumbents import _knapsack_kernel
+    from kvsched.csp.incumbents.knapsack import compiled_kernels
 
-    return [_knapsack_kernel.advance_jit]
+    return compiled_kernels()
 
 
 def _knapsack() -> list[Any]:

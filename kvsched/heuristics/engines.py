@@ -2,7 +2,7 @@
 
 Each is one readable loop per batch over an FCFS waiting queue and the running
 requests in admission order, the way the engines themselves are written. They
-share :class:`_Engine`: the queues, the budgets, and per-request KV
+share :class:`EngineBase`: the queues, the budgets, and per-request KV
 reservations in whole blocks, which never exceed M, so the core never sees an
 over-full cache. When a running request needs more KV than is free, the newest
 running request not already in the batch is preempted by recompute (its KV is
@@ -28,6 +28,7 @@ import numpy as np
 
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.heuristics.checks import check_positive
 from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET, stricter
 from kvsched.instances.model import Instance
 from kvsched.schedule.search import last_fitting
@@ -36,14 +37,6 @@ from kvsched.schedule.search import last_fitting
 DEFAULT_MAX_SEQ_LEN = 4096
 #: vLLM's default ``max_num_seqs``.
 DEFAULT_MAX_NUM_SEQS = 256
-
-
-def check_positive(name: str, value: int | None) -> None:
-    """Reject anything but a positive integer or ``None`` (bools included)."""
-    if value is not None and (
-        not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1
-    ):
-        raise ValueError(f"{name} must be a positive integer or None; got {value!r}")
 
 
 def is_decode(view: SchedulerView, r: int) -> bool:
@@ -142,7 +135,7 @@ class Draft:
         return Decision(self.requests, self.tokens, self.evicted)
 
 
-class _Engine:
+class EngineBase:
     """Queues, budgets and reservations shared by the engine policies.
 
     Subclasses implement :meth:`_compose` (the batch) and :meth:`_reservation`
@@ -214,7 +207,7 @@ class _Engine:
         while its decodes' reservations fit.
 
         Only the engines whose batch depends on nothing but the queues, the budgets
-        and the reservations opt in (``repeat_decodes = _Engine._repeat_reserved_decodes``);
+        and the reservations opt in (``repeat_decodes = EngineBase._repeat_reserved_decodes``);
         a subclass that reads time or its own history (SLAI) does not inherit it.
 
         Through a run nothing arrives, completes or is preempted, so the queues and
@@ -231,7 +224,7 @@ class _Engine:
         """Runs after a completion or a finished prompt (:class:`~kvsched.heuristics.base.ContinueDecodes`),
         for the engines that opt in to :meth:`_repeat_reserved_decodes` and compose a batch from the
         running requests (admission order), then the waiting queue, with nothing preempted:
-        ``continue_decodes = _Engine._continue_reserved_decodes`` (vLLM v1, Orca).
+        ``continue_decodes = EngineBase._continue_reserved_decodes`` (vLLM v1, Orca).
 
         :meth:`next_batch` first syncs (arrivals join the queue, finished requests release their
         reservations: idempotent, so done here). With nothing waiting and the running requests
@@ -375,7 +368,7 @@ class _Engine:
         return max(known, min(max_seq_len, self._capacity_tokens))
 
 
-class VllmV1(_Engine):
+class VllmV1(EngineBase):
     """vLLM v1's scheduler with chunked prefill on (``vllm/v1/core/sched/scheduler.py``, FCFS policy).
 
     Per batch, with a token budget C (``max_num_batched_tokens``):
@@ -401,7 +394,7 @@ class VllmV1(_Engine):
     Parameters
     ----------
     token_budget
-        ``max_num_batched_tokens`` (see :class:`_Engine`; 4096 by default, as
+        ``max_num_batched_tokens`` (see :class:`EngineBase`; 4096 by default, as
         every policy here, rather than vLLM's usage-dependent default).
     max_num_seqs
         Requests running at once (default 256, vLLM's default); the instance's
@@ -411,8 +404,8 @@ class VllmV1(_Engine):
         chunk may take per step (``None``: off, vLLM's default).
     """
 
-    repeat_decodes = _Engine._repeat_reserved_decodes
-    continue_decodes = _Engine._continue_reserved_decodes
+    repeat_decodes = EngineBase._repeat_reserved_decodes
+    continue_decodes = EngineBase._continue_reserved_decodes
 
     def __init__(
         self,
@@ -469,7 +462,7 @@ class VllmV1(_Engine):
         return int(view.kv[r]) + c  # slots for the tokens computed now, no more
 
 
-class Orca(_Engine):
+class Orca(EngineBase):
     """Orca as seed 001 Sec. 3 describes it: prefill-prioritised iteration-level batching with mixing.
 
     Per batch: every prefill-phase request first, FCFS (prompts already
@@ -494,7 +487,7 @@ class Orca(_Engine):
     ----------
     token_budget, max_batch_size
         C and the most requests running at once (``max_running``, see
-        :class:`_Engine`).
+        :class:`EngineBase`).
     max_seq_len
         Tokens reserved per request at admission (at least its prompt or
         refill, at most M); default 4096, Llama-2's context. ``None``
@@ -503,8 +496,8 @@ class Orca(_Engine):
         Split the prompt that meets the token budget.
     """
 
-    repeat_decodes = _Engine._repeat_reserved_decodes
-    continue_decodes = _Engine._continue_reserved_decodes
+    repeat_decodes = EngineBase._repeat_reserved_decodes
+    continue_decodes = EngineBase._continue_reserved_decodes
 
     def __init__(
         self,
@@ -554,7 +547,7 @@ class Orca(_Engine):
         return self._max_reservation(view, r, self.max_seq_len)
 
 
-class FasterTransformer(_Engine):
+class FasterTransformer(EngineBase):
     """FasterTransformer as seed 001 Sec. 3 describes it: request-level batching, decode first.
 
     While any running request decodes, the batch holds decodes only, FCFS, up
@@ -576,12 +569,12 @@ class FasterTransformer(_Engine):
     Parameters
     ----------
     token_budget, max_batch_size
-        C and the most requests in a cohort (see :class:`_Engine`).
+        C and the most requests in a cohort (see :class:`EngineBase`).
     max_seq_len
         Tokens reserved per request at admission (see :class:`Orca`).
     """
 
-    repeat_decodes = _Engine._repeat_reserved_decodes
+    repeat_decodes = EngineBase._repeat_reserved_decodes
 
     def __init__(
         self,

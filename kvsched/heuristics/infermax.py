@@ -51,13 +51,14 @@ import heapq
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
 
 from kvsched.costmodel.small import SMALL, count, isum, nonzero
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.heuristics.checks import check_choice, check_positive
 from kvsched.heuristics.infermax_queue import WaitingQueue
 from kvsched.heuristics.infermax_runs import RunOffers
 from kvsched.instances.model import Instance
@@ -87,19 +88,6 @@ def stricter(*limits: int | None) -> int | None:
     """The smallest of the limits that are set (``None`` = unlimited)."""
     given = [int(x) for x in limits if x is not None]
     return min(given) if given else None
-
-
-def _check_choice(name: str, value: Any, choices: Any) -> None:
-    allowed = get_args(choices)
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
-
-
-def _check_budget(name: str, value: int | None) -> None:
-    if value is not None and (
-        not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1
-    ):
-        raise ValueError(f"{name} must be a positive integer or None; got {value!r}")
 
 
 @dataclass(slots=True, init=False)
@@ -260,19 +248,19 @@ class InferMax(RunOffers):
         quantile: float = 0.9,
         warmup: int = 10,
     ) -> None:
-        _check_choice("priority", priority, Priority)
-        _check_choice("reserve", reserve, Reserve)
-        _check_choice("rank", rank, Rank)
-        _check_choice("decode_order", decode_order, DecodeOrder)
-        _check_choice("victim", victim, Victim)
-        _check_choice("reinsert", reinsert, Reinsert)
-        _check_choice("on_waiting_mfail", on_waiting_mfail, WaitingFail)
+        check_choice("priority", priority, Priority)
+        check_choice("reserve", reserve, Reserve)
+        check_choice("rank", rank, Rank)
+        check_choice("decode_order", decode_order, DecodeOrder)
+        check_choice("victim", victim, Victim)
+        check_choice("reinsert", reinsert, Reinsert)
+        check_choice("on_waiting_mfail", on_waiting_mfail, WaitingFail)
         for flag, value in (("hybrid", hybrid), ("chunked", chunked)):
             if not isinstance(value, bool):
                 raise ValueError(f"{flag} must be true or false; got {value!r}")
-        _check_budget("prefill_budget", prefill_budget)
-        _check_budget("token_budget", token_budget)
-        _check_budget("max_running", max_running)
+        check_positive("prefill_budget", prefill_budget)
+        check_positive("token_budget", token_budget)
+        check_positive("max_running", max_running)
         if not 0.0 < quantile <= 1.0:
             raise ValueError(f"quantile must be in (0, 1]; got {quantile!r}")
         if not isinstance(warmup, int) or warmup < 1:

@@ -13,14 +13,14 @@ handled by preemption in the rule's order.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
 
 from kvsched.costmodel.small import nonzero
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
-from kvsched.heuristics.engines import check_positive
+from kvsched.heuristics.checks import check_choice, check_positive
 from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET, stricter
 from kvsched.instances.model import Instance
 
@@ -83,10 +83,8 @@ class KFCFS:
         k_decode: int | None = None,
         token_budget: int | None = None,
     ) -> None:
-        for label, value, choices in (("order", order, Order), ("lengths", lengths, Lengths)):
-            if value not in get_args(choices):
-                allowed = ", ".join(map(repr, get_args(choices)))
-                raise ValueError(f"{label} must be one of {allowed}; got {value!r}")
+        check_choice("order", order, Order)
+        check_choice("lengths", lengths, Lengths)
         check_positive("k_prefill", k_prefill)
         check_positive("k_decode", k_decode)
         check_positive("token_budget", token_budget)

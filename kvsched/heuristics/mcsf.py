@@ -109,13 +109,14 @@ import bisect
 import hashlib
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
 
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
-from kvsched.heuristics.mcsf_runs import AlphaRuns, McsfRuns, _ceil_div, _Profile, _Room
+from kvsched.heuristics.checks import check_choice
+from kvsched.heuristics.mcsf_runs import AlphaRuns, McsfRuns, Profile, Room, ceil_div
 from kvsched.heuristics.spec import PolicySpec
 from kvsched.instances.model import Instance
 
@@ -126,12 +127,6 @@ Cleared = Literal["restart", "recompute"]
 
 class ClearingLoopError(KvschedError):
     """An α-protection run cycles through overflow and clearing without progress (seed 004 Fig. 7)."""
-
-
-def _check_choice(name: str, value: Any, choices: Any) -> None:
-    allowed = get_args(choices)
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
 
 
 def _check_whole_prompts(instance: Instance, policy: str) -> None:
@@ -190,8 +185,8 @@ class MCSF(McsfRuns):
         on_fail: OnFail = "break",
         include_candidate: bool = True,
     ) -> None:
-        _check_choice("lengths", lengths, Lengths)
-        _check_choice("on_fail", on_fail, OnFail)
+        check_choice("lengths", lengths, Lengths)
+        check_choice("on_fail", on_fail, OnFail)
         if not isinstance(include_candidate, bool):
             raise ValueError(f"include_candidate must be true or false; got {include_candidate!r}")
         self.name = name
@@ -271,8 +266,8 @@ class MCSF(McsfRuns):
         h_run = self._prompt[run] + gen[run]  # KV during the next round: m + 1 for a decode
         r_run = self._remaining(view, run)
         self._running_rounds(run, r_run)
-        profile = _Profile(h_run, r_run, self._block)
-        room = _Room.of(self._limits, tokens=run.size, prefill=0, running=run.size)
+        profile = Profile(h_run, r_run, self._block)
+        room = Room.of(self._limits, tokens=run.size, prefill=0, running=run.size)
         members = list(self._running)
 
         admitted: list[int] = []
@@ -315,13 +310,13 @@ class MCSF(McsfRuns):
         """Record a start in the paper's coordinates: (s, o, p) = (h, r - 1, t)."""
         self._s[cand], self._o[cand], self._p[cand] = h, r - 1, self._round
 
-    def _fits(self, profile: _Profile, members: list[int], h: int, r: int) -> bool:
+    def _fits(self, profile: Profile, members: list[int], h: int, r: int) -> bool:
         """Whether a candidate (h, r) passes the future-memory check (Alg. 2: suffix sums)."""
         return profile.peak_with(h, r, self.include_candidate) <= self._capacity
 
     def _relieve(self, view: SchedulerView, run: np.ndarray) -> tuple[np.ndarray, list[int]]:
         """With predicted lengths: evict the latest-started running requests until the next round fits M."""
-        held = _ceil_div(view.kv[run] + 1, self._block)
+        held = ceil_div(view.kv[run] + 1, self._block)
         total = int(held.sum())
         if total <= self._capacity:
             return run, []
@@ -369,7 +364,7 @@ class MCSFAlgorithm1(MCSF):
     ) -> None:
         super().__init__(name, lengths=lengths, on_fail=on_fail, include_candidate=include_candidate)
 
-    def _fits(self, profile: _Profile, members: list[int], h: int, r: int) -> bool:
+    def _fits(self, profile: Profile, members: list[int], h: int, r: int) -> bool:
         t = self._round
         idx = np.array(members, dtype=np.int64)
         s, o, p = self._s[idx], self._o[idx], self._p[idx]
@@ -380,10 +375,8 @@ class MCSFAlgorithm1(MCSF):
         if times.size == 0:
             return True
         tp = times[:, None]
-        held = np.where(
-            o[None, :] >= tp - p[None, :], _ceil_div(s[None, :] + tp - p[None, :], self._block), 0
-        )
-        own = np.where(o_i >= times - t, _ceil_div(s_i + times - t, self._block), 0)
+        held = np.where(o[None, :] >= tp - p[None, :], ceil_div(s[None, :] + tp - p[None, :], self._block), 0)
+        own = np.where(o_i >= times - t, ceil_div(s_i + times - t, self._block), 0)
         return bool((held.sum(axis=1) + own <= self._capacity).all())
 
 
@@ -440,7 +433,7 @@ class AlphaProtection(AlphaRuns):
             raise ValueError(f"beta must be in (0, 1]; got {beta!r}")
         if not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
-        _check_choice("cleared", cleared, Cleared)
+        check_choice("cleared", cleared, Cleared)
         if loop_limit is not None and (not isinstance(loop_limit, int) or loop_limit < 1):
             raise ValueError(f"loop_limit must be a positive integer or None; got {loop_limit!r}")
         self.name = name
@@ -507,7 +500,7 @@ class AlphaProtection(AlphaRuns):
         run = np.array(self._running, dtype=np.int64)
         run = run[~view.done[run]]
         # Every running request processes one token (a decode, or the next chunk of a restart).
-        held = _ceil_div(view.kv[run] + 1, self._block)
+        held = ceil_div(view.kv[run] + 1, self._block)
         evicted: list[int] = []
         if int(held.sum()) > self._capacity:
             run, held, evicted = self._clear(view, run, held)
@@ -515,7 +508,7 @@ class AlphaProtection(AlphaRuns):
 
         b = self._block
         used = int(held.sum())
-        room = _Room.of(self._limits, tokens=run.size, prefill=self._refilling(view, run), running=run.size)
+        room = Room.of(self._limits, tokens=run.size, prefill=self._refilling(view, run), running=run.size)
         admitted: list[int] = []
         tokens: list[int] = []
         fresh = set(evicted)
@@ -525,7 +518,7 @@ class AlphaProtection(AlphaRuns):
                 kept.append(cand)
                 continue
             need = self._need(view, cand)
-            blocks = int(_ceil_div(need, b))
+            blocks = int(ceil_div(need, b))
             if (used + blocks) * b <= self._threshold and room.fits(need):
                 used += blocks
                 room.take(need)
@@ -571,8 +564,8 @@ class AlphaProtection(AlphaRuns):
             return False
         head = self._waiting[0]
         need = self._need(view, head)
-        room = _Room.of(self._limits, 0, 0, 0)
-        return int(_ceil_div(need, self._block)) * self._block <= self._threshold and room.fits(need)
+        room = Room.of(self._limits, 0, 0, 0)
+        return int(ceil_div(need, self._block)) * self._block <= self._threshold and room.fits(need)
 
     def _check_loop(self, view: SchedulerView, out: np.ndarray, survivors: np.ndarray) -> None:
         progress = int(view.generated.sum())

@@ -13,8 +13,8 @@ over the same stretch. The answers here are argued from
 :class:`~kvsched.heuristics.mcsf.AlphaProtection`'s ``next_batch``;
 :class:`McsfRuns` and :class:`AlphaRuns` are the halves of those classes that
 answer them. This module also holds what both halves read: the budgets left
-while a batch is built (:class:`_Room`) and MC-SF's future-memory profile
-(:class:`_Profile`).
+while a batch is built (:class:`Room`) and MC-SF's future-memory profile
+(:class:`Profile`).
 
 MC-SF's decision through a run
 ------------------------------
@@ -86,7 +86,7 @@ if TYPE_CHECKING:
     from kvsched.heuristics.mcsf import MCSF, AlphaProtection
 
 
-def _ceil_div(a: np.ndarray | int, b: int) -> Any:
+def ceil_div(a: np.ndarray | int, b: int) -> Any:
     return -(-a // b)
 
 
@@ -105,7 +105,7 @@ def _running_as(
 
 
 @dataclass(slots=True)
-class _Room:
+class Room:
     """What is left of the per-batch budgets (C, P, max_running) while a batch is built."""
 
     tokens: float
@@ -113,7 +113,7 @@ class _Room:
     running: float
 
     @classmethod
-    def of(cls, limits: Limits, tokens: int, prefill: int, running: int) -> _Room:
+    def of(cls, limits: Limits, tokens: int, prefill: int, running: int) -> Room:
         """The room left once the forced part of the batch (running requests) is in."""
         inf = float("inf")
         return cls(
@@ -132,7 +132,7 @@ class _Room:
         self.running -= 1
 
 
-class _Profile:
+class Profile:
     """The future KV of a batch's requests: request j holds ``h_j + d`` in round d < r_j.
 
     Kept sorted by ``r`` with suffix sums of ``h``, so that the memory at any
@@ -163,7 +163,7 @@ class _Profile:
             k = np.searchsorted(self.r, d, side="right")  # the first request still active in round d
             return self.suffix[k] + d * (self.r.size - k)
         active = self.r[None, :] > d[:, None]
-        held = _ceil_div(self.h[None, :] + d[:, None], self.block)
+        held = ceil_div(self.h[None, :] + d[:, None], self.block)
         return np.where(active, held, 0).sum(axis=1)
 
     def peak_with(self, h: int, r: int, include_candidate: bool) -> int:
@@ -181,14 +181,14 @@ class _Profile:
             d = self.r - 1
             if d.size == 0:
                 return 0
-        own = np.where(d < r, _ceil_div(h + d, self.block), 0)
+        own = np.where(d < r, ceil_div(h + d, self.block), 0)
         return int((self.memory(d) + own).max())
 
 
 class _Shifted:
     """The running requests' future at call 0 of a run, for the candidates' first admissible call."""
 
-    def __init__(self, profile: _Profile, capacity: int) -> None:
+    def __init__(self, profile: Profile, capacity: int) -> None:
         self.profile = profile
         self.capacity = capacity
         self.r = profile.r
@@ -203,7 +203,7 @@ class _Shifted:
         b, cap = self.profile.block, self.capacity
         join = self.r - r  # (negative: checked from call 0)
         need = h + self.r - 1 - b * (cap - self.peaks)
-        bound = cap - int(_ceil_div(h + r - 1, b))  # what mem_0 may hold at the candidate's own completion
+        bound = cap - int(ceil_div(h + r - 1, b))  # what mem_0 may hold at the candidate's own completion
         if include_candidate and bound < 0:
             return most  # its own peak exceeds M: never admitted
         s = 0
@@ -271,7 +271,7 @@ class McsfRuns:
         if most <= 0:
             return 0
         waiting = self._waiting if self.on_fail == "continue" else self._waiting[:1]
-        room = _Room.of(self._limits, tokens=run.size, prefill=0, running=run.size)
+        room = Room.of(self._limits, tokens=run.size, prefill=0, running=run.size)
         shifted: _Shifted | None = None
         candidates: list[tuple[int, int]] = []
         for cand in waiting:
@@ -279,7 +279,7 @@ class McsfRuns:
             if not room.fits(hc):
                 continue  # the budgets stay: it never fits them in the run
             if shifted is None:
-                shifted = _Shifted(_Profile(h, left, self._block), self._capacity)
+                shifted = _Shifted(Profile(h, left, self._block), self._capacity)
             rc = int(self._remaining(view, cand))
             if not shifted.first_admission(hc, rc, 1, self.include_candidate):
                 return 0  # admitted at the next call (before planning the offer)
@@ -331,13 +331,13 @@ class AlphaRuns:
         run = _running_as(self, view, requests)
         if run is None:
             return 0
-        used = int(_ceil_div(view.kv[run] + 1, self._block).sum())
+        used = int(ceil_div(view.kv[run] + 1, self._block).sum())
         if used > self._capacity:
             return 0  # next_batch clears
         if self._waiting:
             need = self._need(view, self._waiting[0])
-            blocks = int(_ceil_div(need, self._block))
-            room = _Room.of(self._limits, tokens=run.size, prefill=0, running=run.size)
+            blocks = int(ceil_div(need, self._block))
+            room = Room.of(self._limits, tokens=run.size, prefill=0, running=run.size)
             if (used + blocks) * self._block <= self._threshold and room.fits(need):
                 return 0  # the head is admitted
         return limit()

@@ -52,7 +52,8 @@ import numpy as np
 
 from kvsched.costmodel.rad import RadTiling
 from kvsched.heuristics.base import Decision, SchedulerView
-from kvsched.heuristics.engines import check_positive, is_decode
+from kvsched.heuristics.checks import check_positive
+from kvsched.heuristics.engines import is_decode
 from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET, stricter
 from kvsched.instances.model import Instance
 from kvsched.schedule.search import last_fitting

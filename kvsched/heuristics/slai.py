@@ -50,12 +50,13 @@ recompute as what alpha is meant to avoid).
 
 from __future__ import annotations
 
-from typing import Any, Literal, get_args
+from typing import Any, Literal
 
 import numpy as np
 
 from kvsched.heuristics.base import Decision, SchedulerView
-from kvsched.heuristics.engines import Draft, _Engine, check_positive
+from kvsched.heuristics.checks import check_choice, check_positive
+from kvsched.heuristics.engines import Draft, EngineBase
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Phase
 from kvsched.schedule.search import last_fitting
@@ -68,7 +69,7 @@ PAPER_ALPHA = 128
 PAPER_BETA = 128
 
 
-class SLAI(_Engine):
+class SLAI(EngineBase):
     """Seed 000's SLAI scheduler (Sec. 6), paper defaults: SLAI (SPF, dynamic offset) of Sec. 7.
 
     Parameters
@@ -121,8 +122,7 @@ class SLAI(_Engine):
                 raise ValueError(f"{label} must be a number >= 0; got {value!r}")
         if not (isinstance(memory_threshold, int | float) and 0 < memory_threshold <= 1):
             raise ValueError(f"memory_threshold must be in (0, 1]; got {memory_threshold!r}")
-        if prefill_order not in get_args(PrefillOrder):
-            raise ValueError(f"prefill_order must be 'spf' or 'fcfs'; got {prefill_order!r}")
+        check_choice("prefill_order", prefill_order, PrefillOrder)
         for label, flag in (("dynamic_offset", dynamic_offset), ("priority_first", priority_first)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{label} must be true or false; got {flag!r}")
@@ -197,7 +197,7 @@ class SLAI(_Engine):
         Then every decode is always critical (its last schedulable time is -inf), so
         the decodes rank in admission order whatever the clock, the mean batch time
         and the offset, and the batch depends only on the queues, the budgets and the
-        reservations, as the engines' (:meth:`_Engine._repeat_reserved_decodes`): the
+        reservations, as the engines' (:meth:`EngineBase._repeat_reserved_decodes`): the
         critical decodes are the same (beta and the budget are fixed); a started
         prefill skipped at call 0 had no room in the budget left, which is the same;
         the first waiting request that stopped admission still stops it (budgets and

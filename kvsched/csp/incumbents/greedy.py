@@ -53,6 +53,11 @@ CHEAP_SECONDS_PER_TOKEN = 4e-7
 UNIT_RUN_SECONDS_PER_TOKEN, COSTLY_RUN_SECONDS_PER_TOKEN = 1e-6, 4e-6
 
 
+def compiled_kernels() -> list:
+    """The numba kernels this greedy runs (what ``kvsched warmup`` compiles and checks)."""
+    return [K.advance_jit]
+
+
 def run_estimate(instance: Instance, cost_model: CostModel) -> float:
     """A high estimate of one whole greedy run's seconds on ``instance`` (decide, build, replay)."""
     per_token = (

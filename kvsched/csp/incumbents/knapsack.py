@@ -96,6 +96,11 @@ CHUNK_JIT, CHUNK_PY = 4096, 64
 PY_SECONDS_PER_SLOT = 2e-3
 
 
+def compiled_kernels() -> list:
+    """The numba kernels this greedy runs (what ``kvsched warmup`` compiles and checks)."""
+    return [K.advance_jit]
+
+
 def applies(instance: Instance, cost_model: CostModel | None = None) -> bool:
     """Whether the knapsack greedy takes ``instance``: unit time and no ``max_running`` cap.
 

@@ -12,13 +12,14 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.heuristics.checks import check_choice
 from kvsched.heuristics.fluid import instance_types, kv_mass
-from kvsched.heuristics.wait.thresholds import ThresholdMode, TypeKey, _check_choice, eq1_of, wait_thresholds
+from kvsched.heuristics.wait.thresholds import ThresholdMode, TypeKey, eq1_of, wait_thresholds
 from kvsched.instances.model import Instance
 from kvsched.schedule.search import last_fitting
 
 
-class _StageGated:
+class StageGated:
     """What WAIT and Nested WAIT share: per-group stage-aligned selection and the LIFO safety net.
 
     A subclass gives every active request a *group* (a type, or a segment) and
@@ -289,7 +290,7 @@ class _StageGated:
         return last_fitting(lambda j: int((-(-(kv + j) // b)).sum()) - base, free, limit)
 
 
-class WAIT(_StageGated):
+class WAIT(StageGated):
     """WAIT: seed 002 §4, Algorithm 1 (known output lengths; see the module docstring).
 
     Parameters
@@ -327,8 +328,8 @@ class WAIT(_StageGated):
         d0: float | None = None,
         d1: float | None = None,
     ) -> None:
-        _check_choice("types", types, TypeKey)
-        _check_choice("thresholds", thresholds, ThresholdMode)
+        check_choice("types", types, TypeKey)
+        check_choice("thresholds", thresholds, ThresholdMode)
         if margin < 0:
             raise ValueError(f"margin must be >= 0; got {margin}")
         self.name = name

@@ -14,20 +14,20 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.heuristics.base import SchedulerView
+from kvsched.heuristics.checks import check_choice
 from kvsched.heuristics.fluid import fluid_equilibrium
-from kvsched.heuristics.wait.gated import _StageGated
+from kvsched.heuristics.wait.gated import StageGated
 from kvsched.heuristics.wait.thresholds import (
     Design,
     NestedDesign,
     ThresholdMode,
-    _check_choice,
     eq1_of,
     nested_design,
 )
 from kvsched.instances.model import Instance, Limits
 
 
-class NestedWAIT(_StageGated):
+class NestedWAIT(StageGated):
     """Nested WAIT: seed 002 §5, Algorithm 2 (unknown output lengths; see the module docstring).
 
     Parameters
@@ -77,8 +77,8 @@ class NestedWAIT(_StageGated):
         d0: float | None = None,
         d1: float | None = None,
     ) -> None:
-        _check_choice("design", design, Design)
-        _check_choice("thresholds", thresholds, ThresholdMode)
+        check_choice("design", design, Design)
+        check_choice("thresholds", thresholds, ThresholdMode)
         if design == "given" and (ends is None or rates is None):
             raise ValueError("design='given' needs ends and rates")
         if isinstance(segments, str) and segments != "auto":

@@ -8,25 +8,20 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Literal
 
 import numpy as np
 
 from kvsched.costmodel import make_cost_model
 from kvsched.costmodel.base import BatchView
 from kvsched.errors import InputError
+from kvsched.heuristics.checks import check_choice
 from kvsched.heuristics.fluid import eq1_coefficients, fluid_equilibrium, kv_mass
 from kvsched.instances.model import Limits, TimeModel
 
 ThresholdMode = Literal["fluid", "paper", "code"]
 TypeKey = Literal["io", "cls"]
 Design = Literal["outputs", "predicted", "given"]
-
-
-def _check_choice(name: str, value: Any, choices: Any) -> None:
-    allowed = get_args(choices)
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
 
 
 def eq1_of(time_model: TimeModel) -> tuple[float, float]:
@@ -95,7 +90,7 @@ def wait_thresholds(
         (fluid mode; with ``strict=False`` all ones are returned instead), or
         ``B`` is missing (paper/code modes).
     """
-    _check_choice("thresholds", mode, ThresholdMode)
+    check_choice("thresholds", mode, ThresholdMode)
     I = np.asarray(prompt, dtype=np.int64)  # noqa: E741 -- the README's symbol
     O = np.asarray(output, dtype=np.int64)  # noqa: E741
     lam = np.asarray(rates, dtype=float)
@@ -217,7 +212,7 @@ def nested_design(
     safety net then evicts as needed). Paper/code modes: ``n_k`` from §6
     (``proportional to Lambda_k``) with ``B`` (see :func:`wait_thresholds`).
     """
-    _check_choice("thresholds", mode, ThresholdMode)
+    check_choice("thresholds", mode, ThresholdMode)
     e = np.asarray(ends, dtype=np.int64)
     lam = np.asarray(rates, dtype=float)
     if e.size == 0 or (np.diff(e) <= 0).any() or e[0] < 1 or lam.shape != e.shape:

@@ -1,0 +1,26 @@
+"""Argument checks the policies' constructors share (one wording for every policy's bad option).
+
+The registry turns the ``ValueError`` into an :class:`~kvsched.errors.InputError`
+that names the option, so a bad ``-p name:option=value`` ends in one line.
+"""
+
+from __future__ import annotations
+
+from typing import Any, get_args
+
+import numpy as np
+
+
+def check_choice(name: str, value: Any, choices: Any) -> None:
+    """Reject ``value`` unless it is one of the ``Literal`` type ``choices``' values."""
+    allowed = get_args(choices)
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
+
+
+def check_positive(name: str, value: int | None) -> None:
+    """Reject anything but a positive integer or ``None`` (bools included)."""
+    if value is not None and (
+        not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1
+    ):
+        raise ValueError(f"{name} must be a positive integer or None; got {value!r}")
