@@ -22,6 +22,9 @@ from tests.test_examples import EXAMPLES
 compare_mod = importlib.import_module("kvsched.analysis.compare")
 
 FAST = SolverOptions(time_limit=20, threads=1)
+#: Where a test checks only that what the solve reports is true, not that it proves an optimum: tiny.json's
+#: makespan and sum-ttft solves run to their limit (20 s of 20 s on a slow machine) without closing the gap.
+QUICK = SolverOptions(time_limit=2, threads=1)
 
 
 def test_regret_on_figure15_shows_evictions_beat_the_no_eviction_class():
@@ -61,7 +64,7 @@ def test_unrunnable_policy_is_reported_not_fatal():
 @pytest.mark.parametrize("objective", ["makespan", "sum-ttft"])
 def test_other_objectives(objective):
     inst = load_instance(EXAMPLES / "tiny.json")
-    cmp = compare(inst, ["sarathi"], objective=objective, options=FAST)
+    cmp = compare(inst, ["sarathi"], objective=objective, options=QUICK)
     assert cmp.result.objective_name == objective
     assert cmp.table.loc["sarathi", "objective"] >= cmp.lower_bound
 
@@ -205,7 +208,8 @@ def test_cli_compare_hands_the_solve_one_deadline_from_the_command_start(monkeyp
         return real(*args, **kwargs)
 
     monkeypatch.setattr(analysis, "compare", spy)
-    args = ["compare", str(EXAMPLES / "tiny.json"), "--policies", "sarathi", "--time-limit", "10"]
+    # A short limit: the test is about the deadline handed on, and the solve runs to it.
+    args = ["compare", str(EXAMPLES / "tiny.json"), "--policies", "sarathi", "--time-limit", "2"]
     assert main([*args, "--threads", "1"]) == 0
     (deadline,) = seen
-    assert deadline.limit == 10 and deadline.end - time.monotonic() < 10
+    assert deadline.limit == 2 and deadline.end - time.monotonic() < 2
