@@ -5,12 +5,13 @@ solver tests, the bound tests and the certificate tests compare against it.
 """
 
 import copy
+import dataclasses
 import heapq
 import itertools
 
 import numpy as np
 
-from kvsched.instances.model import Instance
+from kvsched.instances.model import Instance, Request
 from kvsched.schedule.core import EngineState
 from kvsched.schedule.validate import instance_cost_model
 
@@ -45,6 +46,28 @@ def _brute_force(instance: Instance, objective: str, allow_eviction: bool = True
     state0 = EngineState(instance, instance_cost_model(instance))
     n, arrival = state0.n, state0.arrival
     a_max = float(arrival.max())
+    # Requests equal in every field but the id are interchangeable (the rules and the objectives never read
+    # an id): states that differ only by a permutation of such twins have the same optimum from there on,
+    # so the key lists each set of twins' (generated, KV, refilling) sorted.
+    by_id = {r.id: r for r in instance.requests}
+    twins: dict[Request, list[int]] = {}
+    for pos, rid in enumerate(state0.ids):
+        twins.setdefault(dataclasses.replace(by_id[rid], id=""), []).append(pos)
+    groups = [g for g in twins.values() if len(g) > 1]
+
+    def key_of(s: EngineState, t: float) -> tuple:
+        key = (s.generated.tobytes(), s.kv.tobytes(), s.refilling.tobytes(), min(t, a_max))
+        if not groups:
+            return key
+        twin_states = [
+            sorted((int(s.generated[i]), int(s.kv[i]), bool(s.refilling[i])) for i in g) for g in groups
+        ]
+        generated, kv, refilling = s.generated.copy(), s.kv.copy(), s.refilling.copy()
+        for g, states in zip(groups, twin_states, strict=True):
+            for i, (gen, held, refill) in zip(g, states, strict=True):
+                generated[i], kv[i], refilling[i] = gen, held, refill
+        return (generated.tobytes(), kv.tobytes(), refilling.tobytes(), min(t, a_max))
+
     tick = itertools.count()
     heap = [(0.0, next(tick), 0.0, state0, None)]
     seen: dict[tuple, float] = {}
@@ -57,7 +80,7 @@ def _brute_force(instance: Instance, objective: str, allow_eviction: bool = True
             s.apply(batch)
         if s.all_done:
             return dist
-        key = (s.generated.tobytes(), s.kv.tobytes(), s.refilling.tobytes(), min(t, a_max))
+        key = key_of(s, t)
         if seen.get(key, np.inf) <= dist:
             continue
         seen[key] = dist
