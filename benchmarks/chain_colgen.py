@@ -54,6 +54,7 @@ from kvsched.csp.bounds import chain_lagrangian
 from kvsched.csp.bounds._ascent import Ascent
 from kvsched.csp.bounds._chain_kernels import chain_loads, price_chains
 from kvsched.csp.bounds.chain import LATENCY, ChainData
+from kvsched.csp.bounds.seconds_lagrangian import incumbent_chains
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.highs import new_highs
@@ -285,32 +286,6 @@ class Master:
         return value, dual[: self.n], np.maximum(0.0, -mem)
 
 
-def schedule_chains(data: ChainData, trace) -> tuple[np.ndarray, np.ndarray]:
-    """Each request's op chain in a schedule (flat, ``data.offset`` order) and which requests have one.
-
-    A batch starting at ``s`` is slot ``floor(s)`` (the relaxation's map); a request whose generating
-    slots are not exactly ``O`` strictly increasing ones (never under unit time) is left out.
-    """
-    recs = trace.records
-    starts = np.floor(np.array([r.start for r in recs]) / data.slot + 1e-9).astype(np.int64)
-    sizes = np.array([r.generated.size for r in recs])
-    req = np.concatenate([r.generated for r in recs]).astype(np.int64)
-    slot = np.repeat(starts, sizes)
-    order = np.lexsort((slot, req))
-    req, slot = req[order], slot[order]
-    count = np.bincount(req, minlength=data.n)
-    ok = count == data.output
-    chains = np.full(int(data.output.sum()), -1, dtype=np.int64)
-    first = np.concatenate([[0], np.cumsum(count)[:-1]])
-    for j in np.flatnonzero(ok):
-        c = slot[first[j] : first[j] + count[j]]
-        if np.all(np.diff(c) > 0) and c[0] >= data.earliest[j]:
-            chains[data.offset[j] : data.offset[j] + count[j]] = c
-        else:
-            ok[j] = False
-    return chains, ok
-
-
 def seed_ascent(data: ChainData, y0: np.ndarray, upper: float, master: Master, deadline: Deadline) -> tuple:
     """The subgradient again from ``y0`` (small steps), every pricing's chains into the pool.
 
@@ -362,8 +337,11 @@ def colgen(
     master.resolve = resolve
     zero = np.zeros(data.n, dtype=np.int64)
     for trace in traces:
-        chains, ok = schedule_chains(data, trace)
-        master.add(data, (0.0, None, chains, zero, zero, zero.repeat(0)), None, None, np.flatnonzero(ok))
+        # The schedule's generating batches as chains (batch at s in slot floor(s / slot)), the relaxation's
+        # own reading of an incumbent; None where they break it (never under unit time).
+        chains = incumbent_chains(data.release, data.earliest, data.output, data.offset, data.slot, trace)
+        if chains is not None:
+            master.add(data, (0.0, None, chains, zero, zero, zero.repeat(0)), None, None)
     best, best_y, pricings = seed_ascent(data, y0, upper, master, Deadline.after(seed))
     for s in SEED_SCALES:
         if deadline.expired():
