@@ -112,10 +112,14 @@ def _build(
         d = m.cols(k, nd[j], cost=w * t)
         x = m.cols(k, prompt[j])
         e_ov, d_ov, x_ov = m.cols(1, prompt[j]), m.cols(1, nd[j], cost=w * over_t), m.cols(1, prompt[j])
-        for s_ in range(k):
-            m.row([e[s_], d[s_], R[ii[s_]]], [1.0, 1.0, -1.0], hi=0.0)
-            if math.isfinite(q):
-                m.row([x[s_], e[s_]], [1.0, -q], hi=0.0)
+        # Per interval s: the batch rate, then (a finite q) the chunk size; one numpy call per pattern.
+        rate = np.column_stack([e, d, R[ii]])
+        if math.isfinite(q):
+            m.rows(rate, [1.0, 1.0, -1.0], hi=0.0, stride=2)
+            m.rows(np.column_stack([x, e]), [1.0, -q], hi=0.0, stride=2, offset=1)
+            m.skip_rows(2 * k)
+        else:
+            m.rows(rate, [1.0, 1.0, -1.0], hi=0.0)
         if math.isfinite(q):
             m.row([x_ov[0], e_ov[0]], [1.0, -q], hi=0.0)
         m.row([e[0], d[0]], [1.0, 1.0], hi=(starts[i0] + step - a[j]) / delta + 1.0)
@@ -125,14 +129,15 @@ def _build(
             m.row(np.concatenate([d, d_ov]), 1.0, lo=nd[j], hi=nd[j])
             # decodes by the end of interval s / (O - 1) <= prompt tokens by then / I (cumulative columns)
             cd, cx = m.cols(k, nd[j]), m.cols(k, prompt[j])
-            for s_ in range(k):
-                if s_:
-                    m.row([cd[s_], cd[s_ - 1], d[s_]], [1.0, -1.0, -1.0], lo=0.0, hi=0.0)
-                    m.row([cx[s_], cx[s_ - 1], x[s_]], [1.0, -1.0, -1.0], lo=0.0, hi=0.0)
-                else:
-                    m.row([cd[0], d[0]], [1.0, -1.0], lo=0.0, hi=0.0)
-                    m.row([cx[0], x[0]], [1.0, -1.0], lo=0.0, hi=0.0)
-                m.row([cd[s_], cx[s_]], [1.0 / nd[j], -1.0 / prompt[j]], hi=0.0)
+            # Per interval s: cd_s = cd_{s-1} + d_s, cx_s = cx_{s-1} + x_s (no previous at s = 0), then the ratio.
+            first = np.ones((k, 3), dtype=bool)
+            first[0, 1] = False
+            for offset, (cum, per) in enumerate(((cd, d), (cx, x))):
+                prev = np.concatenate([cum[:1], cum[:-1]])
+                cols = np.column_stack([cum, prev, per])
+                m.rows(cols, [1.0, -1.0, -1.0], lo=0.0, hi=0.0, keep=first, stride=3, offset=offset)
+            m.rows(np.column_stack([cd, cx]), [1.0 / nd[j], -1.0 / prompt[j]], hi=0.0, stride=3, offset=2)
+            m.skip_rows(3 * k)
         else:
             m.row(d, 1.0, hi=0.0)
         for col, coefs in ((e, chunk_item), (d, [float(c[j]) for c in op_cost]), (x, tok_item)):
