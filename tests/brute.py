@@ -118,7 +118,9 @@ def _brute_force(instance: Instance, objective: str, allow_eviction: bool = True
                     continue
                 b = s.make_batch(t, req, [toks[i] for i in req], list(ev))
                 d = dist + cost(t, b.end)
-                if not np.isfinite(d) and s.check(b):  # never a NaN in the heap's order
+                if not np.isfinite(d):
+                    # Only an illegal batch has a NaN or infinite end (a NaN would break the heap's order);
+                    # every other edge is checked by the core when it leaves the heap.
                     continue
                 heapq.heappush(heap, (d, next(tick), b.end, s, b))
     return np.inf
