@@ -44,3 +44,21 @@ def test_a_local_search_incumbent_comes_with_its_replay():
     assert result.trace is not None
     again = replay(inst, result.schedule)
     assert OBJECTIVES["total-latency"](result.trace) == OBJECTIVES["total-latency"](again) == result.objective
+
+
+def test_a_solve_proven_by_its_first_bounds_skips_the_stages_left(monkeypatch):
+    """Three requests far apart under a seconds model: the isolated bound meets the first schedule, so the
+    LPs, the running caps and the local search (which cannot change the answer) are not run."""
+    from kvsched.csp import driver
+
+    monkeypatch.setattr(driver, "AUTO_EXACT_MAX", 0)  # the pipeline, not the exact model, at this size
+    linear = TimeModel(
+        "infermax-linear", {"a0": 0.5, "a1": 0.1, "b0": 0.2, "b1": 0.05, "p0": 0.3, "p1": 0.02}
+    )
+    reqs = tuple(Request(f"r{k}", 100.0 * k, 3, 2) for k in range(3))
+    inst = Instance(reqs, Limits(kv_capacity=14, max_batch_tokens=4, max_prefill_tokens=4), linear)
+    result = solve(inst, formulation="auto", options=SolverOptions(time_limit=20.0))
+    assert result.status == SolveStatus.OPTIMAL and result.stopped == ""
+    assert result.stats["proven_by"] == "the bounds portfolio"
+    assert "batch_rate_lp_seconds" not in result.stats and "sharing_lp_seconds" not in result.stats
+    assert "improved_by" not in result.stats

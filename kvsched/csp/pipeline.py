@@ -21,7 +21,9 @@ what is left, each keeping what the earlier ones found:
 
 The result's scope is every legal schedule; its bound is the best of the
 portfolio and the Lagrangian, each named by its source; it is ``optimal`` only
-when that bound meets the best schedule.
+when that bound meets the best schedule. Once the bounds found meet the best
+schedule, the stages left are skipped (none could change the answer) and
+``stats["proven_by"]`` says which stage's bounds closed the gap.
 """
 
 from __future__ import annotations
@@ -72,6 +74,13 @@ SHARING_LP_MAX_REQUESTS = 5_000
 FINISH_MARGIN = 0.03
 
 
+def _proven(log: SolveLog, value: float) -> bool:
+    """Whether the bounds found so far meet ``value``, the best schedule's: once they do, no later stage can
+    change the answer (the schedule is optimal, and a bound above the best one would be above it too), so the
+    stages left are skipped (an 8-request solve proven by its first bounds ran its LPs for 10 s of a 20 s limit)."""
+    return certify(value, Scope.ALL, log.bounds, log.seen)[0] == SolveStatus.OPTIMAL
+
+
 def _incumbents(log: SolveLog, objective: str, deadline: Deadline, whole: Deadline) -> list[Incumbent]:
     """The greedy variants and fast policies that fit ``deadline`` (:func:`best_incumbent`; the first
     schedule must fit ``whole``, the solve's)."""
@@ -112,8 +121,11 @@ def _running_caps(log: SolveLog, best: Incumbent, deadline: Deadline, stats: dic
 def _lagrangian(log: SolveLog, objective: str, best: Incumbent, deadline: Deadline) -> dict:
     if not isinstance(instance_cost_model(log.instance), UnitCost) and objective == "total-latency":
         stats = _sharing_lp(log, deadline.share(SHARING_LP_SHARE))
-        stats.update(_fluid_lp(log, deadline.share(FLUID_LP_SHARE)))
-        return {**stats, **_seconds_lagrangian(log, best, deadline.share(SECONDS_LAGRANGIAN_SHARE))}
+        if not _proven(log, best.value):
+            stats.update(_fluid_lp(log, deadline.share(FLUID_LP_SHARE)))
+        if not _proven(log, best.value):
+            stats.update(_seconds_lagrangian(log, best, deadline.share(SECONDS_LAGRANGIAN_SHARE)))
+        return stats
     if not isinstance(instance_cost_model(log.instance), UnitCost) or objective == "makespan":
         return {}
     if deadline.remaining() < 2 * float(best.stats.get("replay_s", 0.0)):
@@ -259,16 +271,21 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
     lagrangian = deadline.share(LAGRANGIAN_SHARE)
     if run > 0 and deadline.remaining() - lagrangian.remaining() < 2 * run + FINISH_MARGIN * deadline.limit:
         lagrangian = deadline.before(FINISH_MARGIN * deadline.limit)
-    try:
-        stats.update(_lagrangian(log, objective, best, lagrangian))
-    except KeyboardInterrupt:  # Ctrl-C: keep the best schedule and the bounds found so far
-        stats["interrupted"] = "during the Lagrangian"
-    if not deadline.expired():
+    if _proven(log, best.value):
+        stats["proven_by"] = "the bounds portfolio"
+    else:
+        try:
+            stats.update(_lagrangian(log, objective, best, lagrangian))
+        except KeyboardInterrupt:  # Ctrl-C: keep the best schedule and the bounds found so far
+            stats["interrupted"] = "during the Lagrangian"
+        if _proven(log, best.value):
+            stats["proven_by"] = "the Lagrangian stage's bounds"
+    if not deadline.expired() and "proven_by" not in stats:
         try:
             best = _running_caps(log, best, deadline.before(FINISH_MARGIN * deadline.limit), stats)
         except KeyboardInterrupt:
             stats["interrupted"] = "during the running-cap search"
-    if not deadline.expired():
+    if not deadline.expired() and "proven_by" not in stats:
         try:
             better = improve(log.instance, best, deadline.before(FINISH_MARGIN * deadline.limit))
         except KeyboardInterrupt:
