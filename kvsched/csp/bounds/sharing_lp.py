@@ -225,6 +225,10 @@ class _Builder:
         c_cap, r_cap = tok.c_cap, tok.r_cap
         counts = np.zeros(tok.grid.size + 1)
         added = 0
+        roots = [np.sqrt(c) for c in d.op_cost]
+        # Once every request has arrived (most intervals), each interval's lines and tangents are the last ones.
+        lines_of: dict[int, list[list[tuple[float, float]]]] = {}
+        tangents_of: dict[int, list[list[tuple[float, float]]]] = {}
         for i in range(n_int):
             if i % 32 == 0 and deadline.expired():
                 return False
@@ -256,8 +260,10 @@ class _Builder:
                 sized.append(
                     (d.work[f][:k], [cum[f"w{f}"][1][i], cx[i], ce[i]], [1.0, d.token[f], d.forms[f].prefill])
                 )
-            for sizes, cols, coef in sized:
-                for b, slope in done_lines(sizes, DONE_LINES):
+            if k not in lines_of:  # the same k (the arrived requests) gives the same lines
+                lines_of[k] = [done_lines(sizes, DONE_LINES) for sizes, _, _ in sized]
+            for (_, cols, coef), lines in zip(sized, lines_of[k], strict=True):
+                for b, slope in lines:
                     m.row([done[i], *cols], [1.0, *(-slope * c for c in coef)], hi=b)
             # The generating ops of the requests arrived by end_i, by S: the cheapest ones bound the cost.
             while added < k:
@@ -272,15 +278,17 @@ class _Builder:
                 m.row([k_[i], g[i]], [1.0, -float(d.held[least])], lo=0.0)
                 units = [(ck, d.held)]
                 for f in range(nf):
-                    units += [(cum[f"w{f}"][1], d.op_cost[f]), (cum[f"v{f}"][1], np.sqrt(d.op_cost[f]))]
+                    units += [(cum[f"w{f}"][1], d.op_cost[f]), (cum[f"v{f}"][1], roots[f])]
                     m.row([w[f][i], g[i]], [1.0, -float(d.op_cost[f][least])], lo=0.0)
                     m.row(
                         [self.V[f][i], g[i], x[i]],
                         [1.0, -math.sqrt(d.op_cost[f][least]), -self._chunk_root(f)],
                         lo=0.0,
                     )
-                for total, unit in units:
-                    for c0, slope in cheapest_tangents(per_s, unit, COST_TANGENTS):
+                if k not in tangents_of:  # the same k gives the same ops, hence the same tangents
+                    tangents_of[k] = [cheapest_tangents(per_s, unit, COST_TANGENTS) for _, unit in units]
+                for (total, _), tangents in zip(units, tangents_of[k], strict=True):
+                    for c0, slope in tangents:
                         m.row([total[i], cg[i]], [1.0, -slope], lo=c0)
             else:
                 for f in range(nf):
@@ -292,9 +300,10 @@ class _Builder:
                 m.row([q_[i], done[i - 1]], [1.0, d.t_max], hi=d.t_max * float(arr_tail[i]))
             else:
                 m.row([q_[0]], [1.0], hi=d.t_max * float(arr_tail[0]))
+        first_cuts = np.geomspace(S_LOW, S_HIGH, S_COUNT)
         for i in range(n_int):
             for f in range(nf):
-                for s in np.geomspace(S_LOW, S_HIGH, S_COUNT):
+                for s in first_cuts:
                     self.cut(i, f, float(s))
         return True
 
