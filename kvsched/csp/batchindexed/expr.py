@@ -14,29 +14,42 @@ class Lin:
         self.t = dict(t) if t else {}
         self.k = float(k)
 
-    def __add__(self, other: Lin | float) -> Lin:
-        out = Lin(self.t, self.k)
-        if isinstance(other, Lin):
-            for v, c in other.t.items():
-                out.t[v] = out.t.get(v, 0.0) + c
-            out.k += other.k
-        else:
-            out.k += float(other)
+    @classmethod
+    def _own(cls, t: dict[int, float], k: float) -> Lin:
+        """A Lin that takes ``t`` (a dict no one else holds) and ``k`` (a float) as they are: the operators'
+        results, without the constructor's copy (the batch-indexed build makes about 150,000 of them)."""
+        out = object.__new__(cls)
+        out.t = t
+        out.k = k
         return out
+
+    def __add__(self, other: Lin | float) -> Lin:
+        if isinstance(other, Lin):
+            t = self.t.copy()
+            for v, c in other.t.items():
+                t[v] = t.get(v, 0.0) + c
+            return Lin._own(t, self.k + other.k)
+        return Lin._own(self.t.copy(), self.k + float(other))
 
     __radd__ = __add__
 
     def __neg__(self) -> Lin:
-        return Lin({v: -c for v, c in self.t.items()}, -self.k)
+        return Lin._own({v: -c for v, c in self.t.items()}, -self.k)
 
     def __sub__(self, other: Lin | float) -> Lin:
-        return self + (-other)
+        # x - c is x + (-c) exactly in floating point: the same terms, in the same order, as self + (-other).
+        if isinstance(other, Lin):
+            t = self.t.copy()
+            for v, c in other.t.items():
+                t[v] = t.get(v, 0.0) - c
+            return Lin._own(t, self.k - other.k)
+        return Lin._own(self.t.copy(), self.k - float(other))
 
     def __rsub__(self, other: float) -> Lin:
         return (-self) + other
 
     def __mul__(self, s: float) -> Lin:
-        return Lin({v: c * s for v, c in self.t.items()}, self.k * s)
+        return Lin._own({v: c * s for v, c in self.t.items()}, float(self.k * s))
 
     __rmul__ = __mul__
 
