@@ -260,10 +260,10 @@ def fluid_lp_bound(
     value, status, _ = solve_lp(m, deadline, threads, simplex=m.nrow <= SIMPLEX_MAX_ROWS)
     seconds = time.monotonic() - started
     if value is None or not math.isfinite(value):
-        return LPBoundResult(None, step, n_cells, 1, seconds, status, window=window)
+        return LPBoundResult(None, step, n_cells, 1, seconds, status, window=window, rows=m.nrow)
     value += const
     bound = Bound(max(0.0, value * (1.0 - SAFETY)), SOURCE, Scope.ALL)
-    return LPBoundResult(bound, step, n_cells, 1, seconds, status, ((seconds, value),), window)
+    return LPBoundResult(bound, step, n_cells, 1, seconds, status, ((seconds, value),), window, m.nrow)
 
 
 #: The anytime loop's grids: the first one sized to take about FIRST_SHARE of the time left, from one
@@ -288,6 +288,11 @@ FIRST_FINEST = 1.0 / 64
 #: pipeline minute: its bound would be a small fraction of mean busy time's).
 COARSEST = 1.0 / 4
 ROUND_MARGIN = 2.5
+#: A round whose LP grows past SIMPLEX_MAX_ROWS (the interior point after a simplex round) needs this many times
+#: more time left again: on 8-12 requests such a round took 3.0-5.2 times the last one (pipe8's 2.4 s -> 7.1 s),
+#: against about 1.9 times between simplex rounds, and started on ROUND_MARGIN alone it was cut off by the
+#: deadline (no duals: nothing gained, and the 20 s pipeline solve of 8 requests took 14 s instead of 8).
+SWITCH_MARGIN = 2.5
 
 
 def first_cells(seconds: float) -> int:
@@ -311,6 +316,7 @@ def fluid_lp_anytime(instance: Instance, deadline: Deadline, *, threads: int = 2
         out.append(got)
         if got.bound is None or cells * GROWTH > MAX_CELLS:
             return out
-        if deadline.remaining() < ROUND_MARGIN * got.seconds:
+        switch = got.rows <= SIMPLEX_MAX_ROWS < got.rows * GROWTH
+        if deadline.remaining() < ROUND_MARGIN * (SWITCH_MARGIN if switch else 1.0) * got.seconds:
             return out
         cells *= GROWTH

@@ -51,6 +51,8 @@ class LPBoundResult:
     window
         The batch-rate LP's window (how long after its arrival a request's batches are placed); None for the
         sharing LP, whose intervals cover the whole horizon.
+    rows
+        The batch-rate LP's rows (0 when none was built or for the sharing LP): they choose its solver.
     """
 
     bound: Bound | None
@@ -61,6 +63,7 @@ class LPBoundResult:
     status: str
     history: tuple[tuple[float, float], ...] = ()
     window: float | None = None
+    rows: int = 0
 
 
 def exclusive_cumsum(values: np.ndarray) -> np.ndarray:
