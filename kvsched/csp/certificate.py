@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from enum import StrEnum
 
-from kvsched.schedule.ir import Schedule
+from kvsched.schedule.ir import Batch, Schedule
 
 
 class Scope(StrEnum):
@@ -98,5 +98,7 @@ def scope_of(schedule: Schedule) -> Scope:
     (Membership of CONTIGUOUS is known by construction where it matters: the
     time-indexed model's own schedules.)
     """
-    evicts = any(b.evicted.size for b in schedule.batches)
+    # A run never evicts (kvsched.schedule.ir.Run), so only the single batches are read: spelling the runs
+    # out took 67 s for a schedule of 20,000 requests run one at a time (6.7 million batches).
+    evicts = any(type(e) is Batch and e.evicted.size for e in schedule.entries)
     return Scope.ALL if evicts else Scope.NO_EVICTION

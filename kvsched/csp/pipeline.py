@@ -311,7 +311,7 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         solver="kvsched",
         formulation="pipeline",
         objective_name=objective,
-        stats={**stats, "found_by": best.name, "batches": len(best.schedule.batches)},
+        stats={**stats, "found_by": best.name, "batches": len(best.schedule)},
         scope=Scope.ALL,
         bounds=tuple(log.bounds),
         # Before the deadline the stages have run out of work (the local search found no improving move and
