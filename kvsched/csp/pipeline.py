@@ -250,8 +250,11 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         log.add_bound(bound)
     log.report()
     found = _incumbents(log, objective, deadline.share(INCUMBENT_SHARE), deadline)
-    # A first schedule made by a policy because no greedy run fitted: the stages did not run out of work.
-    short_of_time = any(inc.stats.get("greedy_skipped_for_time") for inc in found)
+    # A first schedule made by a policy because no greedy run fitted, or a greedy run cut short for time:
+    # the stages did not run out of work.
+    short_of_time = any(
+        inc.stats.get("greedy_skipped_for_time") or inc.stats.get("cut_for_time") for inc in found
+    )
     if warm_start is not None:
         try:
             value = log.evaluate(warm_start, "warm start")

@@ -8,13 +8,15 @@ batch raises; otherwise every violation is collected and replay goes on.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kvsched.costmodel import CostModel
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import BatchRecord, EngineState, ScheduleError, Violation
 from kvsched.schedule.data import ProblemData
-from kvsched.schedule.ir import Run, Schedule
+from kvsched.schedule.ir import Batch, Run, Schedule
 from kvsched.schedule.records import RunRecord, expand_records
 
 
@@ -60,6 +62,7 @@ def replay(
     *,
     strict: bool = True,
     check_durations: bool = True,
+    then: Callable[[EngineState], Iterable[Batch | Run]] | None = None,
 ) -> Trace:
     """Replay ``schedule`` on ``instance`` through the semantic core.
 
@@ -74,13 +77,22 @@ def replay(
     check_durations
         Check each batch's duration against the cost model. Turn off to replay
         a schedule with measured (not modelled) durations.
+    then
+        Entries that continue ``schedule``, made from the state it leaves: ``then(state)`` is iterated
+        after the schedule's last entry, and each entry it yields is checked and applied like the
+        schedule's own before the next is asked for (a producer may read the state as it goes, e.g.
+        :func:`~kvsched.csp.incumbents.complete.reserved_batches`). The caller keeps what it yields.
     """
     if cost_model is None and check_durations:
         cost_model = instance_cost_model(instance)
     state = EngineState(instance, cost_model if check_durations else None)
     trace = Trace(instance, state)
     k = 0  # index of the next batch
-    for entry in schedule.entries:
+    entries: Iterable[Batch | Run] = schedule.entries
+    if then is not None:
+        # (then(state) is a generator: its body first runs once the schedule's entries are applied.)
+        entries = itertools.chain(entries, then(state))
+    for entry in entries:
         if type(entry) is Run:
             found = state.check_run(entry, k)
             if not found:

@@ -244,7 +244,8 @@ def best_incumbent(
     allows (:func:`search_running_caps`: admission control, searched per instance; the pipeline runs it
     later, after its bounds). The
     first variant always runs (it is the first schedule of every time-limited solve; past the deadline it
-    finishes in its cheapest mode), except under a seconds-based cost model where its run is expected to
+    finishes in its cheapest mode, and where finishing would overrun ``first_deadline`` it is cut short and
+    the requests it left run against reserved peaks, ``stats["cut_for_time"]`` saying how many), except under a seconds-based cost model where its run is expected to
     overrun what is left of ``first_deadline`` (default ``deadline``; the pipeline passes the whole solve's,
     since a first schedule may take more than its share; :func:`~kvsched.csp.incumbents.greedy.run_estimate`):
     then :data:`FIRST_POLICY`'s schedule is the result. Each further candidate runs only if its
@@ -272,7 +273,11 @@ def best_incumbent(
     first, *others = variants
     cold = not is_compiled(advance_jit)
     t0 = time.perf_counter()
-    best = run_variant(instance, first, cost_model, objective=objective, deadline=deadline)
+    # Where even this run would overrun the solve's limit (100k requests on a slow machine), it is cut short
+    # and the requests it left are finished against reserved peaks (greedy.must_stop): poorer, but on time.
+    best = run_variant(
+        instance, first, cost_model, objective=objective, deadline=deadline, stop=first_deadline
+    )
     greedy_cost = time.perf_counter() - t0
     if cold and is_compiled(advance_jit):
         # The first run compiled the kernel (seconds): price the others from its build and replay instead

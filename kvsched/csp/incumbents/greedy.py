@@ -21,6 +21,7 @@ is returned.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -28,11 +29,14 @@ from kvsched.costmodel.base import BatchView, CostModel
 from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents import _kernel as K
 from kvsched.csp.incumbents.base import Incumbent
+from kvsched.csp.incumbents.complete import ENTRIES_PER_REQUEST, reserved_batches
 from kvsched.csp.incumbents.log import BatchLog
 from kvsched.csp.incumbents.rules import rule_keys
 from kvsched.csp.objectives import objective_function
 from kvsched.instances.model import Instance
 from kvsched.jit import is_compiled, use_compiled
+from kvsched.schedule.core import EngineState
+from kvsched.schedule.ir import Batch, Run, Schedule
 from kvsched.schedule.validate import instance_cost_model, replay
 from kvsched.stop import Deadline
 
@@ -51,6 +55,8 @@ CHEAP_SECONDS_PER_TOKEN = 4e-7
 #: models, which price every batch (3.3 us at 100k Azure conversation requests under the A100 fit: 81.7 s,
 #: of it 43 s deciding, 20 s building and 19 s replaying; 2 loaded cores).
 UNIT_RUN_SECONDS_PER_TOKEN, COSTLY_RUN_SECONDS_PER_TOKEN = 1e-6, 4e-6
+#: Margin on the measured cost of building and replaying a run's batches (:func:`_finish_estimate`).
+FINISH_MARGIN = 1.25
 
 
 def compiled_kernels() -> list:
@@ -97,6 +103,7 @@ def decide(
     deadline: Deadline | None = None,
     cost_model: CostModel | None = None,
     jit: bool = True,
+    stop: Deadline | None = None,
 ) -> BatchLog:
     """Run the greedy's decisions and return its batch log (not yet a schedule, not yet replayed).
 
@@ -153,6 +160,9 @@ def decide(
         Use the compiled kernel (else the interpreted reference, same decisions); a kernel not
         compiled yet is compiled only where that fits the deadline or beats the interpreted
         reference (:func:`kvsched.jit.use_compiled`).
+    stop
+        Where finishing would overrun it (:func:`must_stop`, asked between chunks of batches), the run
+        stops and returns the batches decided so far, ``finished`` False.
     """
     instance.check_feasible()
     deadline = deadline or Deadline.never()
@@ -223,6 +233,7 @@ def decide(
     thrash = 4 * int(ia[0].sum() + ia[1].sum()) + n
     timed = 0  # batches whose start and duration are final
     now = clock[0]
+    probe: tuple[float, int, int] | None = None
     while n:
         status = kernel(ia, fa, limits, sc, clock, ib, fb, bf, bi, it, ev, chunk)
         nb = int(sc[3])
@@ -236,6 +247,16 @@ def decide(
             bf, bi, it, ev = _grow(bf, bi, it, ev, n, sc)
         if limits[7] == 0 and (deadline.expired() or nb > thrash):
             limits[6], limits[7] = 0, 1
+        if stop is not None and stop.bounded:
+            if probe is None:  # what building and replaying costs here, timed on the first chunk
+                probe = _finish_probe(instance, cost_model, _log(bf, bi, it, ev, sc, n))
+            if must_stop(stop, _finish_estimate(probe, nb, int(sc[4]), n - int(sc[6]))):
+                break
+    return _log(bf, bi, it, ev, sc, n)
+
+
+def _log(bf: np.ndarray, bi: np.ndarray, it: np.ndarray, ev: np.ndarray, sc: np.ndarray, n: int) -> BatchLog:
+    """The kernel's buffers as a :class:`BatchLog` of the batches decided so far (copies)."""
     nb, ni, ne = int(sc[3]), int(sc[4]), int(sc[5])
     return BatchLog(
         bf[0, :nb].copy(),
@@ -247,7 +268,51 @@ def decide(
         it[2, :ni].copy(),
         it[3, :ni].astype(np.int8),
         ev[:ne].copy(),
+        finished=int(sc[6]) == n,
     )
+
+
+def _finish_probe(instance: Instance, cost_model: CostModel, log: BatchLog) -> tuple[float, int, int, int]:
+    """Seconds to build and replay ``log``'s batches (requests left unfinished), and their batch, item and
+    schedule-entry counts.
+
+    Replaying dominates a large run (unit time, 100k ShareGPT requests: 9 s deciding, 11 s building, 68 s
+    replaying; A100 fit, 100k Azure conversations: 43 / 20 / 19 s), and its cost per batch depends on the
+    machine and the batches' sizes, so it is measured here rather than estimated from the decisions' time.
+    """
+    t0 = time.perf_counter()
+    schedule = log.to_schedule()
+    built = time.perf_counter() - t0
+    spent = [0.0]
+
+    def entries(state: EngineState) -> Iterator[Batch | Run]:
+        # Timed from the first entry to the last, so that neither the state's set-up nor the end's check
+        # of the (many) unfinished requests counts: what scales with the batches is what is estimated.
+        t1 = time.perf_counter()
+        yield from schedule.entries
+        spent[0] = time.perf_counter() - t1
+
+    replay(instance, Schedule(()), cost_model, strict=False, then=entries)
+    return built + spent[0], log.num_batches, int(log.requests.size), len(schedule.entries)
+
+
+def _finish_estimate(probe: tuple[float, int, int, int], batches: int, items: int, unfinished: int) -> float:
+    """Seconds to stop now: build and replay ``batches`` holding ``items`` (scaled from ``probe`` by whichever
+    grew more: a batch costs a fixed part and a part per item) and complete the ``unfinished`` requests
+    (:data:`~kvsched.csp.incumbents.complete.ENTRIES_PER_REQUEST` entries each, at the probe's cost per
+    entry: the completion's entries are made, checked and applied by the same core), with a margin of
+    :data:`FINISH_MARGIN`."""
+    seconds, batches0, items0, entries0 = probe
+    replaying = seconds * max(batches / max(batches0, 1), items / max(items0, 1))
+    completing = seconds / max(entries0, 1) * ENTRIES_PER_REQUEST * unfinished
+    return FINISH_MARGIN * (replaying + completing)
+
+
+def must_stop(stop: Deadline, finish: float) -> bool:
+    """Whether a run must stop now to end by ``stop``, ``finish`` seconds being what stopping now costs
+    (:func:`_finish_estimate`): once that reaches what is left of ``stop``, every later batch would end
+    past it."""
+    return stop.bounded and finish >= stop.remaining()
 
 
 def _capped(budget: int | None, cap: int) -> int | None:
@@ -317,7 +382,24 @@ def incumbent_of(
     t1 = time.perf_counter()
     schedule = log.to_schedule({"policy": label, "params": params})
     t2 = time.perf_counter()
-    if replay_schedule:
+    cut: dict = {}
+    if not log.finished:
+        # Cut short for time: the requests left are finished against reserved peaks, each entry made and applied
+        # by the core in the same replay (the schedule is the decided batches and then those).
+        made: list[Batch | Run] = []
+
+        def rest(state: EngineState) -> Iterator[Batch | Run]:
+            cut["unfinished"] = state.n - state.num_done
+            for entry in reserved_batches(state):
+                made.append(entry)
+                yield entry
+
+        trace = replay(instance, schedule, cost_model, then=rest)
+        label += "+reserved-batches"
+        meta = {**schedule.meta, "policy": label, "completed_against_reserved_peaks": cut["unfinished"]}
+        schedule = Schedule((*schedule.entries, *made), meta)
+        value = objective_function(objective)(trace)
+    elif replay_schedule:
         trace = replay(instance, schedule, cost_model)
         value = objective_function(objective)(trace)
     else:
@@ -330,6 +412,10 @@ def incumbent_of(
         "entries": len(schedule.entries),
         "evictions": log.num_evictions,
     }
+    if cut:
+        # The requests the greedy had not finished when it was cut short (the first schedule of a solve whose
+        # limit a whole greedy run would overrun).
+        stats["cut_for_time"] = cut["unfinished"]
     return Incumbent(label, schedule, value, objective, stats, trace)
 
 
@@ -379,6 +465,7 @@ def greedy(
     jit: bool = True,
     name: str | None = None,
     replay_schedule: bool = True,
+    stop: Deadline | None = None,
 ) -> Incumbent:
     """The greedy's schedule, replayed through the core, with its objective value.
 
@@ -421,6 +508,7 @@ def greedy(
         deadline=deadline,
         cost_model=cost_model,
         jit=jit,
+        stop=stop,
     )
     t1 = time.perf_counter()
     label = name or (

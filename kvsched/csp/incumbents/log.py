@@ -40,6 +40,9 @@ class BatchLog:
         Per item: request position, tokens processed, KV held before the batch, phase code.
     evicted
         Evicted request positions, per batch in ``ev_ptr`` order.
+    finished
+        Whether every request completes in these batches (False: the producer was cut short for time,
+        and :func:`~kvsched.csp.incumbents.complete.one_at_a_time` finishes the rest).
     """
 
     start: np.ndarray
@@ -51,6 +54,7 @@ class BatchLog:
     context: np.ndarray
     phases: np.ndarray
     evicted: np.ndarray
+    finished: bool = True
 
     @property
     def num_batches(self) -> int:
