@@ -132,6 +132,10 @@ def _short(n: int) -> str:
 # -- instances ---------------------------------------------------------------------------------------------
 
 
+class CaseError(Exception):
+    """A case whose instance ``kvsched generate`` refused (its error line is the message)."""
+
+
 def generate(case: Case, folder: Path) -> Path:
     """``kvsched generate`` the case's requests (all at 0 for ShareGPT, the trace's own arrivals for Azure),
     then rewrite lengths, KV capacity and arrivals as the case says. Cached in ``folder``."""
@@ -148,7 +152,13 @@ def generate(case: Case, folder: Path) -> Path:
         args += ["-C", str(case.budget), "-P", str(case.budget)]
     if case.cost_model != "unit":
         args += ["--cost-model", case.cost_model]
-    subprocess.run(args, check=True, capture_output=True, text=True)
+    made = subprocess.run(args, capture_output=True, text=True)
+    if (
+        made.returncode
+    ):  # e.g. a trace with fewer requests than n: kvsched's one error line, and the next case
+        raise CaseError(
+            made.stderr.strip().splitlines()[-1] if made.stderr.strip() else f"exit {made.returncode}"
+        )
     doc = json.loads(raw.read_text())
     if case.divide > 1:
         divide_lengths(doc, case.divide)
@@ -378,7 +388,11 @@ def main(argv: list[str] | None = None) -> int:
     folder.mkdir(parents=True, exist_ok=True)
     rows: list[list[str]] = []
     for case in picked:
-        inst = generate(case, folder)
+        try:
+            inst = generate(case, folder)
+        except CaseError as exc:
+            console.print(f"  {case.name}: not generated: {exc}", highlight=False)
+            continue
         saved = folder / f"{inst.stem}.row.json"
         limit = min(args.limit, case.target_s or args.limit)
         row = json.loads(saved.read_text()) if args.reuse and saved.exists() else solve(inst, limit, folder)
