@@ -25,11 +25,11 @@ import numpy as np
 from kvsched.schedule.core import EngineState
 from kvsched.schedule.ir import Batch, Phase, Run
 
-#: What completing one request costs, in schedule entries of the kept batches' replay (measured on the first
-#: chunk of them: :func:`~kvsched.csp.incumbents.greedy.decide`), a high estimate. At 100,000 ShareGPT
-#: requests the completion made 1.7 entries a request at 169 us each, the replay of the greedy's first 4,096
-#: batches 295 us an entry (those hold more items): 0.97.
-ENTRIES_PER_REQUEST = 1.25
+#: What completing one request costs, in items of the kept batches' replay (timed on the batches decided
+#: so far: :func:`~kvsched.csp.incumbents.greedy.decide`), a high estimate. At 100,000 ShareGPT requests at
+#: memory load 1 the completion took 262-330 us a request (1.7 entries each) where that replay took 2.4 us
+#: an item: 110-140 items.
+ITEMS_PER_REQUEST = 150.0
 _DECODE = int(Phase.DECODE)
 _NONE = np.zeros(0, dtype=np.int64)
 _NONE.setflags(write=False)

@@ -29,7 +29,7 @@ from kvsched.costmodel.base import BatchView, CostModel
 from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents import _kernel as K
 from kvsched.csp.incumbents.base import Incumbent
-from kvsched.csp.incumbents.complete import ENTRIES_PER_REQUEST, reserved_batches
+from kvsched.csp.incumbents.complete import ITEMS_PER_REQUEST, reserved_batches
 from kvsched.csp.incumbents.log import BatchLog
 from kvsched.csp.incumbents.rules import rule_keys
 from kvsched.csp.objectives import objective_function
@@ -55,7 +55,10 @@ CHEAP_SECONDS_PER_TOKEN = 4e-7
 #: models, which price every batch (3.3 us at 100k Azure conversation requests under the A100 fit: 81.7 s,
 #: of it 43 s deciding, 20 s building and 19 s replaying; 2 loaded cores).
 UNIT_RUN_SECONDS_PER_TOKEN, COSTLY_RUN_SECONDS_PER_TOKEN = 1e-6, 4e-6
-#: Margin on the measured cost of building and replaying a run's batches (:func:`_finish_estimate`).
+#: Batches the cut's probe builds and replays (the first ones; a sample small enough to cost little where the
+#: run then fits after all: at 10k ShareGPT requests all at 0 the first chunk of 4,096 was a third of the run).
+PROBE_BATCHES = 1024
+#: Margin on the estimated cost of completing a cut run's requests (:func:`_finish_estimate`).
 FINISH_MARGIN = 1.25
 #: Seconds building and replaying a greedy run's batches take per second deciding them, a high estimate
 #: (unit time, 100k ShareGPT requests: 79.5 s against 9.2 s, 8.6; A100 fit, 100k Azure conversations: 0.9).
@@ -261,15 +264,26 @@ def decide(
                 spent = time.perf_counter() - started
                 if spent * (1.0 + FINISH_PER_DECIDE) < progress * stop.remaining():
                     continue
-                probe = _finish_probe(instance, cost_model, _log(bf, bi, it, ev, sc, n))
+                probe = _finish_probe(instance, cost_model, _log(bf, bi, it, ev, sc, n, PROBE_BATCHES))
             if must_stop(stop, _finish_estimate(probe, nb, int(sc[4]), n - int(sc[6]))):
                 break
     return _log(bf, bi, it, ev, sc, n)
 
 
-def _log(bf: np.ndarray, bi: np.ndarray, it: np.ndarray, ev: np.ndarray, sc: np.ndarray, n: int) -> BatchLog:
-    """The kernel's buffers as a :class:`BatchLog` of the batches decided so far (copies)."""
+def _log(
+    bf: np.ndarray,
+    bi: np.ndarray,
+    it: np.ndarray,
+    ev: np.ndarray,
+    sc: np.ndarray,
+    n: int,
+    upto: int | None = None,
+) -> BatchLog:
+    """The kernel's buffers as a :class:`BatchLog` of the batches decided so far (copies), or of the first
+    ``upto`` of them."""
     nb, ni, ne = int(sc[3]), int(sc[4]), int(sc[5])
+    if upto is not None and upto < nb:
+        nb, ni, ne = upto, int(bi[0, upto]), int(bi[1, upto])
     return BatchLog(
         bf[0, :nb].copy(),
         bf[1, :nb].copy(),
@@ -280,7 +294,7 @@ def _log(bf: np.ndarray, bi: np.ndarray, it: np.ndarray, ev: np.ndarray, sc: np.
         it[2, :ni].copy(),
         it[3, :ni].astype(np.int8),
         ev[:ne].copy(),
-        finished=int(sc[6]) == n,
+        finished=int(sc[6]) == n and nb == int(sc[3]),
     )
 
 
@@ -311,13 +325,13 @@ def _finish_probe(instance: Instance, cost_model: CostModel, log: BatchLog) -> t
 def _finish_estimate(probe: tuple[float, int, int, int], batches: int, items: int, unfinished: int) -> float:
     """Seconds to stop now: build and replay ``batches`` holding ``items`` (scaled from ``probe`` by whichever
     grew more: a batch costs a fixed part and a part per item) and complete the ``unfinished`` requests
-    (:data:`~kvsched.csp.incumbents.complete.ENTRIES_PER_REQUEST` entries each, at the probe's cost per
-    entry: the completion's entries are made, checked and applied by the same core), with a margin of
-    :data:`FINISH_MARGIN`."""
-    seconds, batches0, items0, entries0 = probe
+    (:data:`~kvsched.csp.incumbents.complete.ITEMS_PER_REQUEST` of the probe's items each: the completion's
+    entries are made, checked and applied by the same core, with a margin of :data:`FINISH_MARGIN`)."""
+    seconds, batches0, items0, _ = probe
     replaying = seconds * max(batches / max(batches0, 1), items / max(items0, 1))
-    completing = seconds / max(entries0, 1) * ENTRIES_PER_REQUEST * unfinished
-    return FINISH_MARGIN * (replaying + completing)
+    completing = seconds / max(items0, 1) * ITEMS_PER_REQUEST * unfinished
+    # (The scaling by whichever grew more already bounds the replay's cost a + b x items from above.)
+    return replaying + FINISH_MARGIN * completing
 
 
 def must_stop(stop: Deadline, finish: float) -> bool:
