@@ -71,14 +71,18 @@ def _bounds(run: SolveLog, objective: str, deadline: Deadline) -> None:
     run.report()
 
 
-def _fallback(run: SolveLog, objective: str, deadline: Deadline) -> tuple[Schedule, float, str] | None:
+def _fallback(
+    run: SolveLog, objective: str, deadline: Deadline, whole: Deadline
+) -> tuple[Schedule, float, str] | None:
     """A first schedule of any class, fast: the result when the formulation finds none of its own in time.
 
     The eviction-aware greedy is event-driven (an idle stretch costs nothing) and
-    finishes a complete schedule quickly even once ``deadline`` has passed.
+    finishes a complete schedule quickly even once ``deadline`` has passed; where even that would
+    overrun ``whole`` (the solve's), it is cut short and the requests it left run against reserved
+    peaks (:mod:`kvsched.csp.incumbents.complete`).
     """
     try:
-        inc = greedy(run.instance, FALLBACK_RULE, objective=objective, deadline=deadline)
+        inc = greedy(run.instance, FALLBACK_RULE, objective=objective, deadline=deadline, stop=whole)
     except KvschedError:
         inc = None
     if inc is not None:
@@ -217,7 +221,7 @@ def _solve_exact(
     first = None
     if outside:
         # A first schedule of any class, fast (event-driven greedy): everything after only improves it.
-        first = _fallback(run, objective, deadline.share(FIRST_SHARE))
+        first = _fallback(run, objective, deadline.share(FIRST_SHARE), deadline)
     hopeless = form.hopeless(deadline)
     if hopeless:
         if first is None:
