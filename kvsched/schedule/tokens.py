@@ -21,8 +21,11 @@ gigabytes, so this module works on three smaller things:
   entries (a request running in consecutive batches, the usual case), so the
   pooled distribution (the ITL) is each step weighted by the completed
   requests with such a gap there, plus the few other boundary gaps, sorted
-  once (about one value per batch). Each request's largest gap is a reduce
-  over its entries' largest steps (no sort). Its median and p99
+  once (about one value per batch). A request's participations fall in
+  *intervals* of consecutive entries (it runs, is preempted or waits, runs
+  again): its tokens and largest gap are read per interval (the batches it
+  spans, their largest step), and only an interval's first participation has
+  a gap that is not a batch step. Its median and p99
   (:func:`tbt_quantiles`, read only by the TBT SLO and the per-request frame,
   so computed only when asked for) sort each request's gap *ranks* (integers),
   every gap value once, a bounded chunk of requests at a time.
@@ -53,6 +56,9 @@ if TYPE_CHECKING:
 
 #: Gaps per chunk of requests in the per-request order statistics (bounds their memory: ~40 bytes a gap).
 CHUNK_GAPS = 1 << 20
+#: Mean participations per entry from which :func:`_intervals` passes over the entries in order
+#: instead of sorting the participations (sharegpt-10k-t0: about 235; azure-10k: about 9).
+PASS_FROM = 32
 _LOW32 = np.int64(0xFFFFFFFF)
 _T = TypeVar("_T")
 
@@ -453,6 +459,105 @@ def _ranked(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return rank, by_rank
 
 
+def _previous(parts: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each participation's previous entry of its request, and each request's last entry (int32).
+
+    ``parts`` are the entries' requests in entry order (:meth:`TraceColumns.entry_parts`, positions
+    below ``n``, at least one entry); the first array is in their order, the second per request. -2
+    marks none (a first participation; a request that never took part): never the entry before an
+    entry. One pass over the entries, two numpy calls each: with a few hundred requests in each
+    entry, half the time of sorting the participations by request (a timsort merging one run per
+    entry).
+    """
+    last = np.full(n, -2, dtype=np.int32)
+    out = []
+    keep = out.append
+    for entry, part in enumerate(parts):
+        keep(last[part])
+        last[part] = entry
+    return np.concatenate(out), last
+
+
+def _range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """``values[lo[k] : hi[k]].max()`` for each k (``-inf`` where empty), by a sparse table.
+
+    Level j of the table holds the maximum of each ``2**j`` values from there (up to the longest
+    range: ``values.size * log2`` of it floats), and a range is the maximum of two of them.
+    """
+    out = np.full(lo.size, -np.inf)
+    size = hi - lo
+    ok = np.flatnonzero(size > 0)
+    if not ok.size:
+        return out
+    lo, hi = lo[ok], hi[ok]
+    level = np.frexp(size[ok])[1] - 1  # floor(log2(size)), exactly: sizes below 2**53
+    top = int(level.max())
+    table = np.full((top + 1, values.size), -np.inf)
+    table[0] = values
+    for j in range(1, top + 1):
+        half = 1 << (j - 1)
+        np.maximum(table[j - 1, :-half], table[j - 1, half:], out=table[j, :-half])
+    out[ok] = np.maximum(table[level, lo], table[level, hi - (1 << level)])
+    return out
+
+
+_Intervals = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def _intervals(cols: TraceColumns, n: int) -> _Intervals:
+    """Every interval of consecutive entries a request takes part in, by request then entry (int64).
+
+    Returns each interval's request, first and last entries, and the last entry of the request's
+    interval before it (-2 for its first). Entries of many requests each (all of them running in
+    every batch) are passed over in order (:func:`_previous`); with a few each, a numpy call per
+    entry costs more than sorting the participations by request (:func:`_participations`).
+    """
+    total = int(cols.rec_sizes.sum() + cols.run_decodes.sum())
+    if not total:
+        none = np.zeros(0, dtype=np.int64)
+        return none, none, none, none
+    if total >= PASS_FROM * cols.num_entries:
+        return _intervals_in_order(cols, n)
+    key, shift = _participations(cols)
+    first_pos, first_ent = _split(key[:1], shift)
+    owner, start, came_from, ended = [first_pos], [first_ent], [np.full(1, -2, dtype=np.int64)], []
+    for a, b in _chunks(total):
+        lo = max(a - 1, 0)  # with the participation before the chunk (the chunk's first has one)
+        pos, ent = _split(key[lo:b], shift)
+        same = pos[1:] == pos[:-1]
+        # Heads (at j + 1): a request's first participation, or one not right after its entry before.
+        j = np.flatnonzero(~same | (ent[1:] != ent[:-1] + 1))
+        owner.append(pos[j + 1])
+        start.append(ent[j + 1])
+        came_from.append(np.where(same[j], ent[j], -2))
+        ended.append(ent[j])  # the interval before a head ends with the participation before it
+    ended.append(_split(key[-1:], shift)[1])
+    join = np.concatenate
+    return join(owner), join(start), join(ended), join(came_from)
+
+
+def _intervals_in_order(cols: TraceColumns, n: int) -> _Intervals:
+    """:func:`_intervals` from one pass over the entries in order (many requests in each)."""
+    parts, sizes = cols.entry_parts()
+    prev, last = _previous(parts, n)
+    # The intervals' first participations: those whose previous entry is not the one before theirs.
+    before = np.repeat(np.arange(-1, sizes.size - 1, dtype=np.int32), sizes)
+    heads = np.flatnonzero(prev != before)
+    start = before[heads].astype(np.int64) + 1
+    came_from = prev[heads].astype(np.int64)  # the previous interval's last entry (-2: none)
+    del before, prev
+    owner = np.concatenate(parts)[heads].astype(np.int64, copy=False)
+    del parts
+    # Each request's intervals in order: an interval ends where the next one came from, its last at
+    # the request's last entry.
+    order = np.argsort(owner, kind="stable")
+    owner, start, came_from = owner[order], start[order], came_from[order]
+    end = last[owner].astype(np.int64)
+    same = owner[1:] == owner[:-1]
+    end[:-1][same] = came_from[1:][same]
+    return owner, start, end, came_from
+
+
 def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
     """:class:`TokenStats` of a chronological trace, its gaps weighed per batch where they can be.
 
@@ -463,79 +568,50 @@ def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
     batch's step (weighted by the completed requests with such a gap there) and
     each gap that spans other batches once: a sort over about one value per
     batch, not one per gap. The values are the differences the per-token path
-    takes, so the counts are its counts. The participations are read a bounded
-    chunk at a time (:data:`CHUNK_GAPS`): no temporary per token.
+    takes, so the counts are its counts.
+
+    A request takes part in stretches of consecutive entries (*intervals*: it
+    runs, is preempted or waits, runs again). Only an interval's first
+    participation has a gap that is not a batch step (its first token, or a
+    *far* gap back to its previous interval); inside one, its tokens are the
+    batches the interval spans and its largest gap the largest step there. So
+    after one pass that finds each participation's previous entry
+    (:func:`_previous`), the work is per interval (about one per request and
+    preemption), not per participation: no sort of the participations.
     """
     n = len(trace.instance.requests)
     ends, offsets, lengths = clock.ends, clock.offsets, clock.lengths
     e = lengths.size
-    key, shift = _participations(clock.columns)
-    if not key.size:
+    owner, start, end, came_from = _intervals(clock.columns, n)
+    if not owner.size:
         return TokenStats(np.zeros(n, dtype=np.int64), np.full(n, np.nan), np.zeros(0), np.zeros(0, np.int64))
-    # Each batch's end minus the one before (none before the first), and per entry its largest
-    # step after its first batch (-inf with one batch) and that or the step into it.
+    lo, hi = offsets[start], offsets[end] + lengths[end]  # the batches an interval spans
+    # Tokens: every batch of the interval (integer sums per request: exact in float64).
+    generated = np.bincount(owner, weights=hi - lo, minlength=n).astype(np.int64)
+    # Each batch's end minus the one before (none before the first).
     step = np.empty(ends.size, dtype=np.float64)
     step[0] = -np.inf
     np.subtract(ends[1:], ends[:-1], out=step[1:])
+    # Each request's largest gap: its intervals' steps after their first batches, and the far gaps.
+    # The step maxima per entry (inner steps; and the step into it), then a range maximum per interval.
     inner_max = _inner_max(step, offsets, lengths)
     into_max = np.maximum(inner_max, step[offsets])
-    first_end, last_end = ends[offsets], ends[offsets + lengths - 1]
-    done = trace.state.done
-    all_done = bool(done.all())
-    generated = np.zeros(n, dtype=np.float64)  # sums of integers: exact in float64
+    largest = np.maximum(inner_max[start], _range_max(into_max, start + 1, end + 1))
+    far = np.flatnonzero(came_from >= 0)
+    far_gap = ends[lo[far]] - ends[offsets[came_from[far]] + lengths[came_from[far]] - 1]
+    largest[far] = np.maximum(largest[far], far_gap)
     tbt_max = np.full(n, -np.inf)
-    per_entry = np.zeros(e, dtype=np.int64)  # completed requests taking part in each entry
-    into = np.zeros(e, dtype=np.int64)  # ... of them right after the entry before
-    far_values = []
-    # Each entry's largest step for a participation that came from the entry before (into_max) and
-    # for one that did not (inner_max), interleaved: one gather per participation picks its own.
-    steps_of = np.stack((inner_max, into_max), axis=1).reshape(-1)
-    for a, b in _chunks(key.size):
-        if a:
-            # This chunk's participations, after the one before the chunk.
-            pos, ent = _split(key[a - 1 : b], shift)
-            cur_pos, cur_ent = pos[1:], ent[1:]
-            first = cur_pos != pos[:-1]  # the request's first participation
-            adjacent = ~first & (cur_ent == ent[:-1] + 1)
-        else:
-            # The first chunk: its first participation is its request's first (no sentinel joined to
-            # the chunk's arrays: a copy of each).
-            cur_pos, cur_ent = pos, ent = _split(key[:b], shift)
-            first = np.empty(pos.size, dtype=bool)
-            first[0] = True
-            np.not_equal(pos[1:], pos[:-1], out=first[1:])
-            adjacent = np.zeros(pos.size, dtype=bool)
-            np.equal(ent[1:], ent[:-1] + 1, out=adjacent[1:])
-            adjacent &= ~first
-        far = np.flatnonzero(~first & ~adjacent)
-        # The participation before each far one (past the first, never a request's first).
-        far_gap = first_end[cur_ent[far]] - last_end[ent[far] if a else ent[far - 1]]
-        at = np.flatnonzero(first)
-        if not at.size or at[0]:  # the chunk starts inside a request's participations
-            at = np.concatenate(([0], at))
-        owner = cur_pos[at]  # distinct: the keys are sorted by request
-        # Tokens: each participation's entry's batches (integer sums per request: exact in float64).
-        generated[owner] += np.add.reduceat(lengths[cur_ent], at)
-        # Each request's largest gap: its entries' inner steps, and the gap before each entry.
-        pick = cur_ent << 1
-        pick += adjacent
-        largest = steps_of[pick]
-        del pick
-        largest[far] = np.maximum(largest[far], far_gap)
-        tbt_max[owner] = np.maximum(tbt_max[owner], np.maximum.reduceat(largest, at))
-        del largest
-        counted = None if all_done else done[cur_pos]
-        per_entry += np.bincount(cur_ent if counted is None else cur_ent[counted], minlength=e)
-        if counted is not None:
-            adjacent &= counted
-            far_gap = far_gap[counted[far]]
-        into += np.bincount(cur_ent[adjacent], minlength=e)
-        far_values.append(far_gap)
-    del key
+    np.maximum.at(tbt_max, owner, largest)
     tbt_max[tbt_max == -np.inf] = np.nan
     # The ITL of the completed requests: each batch's step once per completed request decoding
     # into it from the batch before (every item of a run after its first batch; at an entry's
-    # first batch, the adjacent participations), and each other gap once.
+    # first batch, the requests in the entry before too), and each far gap once.
+    counted = trace.state.done[owner]
+    c_start, c_end = start[counted], end[counted]
+    starting = np.bincount(c_start, minlength=e)
+    per_entry = np.cumsum(starting - np.bincount(c_end + 1, minlength=e + 1)[:e])
+    into = per_entry - starting
+    far_values = far_gap[counted[far]]
     weight = np.repeat(per_entry.astype(np.int32), lengths)
     weight[offsets] = into
     used = weight > 0
@@ -543,11 +619,9 @@ def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
     del step
     counts = weight[used]
     del weight, used
-    far = [v for v in far_values if v.size]
-    if far:
-        values = np.concatenate([values, *far])
-        counts = np.concatenate([counts, np.ones(values.size - counts.size, dtype=np.int32)])
-    del far_values, far
+    if far_values.size:
+        values = np.concatenate([values, far_values])
+        counts = np.concatenate([counts, np.ones(far_values.size, dtype=np.int32)])
     # The values and counts in value order, both gathered by one sort's order: a second sort of the
     # values (0.2 s at 3.7 million, azure-100k) costs more than the one array of them it would save
     # at the peak (30 MB there).
@@ -555,7 +629,7 @@ def _fast_stats(trace: Trace, clock: BatchClock) -> TokenStats:
     counts, values = counts[order], values[order]
     del order
     itl_values, itl_counts = merge_counts(values, counts)
-    return TokenStats(generated.astype(np.int64), tbt_max, itl_values, itl_counts)
+    return TokenStats(generated, tbt_max, itl_values, itl_counts)
 
 
 def _inner_max(step: np.ndarray, offsets: np.ndarray, lengths: np.ndarray) -> np.ndarray:

@@ -104,6 +104,21 @@ class TraceColumns:
         at = np.concatenate([self.rec_at, self.run_at]).astype(np.int32)
         return np.repeat(at, np.concatenate([self.rec_sizes, self.run_decodes]))
 
+    def entry_parts(self) -> tuple[list[np.ndarray], np.ndarray]:
+        """Each entry's requests (a record's ``generated``, a run's decodes) in entry order, and how many.
+
+        The same arrays as :meth:`positions` joins (not copies), in the trace's order.
+        """
+        sizes = np.empty(self.num_entries, dtype=np.int64)
+        sizes[self.rec_at] = self.rec_sizes
+        sizes[self.run_at] = self.run_decodes
+        if not self.run_parts or not self.rec_parts:
+            return [*self.rec_parts, *self.run_parts], sizes
+        where = np.empty(self.num_entries, dtype=np.int64)
+        where[self.rec_at] = np.arange(self.rec_at.size)
+        where[self.run_at] = np.arange(self.rec_at.size, self.num_entries)
+        return list(map([*self.rec_parts, *self.run_parts].__getitem__, where.tolist())), sizes
+
 
 def read_trace(entries: Sequence[BatchRecord | RunRecord]) -> tuple[TraceColumns, np.ndarray]:
     """The :class:`TraceColumns` of a trace's ``entries`` and every run's durations, the runs in order.
