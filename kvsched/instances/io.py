@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvsched.errors import InputError
-from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.instances.model import Instance, Limits, Request, TimeModel, new_requests
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -432,8 +432,7 @@ def _numeric_requests(arrivals: Any, prompts: Any, outputs: Any) -> list[Request
     if not ok:
         return None
     ids = [f"r{k}" for k in range(a.size)]
-    # Positional (id, arrival, prompt, output): map skips the keyword matching of a call per row.
-    return list(map(Request, ids, a.tolist(), i.astype(np.int64).tolist(), o.astype(np.int64).tolist()))
+    return new_requests(ids, a.tolist(), i.astype(np.int64).tolist(), o.astype(np.int64).tolist())
 
 
 def _finite(value: Any) -> bool:
