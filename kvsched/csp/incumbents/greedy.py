@@ -242,7 +242,7 @@ def decide(
     thrash = 4 * int(ia[0].sum() + ia[1].sum()) + n
     timed = 0  # batches whose start and duration are final
     now = clock[0]
-    probe: tuple[float, int, int, int] | None = None
+    probe: tuple[float, int, int] | None = None
     while n:
         status = kernel(ia, fa, limits, sc, clock, ib, fb, bf, bi, it, ev, chunk)
         nb = int(sc[3])
@@ -298,9 +298,9 @@ def _log(
     )
 
 
-def _finish_probe(instance: Instance, cost_model: CostModel, log: BatchLog) -> tuple[float, int, int, int]:
-    """Seconds to build and replay ``log``'s batches (requests left unfinished), and their batch, item and
-    schedule-entry counts.
+def _finish_probe(instance: Instance, cost_model: CostModel, log: BatchLog) -> tuple[float, int, int]:
+    """Seconds to build and replay ``log``'s batches (requests left unfinished), and their batch and item
+    counts.
 
     Replaying dominates a large run (unit time, 100k ShareGPT requests: 9 s deciding, 11 s building, 68 s
     replaying; A100 fit, 100k Azure conversations: 43 / 20 / 19 s), and its cost per batch depends on the
@@ -319,15 +319,15 @@ def _finish_probe(instance: Instance, cost_model: CostModel, log: BatchLog) -> t
         spent[0] = time.perf_counter() - t1
 
     replay(instance, Schedule(()), cost_model, strict=False, then=entries)
-    return built + spent[0], log.num_batches, int(log.requests.size), len(schedule.entries)
+    return built + spent[0], log.num_batches, int(log.requests.size)
 
 
-def _finish_estimate(probe: tuple[float, int, int, int], batches: int, items: int, unfinished: int) -> float:
+def _finish_estimate(probe: tuple[float, int, int], batches: int, items: int, unfinished: int) -> float:
     """Seconds to stop now: build and replay ``batches`` holding ``items`` (scaled from ``probe`` by whichever
     grew more: a batch costs a fixed part and a part per item) and complete the ``unfinished`` requests
     (:data:`~kvsched.csp.incumbents.complete.ITEMS_PER_REQUEST` of the probe's items each: the completion's
     entries are made, checked and applied by the same core, with a margin of :data:`FINISH_MARGIN`)."""
-    seconds, batches0, items0, _ = probe
+    seconds, batches0, items0 = probe
     replaying = seconds * max(batches / max(batches0, 1), items / max(items0, 1))
     completing = seconds / max(items0, 1) * ITEMS_PER_REQUEST * unfinished
     # (The scaling by whichever grew more already bounds the replay's cost a + b x items from above.)
