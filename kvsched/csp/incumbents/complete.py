@@ -61,7 +61,7 @@ def reserved_batches(state: EngineState) -> Iterator[Batch | Run]:
     order = pending[np.argsort(state.arrival[pending], kind="stable")].tolist()
     left = state.unprocessed(pending) + state.output[pending] - state.generated[pending]
     work = dict(zip(pending.tolist(), left.tolist(), strict=True))
-    peaks = -(-(state.prompt[pending] + state.output[pending] - 1) // state.block_size)  # in blocks
+    peaks = state.data.blocks(state.data.peak[pending])  # the instance's own peaks, I + O - 1, in blocks
     peak = dict(zip(pending.tolist(), peaks.tolist(), strict=True))
     evict = np.flatnonzero(state.kv > 0)
     ready: list[tuple[int, int]] = []
