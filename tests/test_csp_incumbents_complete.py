@@ -117,3 +117,20 @@ def test_scope_of_reads_batches_only():
     assert scope_of(Schedule((Batch.of(0, 1, [0], [2], [0]), run))) == Scope.NO_EVICTION
     evicting = Batch.of(3, 1, [1], [2], [0], evicted=[0])
     assert scope_of(Schedule((run, evicting))) == Scope.ALL
+
+
+def test_the_exact_formulations_first_schedule_is_cut_too(one_batch_chunks, monkeypatch):
+    from kvsched.csp import driver
+    from kvsched.csp.backends.options import SolverOptions
+
+    stops = []
+
+    def cut_greedy(*args, stop=None, **kwargs):
+        stops.append(stop)
+        return greedy(*args, stop=_After(2), **kwargs)  # cut after two checks, whatever the time
+
+    monkeypatch.setattr(driver, "greedy", cut_greedy)
+    inst = make_instance([(4, 3, 0), (6, 2, 0), (3, 5, 1), (5, 4, 2), (2, 6, 2)], 14)
+    result = driver.solve(inst, formulation="time", options=SolverOptions(time_limit=20.0))
+    assert stops and stops[0] is not None and stops[0].bounded  # the solve's own deadline is handed on
+    assert replay(inst, result.schedule).state.all_done
