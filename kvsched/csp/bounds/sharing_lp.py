@@ -342,6 +342,13 @@ ROUNDS_PLANNED = 3
 #: Rounds stop when STALL_ROUNDS in a row raise the best value by less than STALL_SHARE.
 STALL_ROUNDS, STALL_SHARE = 3, 1e-3
 MIN_INTERVALS, MAX_INTERVALS = 32, 600
+#: The automatic grid's D is at least MIN_STEP_T_MAX longest batches, unless that leaves fewer than
+#: MIN_STEP_INTERVALS intervals: HiGHS's interior point slows sharply on many intervals with D near T_max
+#: (tiny.json, A100 fit: one round 4.0 s at 128 intervals, D = 2.5 T_max; 15.6 s at 280, 1.15 T_max; 24 s at 324,
+#: T_max, where the 1k-request calibration planned three rounds in 26 s) for no gain (0.34132 at 4 T_max, 81
+#: intervals, in 5.6 s; 0.34082 at T_max after 20 s). figure15.json's 56 intervals at D = T_max take 0.5 s a round
+#: and give 2% more than 14 at 4 T_max; the 1k A100 row plans D of about 5 T_max, which this leaves alone.
+MIN_STEP_T_MAX, MIN_STEP_INTERVALS = 4.0, 64
 
 
 def planned_intervals(seconds: float, forms: int) -> int:
@@ -387,7 +394,8 @@ def sharing_lp_bound(
     """The processor-sharing LP's bound on total latency (see the module docstring).
 
     ``step`` (the interval length D, at least the longest batch) defaults to what three rounds of the deadline
-    allow; ``tail`` (seconds past the last arrival that the intervals cover) to TAIL mean isolated times.
+    allow, and at least MIN_STEP_T_MAX longest batches unless that leaves fewer than MIN_STEP_INTERVALS
+    intervals; ``tail`` (seconds past the last arrival that the intervals cover) to TAIL mean isolated times.
     Cutting-plane rounds run while the deadline allows and the LP's point violates a tangent; the bound is the
     best round's (each round's LP is a relaxation). ``bound`` is None for an unsupported model, an empty
     instance or when no round gave duals by the deadline.
@@ -399,7 +407,10 @@ def sharing_lp_bound(
         return LPBoundResult(None, 0.0, 0, 0, 0.0, "not supported")
     span = float(data.arrival.max()) + (TAIL * data.isolated_mean() if tail is None else tail)
     if step is None:
-        step = span / planned_intervals(deadline.remaining(), len(data.forms))
+        step = max(
+            span / planned_intervals(deadline.remaining(), len(data.forms)),
+            min(MIN_STEP_T_MAX * data.t_max, span / MIN_STEP_INTERVALS),
+        )
     step = max(float(step), data.t_max)  # the waiting rows need D >= T_max
     built = _Builder(data, step, span)
     if not built.build(deadline):
