@@ -78,8 +78,8 @@ def replay(
         Check each batch's duration against the cost model. Turn off to replay
         a schedule with measured (not modelled) durations.
     then
-        Entries that continue ``schedule``, made from the state it leaves: ``then(state)`` is iterated
-        after the schedule's last entry, and each entry it yields is checked and applied like the
+        Entries that continue ``schedule``, made from the state it leaves: a generator function, whose
+        ``then(state)`` is first resumed after the schedule's last entry, and each entry it yields is checked and applied like the
         schedule's own before the next is asked for (a producer may read the state as it goes, e.g.
         :func:`~kvsched.csp.incumbents.complete.reserved_batches`). The caller keeps what it yields.
     """

@@ -245,8 +245,8 @@ def best_incumbent(
     later, after its bounds). The
     first variant always runs (it is the first schedule of every time-limited solve; past the deadline it
     finishes in its cheapest mode, and where finishing would overrun ``first_deadline`` it is cut short and
-    the requests it left run against reserved peaks, ``stats["cut_for_time"]`` saying how many), except under a seconds-based cost model where its run is expected to
-    overrun what is left of ``first_deadline`` (default ``deadline``; the pipeline passes the whole solve's,
+    the requests it left run against reserved peaks, ``stats["cut_for_time"]`` saying how many), except
+    under a seconds-based cost model where its run is expected to overrun what is left of ``first_deadline`` (default ``deadline``; the pipeline passes the whole solve's,
     since a first schedule may take more than its share; :func:`~kvsched.csp.incumbents.greedy.run_estimate`):
     then :data:`FIRST_POLICY`'s schedule is the result. Each further candidate runs only if its
     estimated time, priced from the first variant's measured time, fits in what is left, so the

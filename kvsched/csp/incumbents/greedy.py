@@ -424,12 +424,11 @@ def incumbent_of(
         label += "+reserved-batches"
         meta = {**schedule.meta, "policy": label, "completed_against_reserved_peaks": cut["unfinished"]}
         schedule = Schedule((*schedule.entries, *made), meta)
-        value = objective_function(objective)(trace)
     elif replay_schedule:
         trace = replay(instance, schedule, cost_model)
-        value = objective_function(objective)(trace)
     else:
-        trace, value = None, log_value(instance, log, objective)
+        trace = None
+    value = log_value(instance, log, objective) if trace is None else objective_function(objective)(trace)
     stats = {
         "decide_s": decide_s,
         "build_s": t2 - t1,

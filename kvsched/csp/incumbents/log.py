@@ -42,7 +42,7 @@ class BatchLog:
         Evicted request positions, per batch in ``ev_ptr`` order.
     finished
         Whether every request completes in these batches (False: the producer was cut short for time,
-        and :func:`~kvsched.csp.incumbents.complete.one_at_a_time` finishes the rest).
+        and :func:`~kvsched.csp.incumbents.complete.reserved_batches` finishes the rest).
     """
 
     start: np.ndarray
