@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -83,6 +84,21 @@ def test_p999_from_a_thousand_samples():
     assert Distribution.of(many).p999 == pytest.approx(np.percentile(many, 99.9))
     empty = Distribution.of(np.array([np.nan]))
     assert empty.n == 0 and math.isnan(empty.mean)
+
+
+def test_an_infinite_sample_gives_nan_spread_without_warnings():
+    """numpy's own statistics of such samples, quietly: inf - inf is NaN, not a RuntimeWarning on the screen."""
+    values, counts = np.array([1.0, 2.0, np.inf]), np.array([2, 1, 1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        counted = Distribution.of_counts(values, counts)
+        spelled = Distribution.of(np.repeat(values, counts))
+    for d in (counted, spelled):
+        assert d.n == 4 and d.mean == math.inf and math.isnan(d.std)
+    with np.errstate(invalid="ignore"):
+        expected = np.quantile(np.repeat(values, counts), [0.5, 0.9])
+    np.testing.assert_array_equal([counted.p50, counted.p90], expected)
+    np.testing.assert_array_equal([spelled.p50, spelled.p90], expected)
 
 
 def test_throughput_only_in_seconds():

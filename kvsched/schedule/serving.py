@@ -158,7 +158,8 @@ class Distribution:
         if not arr.size:
             return cls._empty()
         q = linear_quantiles(np.sort(arr), _QUANTILES)  # numpy's linear method (QUANTILE_METHOD)
-        return cls._make(int(arr.size), float(arr.mean()), float(arr.std()), q)
+        with np.errstate(invalid="ignore"):  # an infinite sample: its std is NaN, said without a warning
+            return cls._make(int(arr.size), float(arr.mean()), float(arr.std()), q)
 
     @classmethod
     def of_counts(cls, values: np.ndarray, counts: np.ndarray) -> Distribution:
@@ -175,7 +176,8 @@ class Distribution:
         if not n:
             return cls._empty()
         mean = float((values * counts).sum() / n)
-        std = float(np.sqrt(((values - mean) ** 2 * counts).sum() / n))
+        with np.errstate(invalid="ignore"):  # inf - inf where a value is infinite: NaN, as np.std gives
+            std = float(np.sqrt(((values - mean) ** 2 * counts).sum() / n))
         return cls._make(n, mean, std, _counted_quantiles(values, counts, n, np.array(_QUANTILES)))
 
     @classmethod

@@ -188,10 +188,12 @@ def quantile_positions(n: int, q: np.ndarray) -> tuple[np.ndarray, np.ndarray, n
 
 def interpolate(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
     """numpy's quantile interpolation between ``a`` and ``b`` at weight ``t``, to the bit."""
-    diff = b - a
-    out = a + diff * t
-    hi = t >= 0.5
-    out[hi] = (b - diff * (1 - t))[hi]
+    # An infinite item gives NaN, as numpy's does (here without a warning).
+    with np.errstate(invalid="ignore"):
+        diff = b - a
+        out = a + diff * t
+        hi = t >= 0.5
+        out[hi] = (b - diff * (1 - t))[hi]
     return out
 
 
