@@ -93,3 +93,33 @@ def test_a_few_evictions_one_by_one_equal_the_array_path(built, seed):
                 elif isinstance(value, int | float):
                     assert value == other, name
         state.apply(batch)
+
+
+def test_make_batch_shares_a_frozen_array_it_alone_can_read_and_copies_the_rest():
+    """A read-only int64 array that owns its data (a policy's frozen items) becomes the batch's own;
+    a writeable one, a view or another dtype is copied (the caller's stays as it was). The batches
+    are the same either way."""
+    from kvsched.instances.model import Instance, Limits, Request, TimeModel
+    from kvsched.schedule.validate import instance_cost_model
+
+    inst = Instance(
+        (Request("A", 0, 3, 5), Request("B", 0, 4, 20)), Limits(kv_capacity=100), TimeModel("unit")
+    )
+    state = EngineState(inst, instance_cost_model(inst))
+    frozen_req, frozen_tok = np.array([0, 1]), np.array([3, 4])
+    frozen_req.setflags(write=False)
+    frozen_tok.setflags(write=False)
+    shared = state.make_batch(0.0, frozen_req, frozen_tok)
+    assert shared.requests is frozen_req and shared.tokens is frozen_tok
+    writeable = np.array([0, 1])
+    view = np.array([9, 0, 1])[1:]
+    view.setflags(write=False)
+    for req, tok in ((writeable, [3, 4]), (view, (3, 4)), (np.array([0, 1], dtype=np.int32), [3, 4])):
+        copied = state.make_batch(0.0, req, tok)
+        assert copied.requests is not req and not copied.requests.flags.writeable
+        assert copied.requests.dtype == np.int64 and copied.tokens.dtype == np.int64
+        assert np.array_equal(copied.requests, shared.requests)
+        assert np.array_equal(copied.tokens, shared.tokens) and copied.duration == shared.duration
+    assert writeable.flags.writeable  # the caller's array is left writeable
+    assert state._quick_ok(shared)
+    state.step(shared)

@@ -171,11 +171,17 @@ class _Build:
             return requests + self.requests, tokens + self.tokens
         if not self.requests and len(self.parts) == 1:
             # Copies: the parts are views of the policy's own arrays.
-            return np.array(self.parts[0]), np.array(self.token_parts[0])
-        parts, token_parts = self.parts, self.token_parts
-        if self.requests:
-            parts, token_parts = [*parts, self.requests], [*token_parts, self.tokens]
-        return np.concatenate(parts, dtype=np.int64), np.concatenate(token_parts, dtype=np.int64)
+            req, tok = np.array(self.parts[0]), np.array(self.token_parts[0])
+        else:
+            parts, token_parts = self.parts, self.token_parts
+            if self.requests:
+                parts, token_parts = [*parts, self.requests], [*token_parts, self.tokens]
+            req = np.concatenate(parts, dtype=np.int64)
+            tok = np.concatenate(token_parts, dtype=np.int64)
+        # Fresh and read-only (write=False): the core's batch shares them instead of copying them again.
+        req.setflags(False)
+        tok.setflags(False)
+        return req, tok
 
 
 class InferMax(RunOffers):

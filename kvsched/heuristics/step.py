@@ -237,7 +237,7 @@ def _ahead(state: EngineState, view: SchedulerView, ahead: Ahead, decision: Deci
         c = tokens[-1]
         if c < 1 or (len(tokens) > 1 and (min(tokens[:-1]) != 1 or max(tokens[:-1]) != 1)):
             return 0
-        req.setflags(write=False)  # (the run's positions, and its last batch's items)
+        req.setflags(False)  # (the run's positions, and its last batch's items)
         most = _run_limit(state, view, req, None, c)
         planned.append((req, c))
         return most - 1 if most > 1 else 0

@@ -64,6 +64,8 @@ _DECODE_CODE = np.array(_DECODE, dtype=np.int8)
 _TRUE = np.array(True)
 _FALSE = np.array(False)
 _FEW = 8  # evictions up to this many are applied one by one (EngineState._evict)
+_ARRAY = np.ndarray
+_INT64 = np.dtype(np.int64)
 _SEQUENCES = (tuple, list)  # evictions given as a Python sequence (an empty one is the usual case)
 
 
@@ -234,9 +236,17 @@ class EngineState(RunSteps):
         time_of = self._time_of
         if time_of is None or self.cost_model is None:
             raise ValueError("make_batch needs a cost model")
-        # Fresh arrays (never the caller's), frozen and handed to the batch without another copy.
-        req = np.array(requests, dtype=np.int64)
-        tok = np.array(tokens, dtype=np.int64)
+        # Fresh arrays (never the caller's), frozen and handed to the batch without another copy; a
+        # read-only int64 array that owns its data (a policy's frozen items) is shared as it is, as a
+        # run shares its frozen durations (Run.of): nobody holds a writeable view of it.
+        if type(requests) is _ARRAY and requests.base is None and requests.dtype is _INT64:
+            req = requests if not requests.flags.writeable else np.array(requests)
+        else:
+            req = np.array(requests, dtype=np.int64)
+        if type(tokens) is _ARRAY and tokens.base is None and tokens.dtype is _INT64:
+            tok = tokens if not tokens.flags.writeable else np.array(tokens)
+        else:
+            tok = np.array(tokens, dtype=np.int64)
         if req.ndim != 1:
             req = req.reshape(-1)
         if tok.ndim != 1:
@@ -253,14 +263,17 @@ class EngineState(RunSteps):
             if not ev.size:
                 ev = _NO_EVICTIONS
             phases, context = self._phases_after(req, ev)
-            ev.setflags(write=False)
+            ev.setflags(False)
         is_decode = phases == _DECODE_CODE
         num_decodes = count(is_decode)
         num_tokens = isum(tok)
         duration = time_of(tok, context, phases, is_decode, num_decodes, num_tokens)
-        req.setflags(write=False)  # (cheaper than through .flags)
-        tok.setflags(write=False)
-        phases.setflags(write=False)
+        # (write=False, positional: half the keyword's cost, a third of .flags'; a shared array is already)
+        if req is not requests:
+            req.setflags(False)
+        if tok is not tokens:
+            tok.setflags(False)
+        phases.setflags(False)
         batch = Batch._trusted(float(start), float(duration), req, tok, phases, ev)
         # Its duration is right by construction while the state is unchanged: check() skips recomputing it.
         self._made = _Made(batch, self.num_batches, context, is_decode, num_decodes, num_tokens)

@@ -55,7 +55,7 @@ def _frozen(values: Sequence[int] | np.ndarray, dtype: type = np.int64) -> np.nd
     if raw.dtype.kind == "f" and not np.array_equal(raw, np.round(raw)):
         raise ValueError("request positions, token counts and phase codes must be integers")
     arr = np.array(raw, dtype=dtype).reshape(-1)
-    arr.flags.writeable = False
+    arr.setflags(False)
     return arr
 
 
@@ -245,7 +245,7 @@ class Run:
             dur = np.array(durations, dtype=np.float64).reshape(-1)
         if dur.size == 0:
             raise ValueError("a run has at least one batch")
-        dur.flags.writeable = False
+        dur.setflags(False)
         req = requests if _is_frozen_int(requests) else _frozen(requests)
         if chunk is not None:
             chunk = Chunk(*map(int, chunk))
@@ -327,7 +327,7 @@ class Run:
         if chunk is None or not chunk.last:
             raise ValueError("only a run with a last chunk has a head")
         durations = self.durations[:-1].copy()
-        durations.setflags(write=False)
+        durations.setflags(False)
         # Every field was built or checked as :meth:`of` would (this run's): no checks again.
         return Run._trusted(
             self.start, durations, self.requests, Chunk(chunk.request, chunk.tokens, chunk.phase)

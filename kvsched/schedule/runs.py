@@ -255,7 +255,7 @@ class RunSteps:
             durations, ends = _cut(self.clock, durations, until)
             if durations.size < limit:
                 limit, last = int(durations.size), 0  # (the prompt's last chunk is cut off)
-        durations.setflags(write=False)  # a run of all of them keeps the array itself
+        durations.setflags(False)  # a run of all of them keeps the array itself
         self._planned = (self.num_batches, requests, chunk, limit, durations, last, completes, ends, kv, rem)
         return limit, durations
 
@@ -284,7 +284,7 @@ class RunSteps:
         durations = planned[4]
         if k < durations.size:  # a copy, not a view: a run keeps no more than its own k durations
             durations = durations[:k].copy()
-            durations.flags.writeable = False
+            durations.setflags(False)
         start = float(start)
         ends = planned[7]  # (planned from the clock: each batch's end, or a float, the last one's)
         end = None
@@ -335,7 +335,7 @@ class RunSteps:
             left = items[~self.done[items]]  # the completed ones are the only done ones among them
         if not left.size:
             return None
-        left.setflags(write=False)
+        left.setflags(False)
         self._applied = (left, self.num_batches, STEADY_DECODES)
         return left
 
