@@ -13,7 +13,7 @@ from kvsched.heuristics.infermax import InferMax
 from kvsched.heuristics.kfcfs import KFCFS
 from kvsched.heuristics.mcsf import MCSF, AlphaProtection
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
-from kvsched.schedule.core import EngineState
+from kvsched.schedule.core import EngineState, ScheduleError
 from kvsched.schedule.ir import Batch, Run
 from kvsched.schedule.validate import instance_cost_model, replay
 from tests.test_runs import INSTANCES, stepped_or_same_failure
@@ -155,3 +155,52 @@ def test_the_core_says_which_requests_are_left_decoding():
     state.step_run(state.make_run(state.clock, req, 4))
     assert state.left_decoding().tolist() == [1]  # C completed in the run's last batch
     assert state.__copy__().left_decoding() is None  # (a copy does not carry the last entry's facts)
+
+
+def _offers(policy):
+    """``policy`` counting the continuation offers it is made (in ``policy.offers``)."""
+    inner = policy.continue_decodes
+    policy.offers = 0
+
+    def counted(view, requests, limit):
+        policy.offers += 1
+        return inner(view, requests, limit)
+
+    policy.continue_decodes = counted
+    return policy
+
+
+@pytest.mark.parametrize("name", sorted(INSTANCES))
+@pytest.mark.parametrize("policy", ["sarathi", "vllm", "sarathi-ef", "vllm-hy", "sarathi-nocp"])
+def test_an_offer_the_policy_declines_beforehand_changes_nothing(name, policy):
+    """InferMax's declines_continuations (requests wait in its queue) stands for the offers it would
+    answer 0: without it the same entries, state and bookkeeping come out, with more offers made."""
+    inst = INSTANCES[name]
+    asked, skipped = _offers(make_policy(policy)), _offers(make_policy(policy))
+    asked.declines_continuations = None  # (an instance attribute: the simulator finds no such method)
+    try:
+        full = simulate(inst, asked)
+    except ScheduleError:
+        raise
+    except Exception as exc:
+        with pytest.raises(type(exc)):
+            simulate(inst, skipped)
+        return
+    fast = simulate(inst, skipped)
+    assert [type(e) for e in fast.schedule.entries] == [type(e) for e in full.schedule.entries]
+    assert fast.schedule.same_as(full.schedule, tol=0.0)
+    assert_same_state(fast.trace.state, full.trace.state)
+    for attr in BOOKS:
+        a, b = _get(skipped, attr), _get(asked, attr)
+        assert np.array_equal(a, b) if isinstance(a, np.ndarray) else a == b, attr
+    assert skipped.offers <= asked.offers
+
+
+def test_declined_offers_are_not_made_while_requests_wait():
+    """Everything at t = 0 under a tight M: the queue is rarely empty, so most offers are never made."""
+    inst = INSTANCES["tight-unit"]
+    asked, skipped = _offers(make_policy("sarathi")), _offers(make_policy("sarathi"))
+    asked.declines_continuations = None
+    full, fast = simulate(inst, asked), simulate(inst, skipped)
+    assert fast.schedule.same_as(full.schedule, tol=0.0)
+    assert skipped.offers < asked.offers

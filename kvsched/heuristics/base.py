@@ -361,6 +361,12 @@ class ContinueDecodes(Protocol):
     once with those requests (the view at the next batch's time, as
     ``next_batch`` would see it): the answer says whether the next batches are
     exactly one decode of each of them, and how many in a row.
+
+    A policy may also define ``declines_continuations() -> bool``: ``True`` only when
+    :meth:`continue_decodes` would answer 0 to any offer made before the policy is
+    next called (its own state says so, whatever the view then). Right after a
+    decision's batch, the simulator then makes no offer and does not compute the
+    requests left decoding.
     """
 
     def continue_decodes(self, view: SchedulerView, requests: np.ndarray, limit: Callable[[], int]) -> int:

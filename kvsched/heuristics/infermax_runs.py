@@ -148,10 +148,19 @@ class RunOffers:
         if self._waiting.items:
             return 0
         running = self._release_finished(view)
-        if running.size != requests.size or nonzero(running != requests):
+        # The same positions in the same order, compared as bytes (half the cost of a ufunc and a count):
+        # both are int64 (the policy's and the core's), where equal bytes are equal values; positions of
+        # another dtype would only differ and answer 0, which is always safe.
+        if running.size != requests.size or running.tobytes() != requests.tobytes():
             return 0
         most = limit()
         return self._grow_decodes(view, requests, most) if most else 0
+
+    def declines_continuations(self: InferMax) -> bool:
+        """Whether :meth:`continue_decodes` would answer 0 to any offer until this policy is next called
+        (:class:`~kvsched.heuristics.base.ContinueDecodes`): requests wait in its queue, which changes
+        only in its own calls (arrivals join it in them, and it answers 0 while it is not empty)."""
+        return bool(self._waiting.items)
 
     def _grow_decodes(
         self: InferMax, view: SchedulerView, req: np.ndarray, limit: int, ahead: int = 0

@@ -431,6 +431,7 @@ class Stepper:
         """
         state, view, policy = self.state, self.view, self.policy
         steady, chunks, follow, limit = self.steady, self.chunks, self.follow, self.limit
+        declines = getattr(policy, "declines_continuations", None) if follow is not None else None
         ahead = self.ahead
         # Bound once: this loop runs once per policy call (tens of thousands of times).
         next_batch, make_batch, step, step_run = (
@@ -505,7 +506,8 @@ class Stepper:
                                 state, view, chunks, decision, batch.requests, None, int(batch.tokens[-1])
                             )
                     if run is None:
-                        if follow is not None:
+                        # (No offer where the policy declines any: not even the requests left decoding.)
+                        if follow is not None and (declines is None or not declines()):
                             following = _follow_batch(state, batch, record)
                         continue
                 run_record = step_run(run)
