@@ -31,7 +31,7 @@ processed and cached).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -629,13 +629,18 @@ class EngineState(RunSteps):
             # Each decode generates and keeps one token left; a chunk generates when it takes all it has left.
             # One pass over the chunks: also the first scheduling of a request that held no KV (as above).
             left_of, first, new_holders = self._left, self.first_scheduled, legal.new_holders
-            for r, m, have, c in zip(
-                req[tail:].tolist(),
-                kv_old[tail:].tolist(),
-                legal.left[tail:].tolist(),
-                tok[tail:].tolist(),
-                strict=True,
-            ):
+            chunks: Iterable[tuple[int, int, int, int]]
+            if tail == size - 1:  # one chunk (the usual): four scalar reads, not four slices and lists
+                chunks = ((req.item(tail), kv_old.item(tail), legal.left.item(tail), tok.item(tail)),)
+            else:
+                chunks = zip(
+                    req[tail:].tolist(),
+                    kv_old[tail:].tolist(),
+                    legal.left[tail:].tolist(),
+                    tok[tail:].tolist(),
+                    strict=True,
+                )
+            for r, m, have, c in chunks:
                 if new_holders and not m and math.isnan(first.item(r)):
                     first[r] = start
                 if have == c:
