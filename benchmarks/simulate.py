@@ -85,7 +85,7 @@ Outside the loop a fresh command spends about 0.25 s importing (numpy alone 0.1
 s), 0.04 s loading a 10k trace (no pandas, no pydantic) and 0.2 s (10k) to 3 s
 (100k) on the batch clock, the token statistics and the run metrics. Where each
 change came from: ``docs/simulation.md`` (the second to eighth passes in
-``docs/simulation-history.md``).
+``docs/simulation-history.md``, the ninth to twelfth in ``docs/simulation-history-2.md``).
 
 Eighth pass (``docs/simulation-history.md``), 7274a76 against 432b1fe / 110389b, fresh
 processes interleaved at load 1.5-1.9: sharegpt-10k-t0 loop 0.91-0.95 -> 0.83-0.86,
@@ -94,13 +94,13 @@ azure-10k loop 1.35-1.37 (unchanged within noise; target 1: missed), command
 1.70-1.88 -> 1.67-1.71 s wall; azure-100k command 17.2-19.0 -> 16.0-16.5 s wall
 (target 15: missed), peak 684 -> 706 MB.
 
-Ninth pass (``docs/simulation.md``), 12c418e against 9f5315d: at load 1.1-2.2 wall pairs
+Ninth pass (``docs/simulation-history-2.md``), 12c418e against 9f5315d: at load 1.1-2.2 wall pairs
 vary more than the change, so it is counted in callgrind instructions. sharegpt-10k-t0 loop
 6,203M -> 5,687M (-8.3%: InferMax's waiting queue no longer shifts its 10,000 entries,
 scalar paths for a few items), the whole command 7,955M -> 7,454M (-6.3%; best wall pair
 1.22 -> 1.13 s, target 1: missed); azure-10k loop -0.7%.
 
-Tenth pass (``docs/simulation.md``), e9b0688 against a8d1a30: a decision's batch of decodes and a
+Tenth pass (``docs/simulation-history-2.md``), e9b0688 against a8d1a30: a decision's batch of decodes and a
 prompt chunk and its repeats are one run, asked before the batch applies (at most 64 items).
 azure-10k entries 35,574 -> 29,227, loop -8.5% in callgrind instructions (CPU 1.26-1.33 ->
 1.16-1.18 s; target 1: missed), command 1.68-1.71 -> 1.54-1.61 s wall; azure-100k entries
