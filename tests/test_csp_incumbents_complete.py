@@ -60,6 +60,9 @@ def test_a_run_cut_anywhere_is_finished_legally(one_batch_chunks, jit):
                 cut += 1
                 assert inc.name.endswith("+reserved-batches")
                 assert inc.schedule.meta["completed_against_reserved_peaks"] == inc.stats["cut_for_time"] > 0
+            # The counts are the whole schedule's, the completion's batches and evictions included.
+            assert inc.stats["batches"] == len(inc.schedule.batches)
+            assert inc.stats["evictions"] == sum(b.evicted.size for b in inc.schedule.batches)
     assert cut > 20  # (most of these runs were cut, so the test checks the completion)
 
 
