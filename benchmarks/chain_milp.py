@@ -658,9 +658,15 @@ def main(argv: list[str] | None = None) -> int:
     )
     for col in COLUMNS:
         table.add_column(col, justify="left" if col in ("instance", "status", "replay") else "right")
+    refused = 0
     for case in picked:
         path = regret_scale.generate(case, folder)
         full = load_instance(str(path))
+        why = applies(full)
+        if why is not None:  # (a budget case: one line, and the other cases still run)
+            print(f"{case.name}: the chain MILP does not apply: {why}", file=sys.stderr)
+            refused += 1
+            continue
         sizes = [int(s) for s in args.prefix.split(",") if s]
         for k in sizes + ([] if args.prefix_only else [len(full)]):
             inst = full if k >= len(full) else prefix(full, k)
@@ -673,7 +679,7 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"load average (1, 5, 15 min): {load[0]:.2f}, {load[1]:.2f}, {load[2]:.2f} on {os.cpu_count()} cores"
     )
-    return 0
+    return 1 if refused else 0
 
 
 if __name__ == "__main__":
