@@ -7,6 +7,7 @@ path runs in Triton's interpreter and skips without triton.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import numpy as np
@@ -71,6 +72,17 @@ def test_device_defaults_and_bad_options():
     with pytest.raises(InputError, match="--kernels: expected one of torch, triton"):
         engine_options(torch.device("cpu"), kernels="cuda")
     assert not cpu.mixed_graphs and engine_options(torch.device("cpu"), mixed_graphs=True).mixed_graphs
+    if importlib.util.find_spec("triton") is not None:  # CUDA's defaults need only triton to be installed
+        cuda = engine_options(torch.device("cuda"))
+        assert (cuda.kernels.decode, cuda.kernels.prefill, cuda.graphs, cuda.compile, cuda.mixed_graphs) == (
+            "triton",
+            "varlen",
+            True,
+            True,
+            True,
+        )
+        assert not engine_options(torch.device("cuda"), graphs=False).mixed_graphs  # the first engine's flags
+        assert not engine_options(torch.device("cuda"), attention="gather").mixed_graphs
     with pytest.raises(InputError, match="--mixed-graphs needs --attention paged"):
         engine_options(torch.device("cpu"), attention="gather", mixed_graphs=True)
     with pytest.MonkeyPatch.context() as mp:
@@ -261,7 +273,10 @@ def test_mixed_buckets():
     assert graphs.bucket(plan(0, [16])) == (0, 16, 1)  # exactly a bucket: no padding sequence
     assert graphs.bucket(plan(9, [8, 8])) == (16, 16, 2)
     assert graphs.bucket(plan(1, [2] * 8)) == (1, 16, 8)  # 8 chunks, no padding rows
-    assert graphs.bucket(plan(1, [3] * 8)) is None  # 8 chunks and 8 padding rows: a 9th sequence
+    assert graphs.bucket(plan(1, [3] * 8)) == (1, 32, 16)  # 8 chunks and 8 padding rows: a 9th sequence
+    assert graphs.bucket(plan(0, [2] * 64)) == (0, 128, 64)  # 64 chunks, no padding rows
+    assert graphs.bucket(plan(0, [2] * 63)) == (0, 128, 64)  # 63 and the padding sequence
+    assert graphs.bucket(plan(0, [2] * 65)) is None  # more chunks than the largest bucket
     assert graphs.bucket(plan(2, [])) is None  # decode-only: the decode graphs' batches
     assert graphs.bucket(plan(1, [2049])) is None  # more rows than the largest bucket
 
@@ -298,3 +313,24 @@ def test_mixed_padding_changes_neither_real_rows_nor_the_pool(model):
     torch.testing.assert_close(graph_pool.k[:, :scratch], eager_pool.k[:, :scratch], rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(graph_pool.v[:, :scratch], eager_pool.v[:, :scratch], rtol=1e-6, atol=1e-6)
     assert graph_pool.k[:, scratch].abs().sum() > 0  # the padding wrote there, and only there
+
+
+def test_mixed_bucket_of_many_chunks_gives_the_eager_tokens(model):
+    """Twelve chunks (a bucket of 16 sequences, three of them empty) sample what the eager batch samples."""
+    from kvsched.executor.batch import ItemWork, plan_batch, run_batch
+    from kvsched.executor.device import Timer
+    from kvsched.executor.mixed_graphs import MixedGraphs
+    from kvsched.executor.paged import AttentionKernels
+    from kvsched.executor.runner import new_pool
+
+    rng = np.random.default_rng(2)
+    items = [ItemWork(i, 0, rng.integers(0, 128, 2 + i % 5), True) for i in range(12)]
+    eager_pool, graph_pool = new_pool(model, 300, 1), new_pool(model, 300, 1)
+    eager = run_batch(model, eager_pool, plan_batch(eager_pool, items, model.device)).tolist()
+    graphs = MixedGraphs(model, graph_pool, AttentionKernels(), width=64, capture=False)
+    plan = plan_batch(graph_pool, items, model.device)
+    assert graphs.bucket(plan) == (0, 64, 16)  # 45 rows: a padding sequence of 19
+    tokens, _ = graphs.run(plan, Timer(model.device), repeat=1)
+    assert tokens == eager and len(tokens) == 12
+    scratch = graph_pool.scratch
+    torch.testing.assert_close(graph_pool.k[:, :scratch], eager_pool.k[:, :scratch], rtol=1e-6, atol=1e-6)

@@ -302,9 +302,8 @@ def _model_args(p: argparse.ArgumentParser, repeat: int) -> None:
     e.add_argument(
         "--mixed-graphs",
         action=argparse.BooleanOptionalAction,
-        default=False,
         help="batches with prefill chunks in CUDA graphs per (decodes, chunk rows, chunks) bucket, the chunks "
-        "through the Triton kernel (default off: not yet measured on a GPU)",
+        "through the Triton kernel (default on CUDA with --cuda-graphs)",
     )
     e.add_argument(
         "--compile",

@@ -25,7 +25,7 @@ from kvsched.executor.device import Timer
 from kvsched.executor.fused import SmallOps
 from kvsched.executor.graphs import DecodeGraphs
 from kvsched.executor.kvcache import KVPool
-from kvsched.executor.mixed_graphs import MixedGraphs
+from kvsched.executor.mixed_graphs import CHUNK_COUNTS, MixedGraphs
 from kvsched.executor.model import Decoder
 from kvsched.executor.paged import AttentionKernels
 
@@ -47,8 +47,9 @@ class EngineOptions:
         Decode-only batches through static bucketed buffers (CUDA graphs on CUDA).
     mixed_graphs
         Batches with prefill chunks through static buffers per (decodes, chunk rows, chunks)
-        bucket (:mod:`kvsched.executor.mixed_graphs`; CUDA graphs on CUDA). Off by default:
-        not yet measured on a GPU.
+        bucket (:mod:`kvsched.executor.mixed_graphs`; CUDA graphs on CUDA). On by default on
+        CUDA: on the H100 it took the batches with chunks from 2.8-4.2 times the vLLM-profiled
+        model to 0.7-1.0 (docs/executor.md, third GPU run).
     compile
         The small operators through ``torch.compile``: inside the decode graphs when there are
         graphs (the batches outside them run the operators uncompiled), else in every batch.
@@ -72,6 +73,8 @@ class EngineOptions:
             "graphs": self.graphs,
             "compile": self.compile,
             "mixed_graphs": self.mixed_graphs,
+            # The largest bucket's chunk count: it was 8 before the third GPU run, so tables say which.
+            "mixed_chunks_max": CHUNK_COUNTS[-1] if self.mixed_graphs else None,
         }
 
 
@@ -83,7 +86,7 @@ def engine_options(
     prefill: str | None = None,
     graphs: bool | None = None,
     compile: bool | None = None,
-    mixed_graphs: bool = False,
+    mixed_graphs: bool | None = None,
     splits: int = 0,
     tile: int = 64,
 ) -> EngineOptions:
@@ -107,6 +110,8 @@ def engine_options(
     if prefill == "varlen" and not cuda:
         raise InputError("--prefill varlen: torch's flash varlen attention runs on CUDA only")
     paged = attention == "paged"
+    if mixed_graphs is None:  # the default: on where the decode graphs are (CUDA, in place)
+        mixed_graphs = cuda and paged and graphs is not False
     if mixed_graphs and not paged:
         raise InputError("--mixed-graphs needs --attention paged (the graphs read the pool in place)")
     if "triton" in (kernels, prefill) or (mixed_graphs and cuda):  # captured chunks use the Triton kernel
