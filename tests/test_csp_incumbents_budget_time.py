@@ -1,0 +1,66 @@
+"""best_incumbent's time under a token budget: the deferred first replay and the first knapsack configuration."""
+
+import importlib
+from dataclasses import replace
+
+import numpy as np
+
+from kvsched.csp.incumbents import best_incumbent
+from kvsched.csp.incumbents.knapsack import KnapsackConfig
+from kvsched.stop import Deadline
+from tests.incumbent_instances import budget_instance, objective_value
+
+best_module = importlib.import_module("kvsched.csp.incumbents.best")
+
+
+def _spy_first_run(monkeypatch, **stats):
+    """Record run_variant's keyword arguments; the first run's stats are overwritten with ``stats``."""
+    calls: list[dict] = []
+    real = best_module.run_variant
+
+    def spy(*args, **kwargs):
+        cand = real(*args, **kwargs)
+        calls.append(kwargs)
+        return replace(cand, stats={**cand.stats, **stats}) if len(calls) == 1 else cand
+
+    monkeypatch.setattr(best_module, "run_variant", spy)
+    return calls
+
+
+def test_large_budget_instances_replay_the_first_variant_only_where_it_stays_the_best(monkeypatch):
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
+    # No knapsack configuration: the first variant, valued on its log, must come back replayed by the core.
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", ())
+    calls = _spy_first_run(monkeypatch)
+    rng = np.random.default_rng(5)
+    for _ in range(3):
+        calls.clear()
+        inst = budget_instance(rng, 20)
+        first = best_incumbent(inst, policies=(), variants=best_module.BUDGET_VARIANTS[:1])
+        assert calls[0]["replay_schedule"] is False
+        assert first.trace is not None and first.value == objective_value(inst, first)
+        both = best_incumbent(inst, policies=())
+        assert both.trace is not None and both.value == objective_value(inst, both)
+        assert both.value == min(both.stats["tried"].values())
+
+
+def test_small_budget_instances_still_replay_the_first_variant(monkeypatch):
+    calls = _spy_first_run(monkeypatch)
+    best_incumbent(budget_instance(np.random.default_rng(6), 20), policies=())
+    assert calls[0].get("replay_schedule", True) is True
+
+
+def test_the_first_knapsack_configuration_runs_where_three_greedy_runs_do_not_fit(monkeypatch):
+    """Priced out at three greedy runs, the first configuration still runs (and not the second in its place)."""
+    configs = (KnapsackConfig(0.5, 0.2), KnapsackConfig(1.0, 0.1))
+    monkeypatch.setattr(best_module, "KNAPSACK_CONFIGS", configs)
+    _spy_first_run(monkeypatch, decide_s=1e6)  # the greedy looks slow: nothing priced from it fits
+    inst = budget_instance(np.random.default_rng(7), 20)
+    got = best_incumbent(inst, deadline=Deadline.after(600.0), policies=())
+    first, second = (c.name(True) for c in configs)
+    assert first in got.stats["tried"]
+    assert got.trace is not None and got.value == objective_value(inst, got)
+    # Where no replay fits any more, no configuration starts.
+    late = best_incumbent(inst, deadline=Deadline.after(1e-9), policies=())
+    assert not any(name.startswith("knapsack") for name in late.stats["tried"])
+    assert first in late.stats["skipped"] and second in late.stats["skipped"]
