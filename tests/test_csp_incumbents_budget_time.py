@@ -64,3 +64,16 @@ def test_the_first_knapsack_configuration_runs_where_three_greedy_runs_do_not_fi
     late = best_incumbent(inst, deadline=Deadline.after(1e-9), policies=())
     assert not any(name.startswith("knapsack") for name in late.stats["tried"])
     assert first in late.stats["skipped"] and second in late.stats["skipped"]
+
+
+def test_with_the_first_replay_deferred_the_first_configuration_needs_only_time_left(monkeypatch):
+    """A replay is due at the end whichever schedule wins: its estimate does not keep the knapsack out."""
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
+    configs = (KnapsackConfig(0.5, 0.2), KnapsackConfig(1.0, 0.1))
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", configs)
+    _spy_first_run(monkeypatch, decide_s=1e6)  # its deferred replay is priced far beyond the deadline
+    inst = budget_instance(np.random.default_rng(8), 20)
+    got = best_incumbent(inst, deadline=Deadline.after(600.0), policies=())
+    first, second = (c.name(True) for c in configs)
+    assert first in got.stats["tried"] and second in got.stats["skipped"]
+    assert got.trace is not None and got.value == objective_value(inst, got)

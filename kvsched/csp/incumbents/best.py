@@ -215,9 +215,9 @@ KNAPSACK_LARGE_CONFIGS: tuple[KnapsackConfig, ...] = (
     KnapsackConfig(),
 )
 #: A deferred replay (the first variant's under a budget from KNAPSACK_LARGE_MIN_REQUESTS on) is priced at this
-#: many times the schedule's build, a high estimate: 2.4 / 5.5 / 5.1 at 10k requests (Azure conversations / Azure
-#: code / ShareGPT, C = P = 2048, load 4.5-5 on 2 cores).
-REPLAY_PER_BUILD = 6.0
+#: many times the run's decisions and build, a high estimate: 1.5 / 1.8 / 1.8 at 10k requests (Azure
+#: conversations / Azure code / ShareGPT, C = P = 2048, load 4.5-5 on 2 cores).
+REPLAY_PER_RUN = 2.0
 #: A policy simulation is priced at this many times the greedy's build and replay (it steps the core too).
 POLICY_COST_FACTOR = 4.0
 #: The policy whose schedule comes first where, under a seconds-based cost model, a greedy run would not
@@ -298,7 +298,7 @@ def best_incumbent(
     replay_cost = (
         float(best.stats["replay_s"])
         if best.trace is not None
-        else REPLAY_PER_BUILD * float(best.stats["build_s"])
+        else REPLAY_PER_RUN * float(best.stats["decide_s"] + best.stats["build_s"])
     )
     if cold and is_compiled(advance_jit):
         # The first run compiled the kernel (seconds): price the others from its build and replay instead
@@ -324,8 +324,10 @@ def best_incumbent(
         for k, config in enumerate(KNAPSACK_LARGE_CONFIGS if large else KNAPSACK_CONFIGS):
             # The first configuration runs wherever a replay still fits (the best single one at its size:
             # priced at three greedy runs it was skipped under load at 10k requests and the next one ran in
-            # its place, cut short); the others as time allows.
-            if not (fits(0.0) if k == 0 else fits(1.5 * knapsack_cost)):
+            # its place, cut short), or, where the first variant's replay was deferred (one is due at the
+            # end whichever wins), while any time is left; the others as time allows.
+            first_fits = fits(0.0) if best.trace is not None else not deadline.expired()
+            if not (first_fits if k == 0 else fits(1.5 * knapsack_cost)):
                 skipped.append(config.name(kind == "budget"))
                 continue
             started = time.perf_counter()
