@@ -123,3 +123,57 @@ def test_make_batch_shares_a_frozen_array_it_alone_can_read_and_copies_the_rest(
     assert writeable.flags.writeable  # the caller's array is left writeable
     assert state._quick_ok(shared)
     state.step(shared)
+
+
+def _many(n: int = 100):
+    """A state of ``n`` requests (prompt 2, output 3, all at t = 0) and its cost model: batches of more
+    than SMALL items take the quick path's array tests."""
+    from kvsched.instances.model import Instance, Limits, Request, TimeModel
+    from kvsched.schedule.validate import instance_cost_model
+
+    inst = Instance(
+        tuple(Request(f"r{i}", 0, 2, 3) for i in range(n)), Limits(kv_capacity=10 * n), TimeModel("unit")
+    )
+    return EngineState(inst, instance_cost_model(inst))
+
+
+def test_many_items_in_any_order_distinct_or_not_as_the_full_check_says():
+    """Strictly increasing positions are distinct without the slot test; any other order, duplicates
+    and a negative position (which a gather wraps) are still found."""
+    state = _many()
+    rising = np.arange(10, 90)
+    cases = {
+        "rising": (rising, True),
+        "falling": (rising[::-1], True),
+        "shuffled": (np.random.default_rng(0).permutation(rising), True),
+        "repeat in order": (np.sort(np.append(rising, 50)), False),
+        "repeat unordered": (np.append(rising, 50), False),
+        "negative first": (np.append(-1, rising), False),
+        "negative unordered": (np.append(rising, -1), False),
+    }
+    for name, (req, legal) in cases.items():
+        assert state._distinct(req[req >= 0]) == (np.unique(req[req >= 0]).size == (req >= 0).sum()), name
+        batch = state.make_batch(0.0, req, np.ones(req.size, dtype=np.int64))
+        assert state._quick_ok(batch) == legal, name
+        assert (state._full_check(batch) == []) == legal, name
+
+
+def test_many_items_count_new_holders_as_the_array_test():
+    """Decodes then a few chunks: only the chunks may hold no KV (counted on their list); chunks first
+    or between decodes are counted on the array, with the same result."""
+    state = _many()
+    state.step(state.make_batch(0.0, np.arange(80), np.full(80, 2)))  # 80 prompts done: 80 decodes
+    decodes = np.arange(80)
+    for chunks in ([80, 81, 82], [83], []):
+        for order in ("decodes first", "chunks first", "mixed"):
+            req = np.concatenate((decodes, chunks)).astype(np.int64)
+            if order == "chunks first":
+                req = np.concatenate((chunks, decodes)).astype(np.int64)
+            elif order == "mixed" and chunks:
+                req = np.insert(decodes, 40, chunks).astype(np.int64)
+            tok = np.where(req >= 80, 2, 1)
+            batch = state.make_batch(state.clock, req, tok)
+            legal = state._quick(batch)
+            assert legal is not None and state._full_check(batch) == []
+            assert legal.new_holders == int((state.kv[req] == 0).sum()) == len(chunks), (chunks, order)
+            assert legal.decodes_first == (order == "decodes first" or not chunks)

@@ -295,6 +295,13 @@ class EngineState(RunSteps):
         size = req.size
         if size <= SMALL:
             return size < 2 or len(set(req.tolist())) == size  # builtins win on a few items
+        # Strictly increasing positions are distinct: one comparison and a count, half the general
+        # test, and a policy's priority order is often the positions' (arrival order).
+        return not _count(req[1:] <= req[:-1]) or self._distinct_slots(req)
+
+    def _distinct_slots(self, req: np.ndarray) -> bool:
+        """:meth:`_distinct` of more than :data:`SMALL` positions (in range), in any order."""
+        size = req.size
         if size > self.n:
             return False
         # Each position finds its own index where all wrote theirs (O(size), no sort).
@@ -363,8 +370,14 @@ class EngineState(RunSteps):
             positions = req.tolist()
             if min(positions) < 0 or imin(tok) < 1 or len(set(positions)) != size:
                 return None
-        elif _count(req < _ZERO) or _count(tok < _ONE) or not self._distinct(req):
+        elif _count(tok < _ONE):
             return None  # (a comparison and a count cost half a reduction on a few hundred items)
+        elif not _count(req[1:] <= req[:-1]):
+            # Strictly increasing (the usual many-item batch): distinct, and its first position the least.
+            if req.item(0) < 0:
+                return None
+        elif _count(req < _ZERO) or not self._distinct_slots(req):
+            return None
         ev_count = 0
         ev_blocks = 0
         if ev.size:
@@ -410,7 +423,19 @@ class EngineState(RunSteps):
             prefill_tokens = num_tokens - isum(tok[is_decode]) if num_decodes else num_tokens
             if prefill_tokens > max_prefill:
                 return None
-        new_holders = count(kv == _ZERO) if num_decodes < size else 0  # a decode's request holds KV
+        # Whether the decodes are the first num_decodes items; then the other items, a few chunks, are
+        # the only ones that may hold no KV (a decode's request holds KV): counted on their list.
+        decodes_first = (
+            num_decodes == size or not num_decodes or count(is_decode[:num_decodes]) == num_decodes
+        )
+        if num_decodes == size:
+            new_holders = 0
+        elif size <= SMALL:
+            new_holders = kv.tolist().count(0)
+        elif decodes_first and size - num_decodes <= SMALL:
+            new_holders = kv[num_decodes:].tolist().count(0)
+        else:
+            new_holders = count(kv == _ZERO)
         if max_running is not None and self.num_holding - ev_count + new_holders > max_running:
             return None
         grown = num_tokens if self.block_size == 1 else isum(self._blocks(kv + tok) - self._blocks(kv))
@@ -420,9 +445,6 @@ class EngineState(RunSteps):
             expected = self._time_of(tok, kv, phases, is_decode, num_decodes, num_tokens)
             if abs(duration - expected) > DURATION_RTOL * max(1.0, abs(expected)):
                 return None
-        decodes_first = (
-            num_decodes == size or not num_decodes or count(is_decode[:num_decodes]) == num_decodes
-        )
         return _Legal(kv, left, num_decodes, num_tokens, grown, new_holders, decodes_first)
 
     # ------------------------------------------------------------------- apply
