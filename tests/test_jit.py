@@ -93,3 +93,32 @@ def test_solve_says_when_its_kernels_are_cold(monkeypatch, capsys):
         "kvsched solve: note: the compiled kernels (greedy, knapsack-greedy, chain-lagrangian, seconds-lagrangian)"
     )
     assert "kvsched warmup" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("objective", ["total-latency", "sum-ttft"])
+@pytest.mark.parametrize("limit", [None, 5.0])
+def test_the_chain_lagrangian_calls_only_the_kernels_its_guard_checks(monkeypatch, objective, limit):
+    # The guard (use_compiled over compiled_kernels) and `kvsched warmup` both read compiled_kernels: a kernel
+    # the Lagrangian calls but that list leaves out is compiled inside a time-limited solve. price_contiguous
+    # once was, and a warm 8 s pipeline took 10.5 s.
+    from kvsched.commands.warmup import FAMILIES
+    from kvsched.csp.bounds import _block_kernels, _chain_kernels, chain_lagrangian
+    from kvsched.csp.bounds.chain import compiled_kernels
+
+    guarded = {k.py_func.__name__ for k in compiled_kernels(objective)}
+    warmed = {k.py_func.__name__ for k in FAMILIES["chain-lagrangian"][0]()}
+    called: set[str] = set()
+    for module in (_chain_kernels, _block_kernels):
+        for name in ("price_chains", "chain_loads", "band_widths", "price_contiguous", "price_blocks"):
+            kernel = getattr(module, name, None)
+            if kernel is not None:
+
+                def spy(*args, kernel=kernel, name=name):
+                    called.add(name)
+                    return kernel(*args)
+
+                monkeypatch.setattr(module, name, spy)
+    deadline = None if limit is None else Deadline.after(limit)
+    for spans in (None, ()):  # the default (a time-limited small instance prices slots alone) and slots only
+        chain_lagrangian(_instance(), objective, max_iterations=4, deadline=deadline, spans=spans)
+    assert called and called <= guarded <= warmed
