@@ -1,14 +1,16 @@
-"""best_incumbent's time under a token budget: the deferred first replay and the first knapsack configuration."""
+"""best_incumbent's time at scale: the deferred first replay and the first knapsack configuration."""
 
 import importlib
 from dataclasses import replace
 
 import numpy as np
+import pytest
 
 from kvsched.csp.incumbents import best_incumbent
 from kvsched.csp.incumbents.knapsack import KnapsackConfig
+from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline
-from tests.incumbent_instances import budget_instance, objective_value
+from tests.incumbent_instances import budget_instance, make_instance, objective_value
 
 best_module = importlib.import_module("kvsched.csp.incumbents.best")
 
@@ -27,7 +29,16 @@ def _spy_first_run(monkeypatch, **stats):
     return calls
 
 
-def test_large_budget_instances_replay_the_first_variant_only_where_it_stays_the_best(monkeypatch):
+def _free_instance(rng: np.random.Generator, n: int):
+    """Unit time, no budget (eviction is free), tight KV."""
+    reqs = [
+        (int(rng.integers(1, 30)), int(rng.integers(1, 20)), float(rng.integers(0, 30))) for _ in range(n)
+    ]
+    return make_instance(reqs, max(i + o - 1 for i, o, _ in reqs) + int(rng.integers(0, 20)))
+
+
+@pytest.mark.parametrize("make", [budget_instance, _free_instance])
+def test_large_instances_replay_the_first_variant_only_where_it_stays_the_best(monkeypatch, make):
     monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
     # No knapsack configuration: the first variant, valued on its log, must come back replayed by the core.
     monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", ())
@@ -35,8 +46,10 @@ def test_large_budget_instances_replay_the_first_variant_only_where_it_stays_the
     rng = np.random.default_rng(5)
     for _ in range(3):
         calls.clear()
-        inst = budget_instance(rng, 20)
-        first = best_incumbent(inst, policies=(), variants=best_module.BUDGET_VARIANTS[:1])
+        inst = make(rng, 20)
+        first = best_incumbent(
+            inst, policies=(), variants=best_module.variants_for(inst, instance_cost_model(inst))[:1]
+        )
         assert calls[0]["replay_schedule"] is False
         assert first.trace is not None and first.value == objective_value(inst, first)
         both = best_incumbent(inst, policies=())
