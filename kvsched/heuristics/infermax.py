@@ -441,20 +441,28 @@ class InferMax(RunOffers):
             room = self._C - build.tok  # tokens left: one per decode
             if nonzero(alloc) == alloc.size:
                 # Every candidate still holds its reservation (none was evicted in this call).
+                ones = False  # need is a mask of the candidates that need one more block
                 if self._block == 1:  # blocks are tokens: the new reservations first, need is their growth
-                    grown = np.maximum(alloc, want[seg:] if seg else want)
-                    need = grown - alloc
+                    wanted = want[seg:] if seg else want
+                    grown = np.maximum(alloc, wanted)
+                    if self.reserve != "peak":
+                        # A decode wants m + 1 and every reservation covers its request's KV (m <= alloc:
+                        # admission reserves S, a decode m + 1, a run the KV it ends with): a candidate
+                        # needs exactly one more block where want > alloc, else none (a count, not a sum).
+                        need, ones = wanted > alloc, True
+                    else:
+                        need = grown - alloc
                 else:
                     grown = None
                     need = (want_blocks[seg:] if seg else want_blocks) - self._blocks_of(alloc)
                     np.maximum(need, _ZERO, out=need)
-                taken = isum(need)
+                taken = count(need) if ones else isum(need)
                 if taken <= build.free:  # all fit in memory: only the token budget can stop them
                     k = min(need.size, room)
                     if k < need.size:
-                        taken = isum(need[:k])
+                        taken = count(need[:k]) if ones else isum(need[:k])
                 else:
-                    reserved = np.add.accumulate(need)
+                    reserved = _accumulate(need, dtype=np.int64)
                     k = min(int(reserved.searchsorted(build.free, "right")), room)
                     taken = int(reserved[k - 1]) if k else 0
                 if k:
