@@ -39,7 +39,7 @@ DECODE_SIZES = (0, *CAPTURE_SIZES)
 CHUNK_TOKENS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 #: Chunk sequences of a mixed bucket, the padding sequence included. Up to 64: Sarathi's batches on
 #: short prompts hold dozens of chunks (46 of 512 tokens in the lengths / 10 replay), and with 8 at
-#: most the H100 run left 11 of 147 batches eager at 3-4 times the model. The attention grid grows
+#: most the H100 run left 11 of 147 batches eager at 1.8-4 times the model. The attention grid grows
 #: with the bucket, but a padding sequence's programs have no rows and return at once.
 CHUNK_COUNTS = (1, 2, 4, 8, 16, 32, 64)
 
