@@ -105,6 +105,8 @@ def test_coalesced_runs_give_the_same_batches_records_and_state(name, policy):
     fast = simulate(inst, make_policy(policy))
     assert fast.schedule.same_as(plain.schedule, tol=0.0)
     assert len(fast.schedule) == len(plain.schedule)
+    evicted = sum(r.num_evicted for r in plain.trace.records)
+    assert fast.schedule.num_evictions == plain.schedule.num_evictions == evicted  # runs need no spelling out
     assert fast.schedule.meta == plain.schedule.meta
     for a, b in zip(fast.trace.records, plain.trace.records, strict=True):
         for field in ("index", "start", "end", "num_items", "num_tokens", "prefill_tokens", "num_decodes"):

@@ -35,7 +35,7 @@ from kvsched.csp.run import Progress, SolveLog, check_replayable, with_meta
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance, expect_instance
-from kvsched.schedule.ir import Batch, Schedule
+from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline
 
@@ -423,7 +423,7 @@ def _finish(
         "upper_bound": value,  # the best schedule known before the back end ran, where it ran
         **stats,
         "batches": len(schedule),  # (counted without spelling the runs out; a run never evicts)
-        "evictions": int(sum(e.evicted.size for e in schedule.entries if type(e) is Batch)),
+        "evictions": schedule.num_evictions,
         "warm_start": source,
         "bound_for_every_schedule": max((b.value for b in every), default=None),
     }

@@ -420,6 +420,11 @@ class Schedule:
         """Number of batches (a run of k counts k)."""
         return sum(e.repeat if type(e) is Run else 1 for e in self.entries)
 
+    @property
+    def num_evictions(self) -> int:
+        """Evictions over the whole schedule (counted without spelling the runs out: a run never evicts)."""
+        return int(sum(e.evicted.size for e in self.entries if type(e) is Batch))
+
     def __iter__(self) -> Iterator[Batch]:
         """The batches one by one, runs expanded lazily (nothing kept)."""
         for e in self.entries:

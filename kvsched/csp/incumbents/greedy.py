@@ -438,9 +438,9 @@ def incumbent_of(
         "evictions": log.num_evictions,
     }
     if cut:
-        # The counts are the whole schedule's: the completion's batches and its evictions (a run never evicts).
+        # The counts are the whole schedule's: the completion's batches and its evictions too.
         stats["batches"] = len(schedule)
-        stats["evictions"] += sum(e.evicted.size for e in made if type(e) is Batch)
+        stats["evictions"] = schedule.num_evictions
         # The requests the greedy had not finished when it was cut short (the first schedule of a solve whose
         # limit a whole greedy run would overrun).
         stats["cut_for_time"] = cut["unfinished"]
