@@ -118,6 +118,10 @@ def main() -> None:
     args = ap.parse_args()
     data: Path = args.data
 
+    if not (data / f"{args.fit}.csv").is_file():  # (a run need not replay every case)
+        raise SystemExit(
+            f"--fit {args.fit}: {data / f'{args.fit}.csv'} is missing: this run did not replay it"
+        )
     fit = fit_replay(data / f"{args.fit}.csv", form=args.form)
     console = Console()
     console.print(
