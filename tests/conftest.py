@@ -1,5 +1,7 @@
 """Test-wide settings."""
 
+import os
+
 import pytest
 
 
@@ -20,8 +22,17 @@ def _compiled_kernels() -> None:
     does not fit the limit (:mod:`kvsched.jit`); CI starts from an empty numba cache, and which test meets a
     cold kernel first depends on the order and on the worker (pytest-xdist), so without this a pipeline test
     could lose its Lagrangian stage to a compile. The tests of the cold paths make kernels look cold themselves.
+
+    Odd-numbered workers compile the families in reverse order. A kernel another process has already cached is
+    loaded rather than compiled again (numba looks in its cache before compiling), so two workers starting
+    from an empty cache share the compiling instead of both doing all of it: on this 2-core machine the two
+    workers' warmups took 286-288 s each against 410-412 s when both went in the same order (load 7).
     """
     from kvsched.commands.warmup import FAMILIES
 
-    for _, run in FAMILIES.values():
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    runs = [run for _, run in FAMILIES.values()]
+    if worker.startswith("gw") and int(worker[2:] or 0) % 2:
+        runs.reverse()
+    for run in runs:
         run()
