@@ -84,6 +84,7 @@ def pricing(data: ChainData, y: np.ndarray):
     price, chains, pslot, pre, refilled = price_chains(
         data.release, data.earliest, data.output, data.prompt, data.arrival, data.offset, data.block,
         y, np.zeros(0), data.objective, np.zeros(1, dtype=np.int64), False, data.chunk, data.pre_offset,
+        data.growth,
     )  # fmt: skip
     value = float(price.sum() - data.capacity * y.sum())
     return value, price, chains, pslot, pre, refilled
@@ -112,7 +113,7 @@ def columns(data: ChainData, horizon: int, chains, pslot, pre, refilled, which: 
             load, _ = chain_loads(
                 out[j : j + 1], data.prompt[j : j + 1], np.zeros(1, np.int64), data.block, chains[s : s + o],
                 pslot[j : j + 1], horizon, False, data.chunk, np.array([0, p1 - p0], np.int64), pre[p0:p1],
-                refilled[s : s + o], True,
+                refilled[s : s + o], True, data.growth,
             )  # fmt: skip
             rows = np.flatnonzero(load)
             vals = load[rows]
@@ -304,7 +305,7 @@ def seed_ascent(data: ChainData, y0: np.ndarray, upper: float, master: Master, d
         _, _, chains, pslot, pre, refilled = found
         load, tokens = chain_loads(
             data.output, data.prompt, data.offset, data.block, chains, pslot, y.size, False, data.chunk,
-            data.pre_offset, pre, refilled, True,
+            data.pre_offset, pre, refilled, True, data.growth,
         )  # fmt: skip
         return found[0], load, tokens
 

@@ -162,7 +162,7 @@ def test_prompt_batches_before_the_first_token_hold_kv(objective):
     inst = Instance(
         (Request("a", 0.0, 10, 2),), Limits(kv_capacity=20, max_batch_tokens=4), TimeModel("unit")
     )
-    data = ChainData.from_instance(inst, objective)
+    data = replace(ChainData.from_instance(inst, objective), growth=0)  # ghosts apart (below)
     assert data.chunk == 4
     assert list(data.pre_offset) == [0, 2]
     pricing = evaluate(data, np.ones(40), np.zeros(40))
@@ -193,7 +193,7 @@ def test_prompt_batches_hold_their_kv_until_the_first_token():
     inst = Instance(
         (Request("a", 0.0, 10, 1),), Limits(kv_capacity=20, max_batch_tokens=4), TimeModel("unit")
     )
-    data = ChainData.from_instance(inst)
+    data = replace(ChainData.from_instance(inst), growth=0)  # ghosts apart (below)
     y = np.ones(40)
     y[1] = 50.0
     pricing = evaluate(data, y, np.zeros(40))
@@ -226,13 +226,46 @@ def test_a_gap_between_ops_is_held_or_refilled_under_a_chunk_cap(prompt, y, pric
     inst = Instance(
         (Request("a", 0.0, prompt, 2),), Limits(kv_capacity=20, max_batch_tokens=2), TimeModel("unit")
     )
-    data = ChainData.from_instance(inst)
+    data = replace(ChainData.from_instance(inst), growth=0)  # ghosts apart (below)
     prices = np.full(40, 9.0)
     prices[: len(y)] = y
     pricing = evaluate(data, prices, np.zeros(40))
     assert pricing.price[0] == pytest.approx(price)
     assert pricing.load[: len(load)] == pytest.approx(load)
     assert evaluate_numpy(data, prices, np.zeros(40)) == pytest.approx(pricing.value)
+
+
+def test_a_completion_leaves_a_ghost():
+    """I = 5, O = 1 under C = 2: two prompt batches (1 and 3 tokens) and the first token's batch (5) in
+    slots 0-2. The KV grows by at most 2 a slot, so the 5 tokens freed after slot 2 stay free by at least
+    3 in slot 3 and 1 in slot 4: at y = 1 the chain costs 1 + 3 + 5 + 3 + 1 plus its latency 3."""
+    inst = Instance((Request("a", 0.0, 5, 1),), Limits(kv_capacity=20, max_batch_tokens=2), TimeModel("unit"))
+    data = ChainData.from_instance(inst)
+    assert data.growth == 2
+    pricing = evaluate(data, np.ones(40), np.zeros(40))
+    assert pricing.price[0] == pytest.approx(16.0)
+    assert pricing.load[:6] == pytest.approx([1, 3, 5, 3, 1, 0])
+    assert evaluate_numpy(data, np.ones(40), np.zeros(40)) == pytest.approx(pricing.value)
+    # No ghost without a budget, nor under the first-token objective (no last op to follow).
+    assert ChainData.from_instance(replace(inst, limits=Limits(kv_capacity=20))).growth == 0
+    assert ChainData.from_instance(inst, "sum-ttft").growth == 0
+
+
+def test_ghosts_reach_the_optimum_where_the_lp_without_them_does_not():
+    """Three requests under C = 2, M = 7: the chain LP without ghosts proves 15, the optimum is 16, and
+    the ghosts prove it (LP and Lagrangian, both rounded up to whole slots)."""
+    inst = Instance(
+        (Request("a", 2.0, 6, 2), Request("b", 0.0, 5, 2), Request("c", 2.0, 3, 2)),
+        Limits(kv_capacity=7, max_batch_tokens=2),
+        TimeModel("unit"),
+    )
+    data = ChainData.from_instance(inst)
+    opt = brute_force(inst, "total-latency", allow_eviction=True)
+    assert opt == pytest.approx(16.0)
+    without, _, _ = chain_lp(replace(data, growth=0), 14)
+    assert data.to_bound(without) == pytest.approx(15.0)
+    assert _lp_bound(inst, "total-latency", 14) == pytest.approx(16.0)
+    assert chain_lagrangian(inst).bound.value == pytest.approx(16.0)
 
 
 def test_warm_start_counts_requests_in_the_system():

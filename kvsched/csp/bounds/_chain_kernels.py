@@ -47,6 +47,28 @@ def prompt_weight(prompt: int, m: int, chunk: int, block: int) -> float:
     return float((rest + block - 1) // block) if rest > 0 else 0.0
 
 
+@nb.njit(cache=True, inline="always")
+def ghost_price(held: float, growth: int, y, t: int) -> float:
+    """The price of a completion's ghost: ``held - k G`` blocks in slot ``t + k`` for ``k = 1, 2, ...``
+    while positive (``G = growth``; none when 0), past the multipliers' end 0.
+
+    A request completing in slot ``t`` frees ``held`` blocks, and the KV as a whole grows by at most
+    ``G`` a slot (see :mod:`kvsched.csp.bounds.chain`, *Ghosts*), so that much stays free: priced as if
+    the request still held it.
+    """
+    c = 0.0
+    if growth <= 0:
+        return c
+    k = 1
+    while k * growth < held:
+        s = t + k
+        if s >= y.size:
+            break
+        c += (held - k * growth) * y[s]
+        k += 1
+    return c
+
+
 @nb.njit(cache=True)
 def _price_one(
     j,
@@ -69,6 +91,7 @@ def _price_one(
     pre_offset,
     pre_chains,
     refilled,
+    growth,
 ):  # pragma: no cover - compiled
     e = earliest[j]
     o = output[j]
@@ -102,8 +125,9 @@ def _price_one(
             if has_z and u > 1:
                 c += z[t]
     c += pre_cost(prompt[j], npre, chunk, block, y, 1, e)
+    held_last = op_weight(prompt[j], o, block)  # what the request frees when it completes
     if objective == LATENCY:
-        c += e + o - a
+        c += e + o - a + ghost_price(held_last, growth, y, e + o - 1)
     else:
         c += e + 1 - a
     ub = min(ub, c)
@@ -134,7 +158,7 @@ def _price_one(
             if t1 < big:
                 c += z[t1] + rest * mm
         if objective == LATENCY:
-            c += last + 1 - a
+            c += last + 1 - a + ghost_price(held_last, growth, y, last)
         else:
             c += t1 + 1 - a
         ub = min(ub, c)
@@ -241,7 +265,7 @@ def _price_one(
     best = np.inf
     bd = 0
     for d in range(width):
-        v = f[d] + e + o - 1 + d + 1 - a
+        v = f[d] + e + o - 1 + d + 1 - a + ghost_price(held_last, growth, y, e + o - 1 + d)
         if v < best:
             best = v
             bd = d
@@ -337,6 +361,7 @@ def price_chains(
     use_prev,
     chunk,
     pre_offset,
+    growth,
 ):  # pragma: no cover - compiled
     """Each request's cheapest chain under ``(y, z)``: prices, flat chain slots, prompt slots, the slots of
     the prompt batches before the first token's (flat, at ``pre_offset``), and per op whether the gap
@@ -376,6 +401,7 @@ def price_chains(
             pre_offset,
             pre_chains,
             refilled,
+            growth,
         )
     return price, chains, pslot, pre_chains, refilled
 
@@ -395,12 +421,14 @@ def chain_loads(
     pre_chains,
     refilled,
     gaps,
+    growth,
 ):  # pragma: no cover - compiled
-    """Blocks (and tokens) the chains, their prompt batches and their gaps put in each slot ``< horizon``.
+    """Blocks (and tokens) the chains, their prompt batches, their gaps and their ghosts put in each slot
+    ``< horizon``.
 
     A gap before op u holds op u - 1's KV, or (``refilled``) has its refill's batches just before op u;
     under ``chunk = 0``, or where the pricing left gaps free (``gaps`` false: the block programme), gaps
-    hold nothing.
+    hold nothing. A completion's ghost (:func:`ghost_price`) follows the last op where ``growth > 0``.
     """
     load = np.zeros(horizon)
     tokens = np.zeros(horizon if with_tokens else 0)
@@ -433,6 +461,13 @@ def chain_loads(
                 load[t] += op_weight(prompt[j], u, block)
                 if with_tokens:
                     tokens[t] += 1.0
+        last = chains[offset[j] + output[j] - 1]
+        if growth > 0 and last >= 0:
+            held = op_weight(prompt[j], output[j], block)
+            k = 1
+            while k * growth < held and last + k < horizon:
+                load[last + k] += held - k * growth
+                k += 1
         if with_tokens and pslot[j] < horizon:
             tokens[pslot[j]] += prompt[j] - 1
     return load, tokens
@@ -449,6 +484,7 @@ def price_chains_numpy(
     z: np.ndarray,
     objective: int,
     chunk: int = 0,
+    growth: int = 0,
 ) -> np.ndarray:
     """The reference: each request's optimum chain price by the full dynamic programme (no band).
 
@@ -494,7 +530,12 @@ def price_chains_numpy(
             yy = yy[1:]
             if z.size:
                 zz = zz[1:]
-        prices[j] = float(np.min(f + slots + 1 - a))
+        held = -(-(i_j + o - 1) // block)
+        ghost = np.zeros(slots.size)
+        for k in range(1, -(-held // growth) if growth > 0 else 1):  # k G < held
+            after = slots + k
+            ghost += (held - k * growth) * np.where(after < big, y[np.minimum(after, big - 1)], 0.0)
+        prices[j] = float(np.min(f + slots + 1 - a + ghost))
     return prices
 
 

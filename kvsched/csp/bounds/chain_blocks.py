@@ -100,11 +100,12 @@ def evaluate_blocks(
         data.release, data.earliest, data.output, data.prompt, data.arrival, data.offset, data.block, span,
         y, z, data.objective, prev, use_prev, data.chunk, data.pre_offset,
     )  # fmt: skip
-    # The block programme leaves gaps between ops free (a weaker relaxation than the slot pricing's: still
-    # a bound), so its loads have none.
+    # The block programme leaves gaps between ops free and has no completions' ghosts (a weaker relaxation
+    # than the slot pricing's: still a bound; a ghost depends on the last op's exact slot, which a block
+    # does not fix), so its loads have neither.
     load, tokens = _chain_kernels().chain_loads(
         data.output, data.prompt, data.offset, data.block, chains, pslot, y.size * span, z.size > 0, data.chunk,
-        data.pre_offset, pre, np.zeros(0, dtype=np.int8), False,
+        data.pre_offset, pre, np.zeros(0, dtype=np.int8), False, 0,
     )  # fmt: skip
     value = float(price.sum() - data.capacity * span * y.sum())
     if z.size:

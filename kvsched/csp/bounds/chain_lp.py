@@ -4,7 +4,7 @@ Each request's chains are the paths of a small network (nodes: ops done x slot,
 after a prompt phase of prompt batches done x other prompt tokens placed or not x
 slot; arcs: wait a slot, or run the next op or prompt batch in this slot, or place
 the prompt tokens in this slot), so its chain polytope is
-integral and the LP with the coupling rows (mem_t) and (tok_t) of
+integral and the LP with the coupling rows (mem_t) (completions' ghosts included) and (tok_t) of
 :mod:`kvsched.csp.bounds.chain` added has the same optimum as the Lagrangian
 dual ``max_{y, z >= 0} L(y, z)`` over the same horizon ``H`` (slots ``>= H``
 unpriced: from node (u, H) an arc to the sink charges the contiguous finish
@@ -69,6 +69,16 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
             # Prompt done (and tokens placed): the first token may follow in this slot.
             arcs.append((0.0, nid(("p", npre, 1, t)), nid((0, t)), [], []))
         layers = o if data.objective == LATENCY else 1  # TTFT: later ops are free past H
+        held = op_weight(i_j, o, data.block)
+
+        def ghost(last: int, rows: list[int], coefs: list[float], held: float = held) -> None:
+            # The completion's ghost (``data.growth`` 0: none) in the memory rows after the last op.
+            k = 1
+            while data.growth > 0 and k * data.growth < held and last + k < horizon:
+                rows.append(last + k)
+                coefs.append(held - k * data.growth)
+                k += 1
+
         for k in range(npre + 1):
             for f in flags:
                 # From slot `top` on nothing is priced: the rest of the prompt batches, then every op,
@@ -97,6 +107,7 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
                             rows.append(n_mem + t + k1)
                             coefs.append(1.0)
                     if u + 1 == layers:
+                        ghost(t + k1, rows, coefs)
                         arcs.append((t + k1 + 1 - a, nid(("ev", u, t)), None, rows, coefs))
                     else:
                         arcs.append((0.0, nid(("ev", u, t)), nid((u + 1, t + k1 + 1)), rows, coefs))
@@ -120,6 +131,7 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
                         rows.append(n_mem + t)
                         coefs.append(1.0)
                 if u + 1 == layers:
+                    ghost(t, rows, coefs)
                     arcs.append((t + 1 - a, nid((u, t)), None, rows, coefs))
                 else:
                     arcs.append((0.0, nid((u, t)), nid((u + 1, t + 1)), rows, coefs))
