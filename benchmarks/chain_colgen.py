@@ -52,7 +52,7 @@ import numpy as np
 
 from kvsched.csp.bounds import chain_lagrangian
 from kvsched.csp.bounds._ascent import Ascent
-from kvsched.csp.bounds._chain_kernels import chain_loads, price_chains
+from kvsched.csp.bounds._chain_kernels import chain_loads, op_weights, price_chains
 from kvsched.csp.bounds.chain import LATENCY, ChainData
 from kvsched.csp.bounds.seconds_lagrangian import incumbent_chains
 from kvsched.errors import KvschedError
@@ -105,7 +105,7 @@ def columns(data: ChainData, horizon: int, chains, pslot, pre, refilled, which: 
         o, s = int(out[j]), int(offset[j])
         if data.chunk == 0:
             slots = chains[s : s + o]
-            w = np.ceil((data.prompt[j] + np.arange(o)) / data.block)
+            w = op_weights(int(data.prompt[j]), o, data.block)
             keep = slots < horizon
             rows, vals = slots[keep], w[keep]
         else:

@@ -93,6 +93,7 @@ from rich.table import Table
 from kvsched.costmodel import UnitCost
 from kvsched.csp.backends.highs import stop_at
 from kvsched.csp.bounds import chain_lagrangian
+from kvsched.csp.bounds._chain_kernels import op_weights
 from kvsched.csp.bounds.chain import ChainData
 from kvsched.csp.bounds.seconds_lagrangian import incumbent_chains
 from kvsched.csp.certificate import Bound, Scope
@@ -205,8 +206,8 @@ def _windows(data: ChainData, horizon: int, extra: int) -> np.ndarray:
 
 
 def _weights(data: ChainData, j: int) -> np.ndarray:
-    """Op u's KV in blocks (u = 1..O at index u - 1): I + u - 1 tokens, rounded up."""
-    return -(-(data.prompt[j] + np.arange(int(data.output[j]))) // data.block).astype(np.float64)
+    """Op u's KV in blocks (u = 1..O at index u - 1): the relaxation's own weights."""
+    return op_weights(int(data.prompt[j]), int(data.output[j]), data.block)
 
 
 def _prices(y: np.ndarray, r: int, length: int) -> np.ndarray:

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvsched.csp.bounds import chain_lagrangian, portfolio
+from kvsched.csp.bounds._chain_kernels import op_weight, op_weights
 from kvsched.csp.bounds.chain import (
     ChainData,
     evaluate,
@@ -233,6 +234,13 @@ def test_a_gap_between_ops_is_held_or_refilled_under_a_chunk_cap(prompt, y, pric
     assert pricing.price[0] == pytest.approx(price)
     assert pricing.load[: len(load)] == pytest.approx(load)
     assert evaluate_numpy(data, prices, np.zeros(40)) == pytest.approx(pricing.value)
+
+
+def test_op_weights_are_op_weight_for_each_op():
+    """The numpy callers' array (the chain MILP and column-generation benchmarks) is the kernels' weight."""
+    for prompt, output, block in [(1, 1, 1), (5, 4, 1), (7, 9, 4), (16, 3, 16)]:
+        expected = [op_weight(prompt, u, block) for u in range(1, output + 1)]
+        assert op_weights(prompt, output, block).tolist() == expected
 
 
 def test_a_completion_leaves_a_ghost():

@@ -40,6 +40,11 @@ def op_weight(prompt: int, u: int, block: int) -> float:
     return float((prompt + u - 1 + block - 1) // block)
 
 
+def op_weights(prompt: int, output: int, block: int) -> np.ndarray:
+    """:func:`op_weight` for ``u = 1..output`` at index ``u - 1``, as one array (numpy callers)."""
+    return (-(-(prompt + np.arange(output, dtype=np.int64)) // block)).astype(np.float64)
+
+
 @nb.njit(cache=True, inline="always")
 def prompt_weight(prompt: int, m: int, chunk: int, block: int) -> float:
     """Blocks held by the ``m``-th prompt batch before the first token's: at least ``I - m q`` tokens."""
