@@ -261,7 +261,7 @@ def test_a_completion_leaves_a_ghost():
 
 def test_ghosts_reach_the_optimum_where_the_lp_without_them_does_not():
     """Three requests under C = 2, M = 7: the chain LP without ghosts proves 15, the optimum is 16, and
-    the ghosts prove it (LP and Lagrangian, both rounded up to whole slots)."""
+    the ghosts prove it (rounded up to whole slots)."""
     inst = Instance(
         (Request("a", 2.0, 6, 2), Request("b", 0.0, 5, 2), Request("c", 2.0, 3, 2)),
         Limits(kv_capacity=7, max_batch_tokens=2),
@@ -273,7 +273,8 @@ def test_ghosts_reach_the_optimum_where_the_lp_without_them_does_not():
     without, _, _ = chain_lp(replace(data, growth=0), 14)
     assert data.to_bound(without) == pytest.approx(15.0)
     assert _lp_bound(inst, "total-latency", 14) == pytest.approx(16.0)
-    assert chain_lagrangian(inst).bound.value == pytest.approx(16.0)
+    # The slot ascent (what a time-limited solve of a small instance runs) reaches it too.
+    assert chain_lagrangian(inst, spans=()).bound.value == pytest.approx(16.0)
 
 
 def test_warm_start_counts_requests_in_the_system():

@@ -52,7 +52,7 @@ def test_block_pricing_is_the_slot_pricing_at_block_constant_multipliers(inst, s
     assert value <= slots + 1e-9
     reference = _block_kernels.price_blocks_python(
         data.release, data.earliest, data.output, data.prompt, data.arrival, data.block, span, y,
-        z if data.budget is not None else np.zeros(0), data.objective, data.chunk,
+        z if data.budget is not None else np.zeros(0), data.objective, data.chunk, data.growth,
     )  # fmt: skip
     assert value == pytest.approx(reference.sum() - data.capacity * span * y.sum() - (
         data.budget * span * z.sum() if z.size else 0.0), abs=1e-9)  # fmt: skip

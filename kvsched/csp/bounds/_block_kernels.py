@@ -28,9 +28,15 @@ other ``I - 1`` prompt tokens sit in the cheapest block from the release's to
 the first op's (the cheapest slot of ``[r, t_1]`` when ``z`` is block-constant).
 Past the multipliers' end every price is 0 (the zero-price tail).
 
-Chains are returned slot by slot (each block's ops at its earliest slots) so
-that :func:`kvsched.csp.bounds._chain_kernels.chain_loads` and the slot-level
-pricing's band (``prev``) use them unchanged.
+Under a token budget the objective also charges the completion's ghost after the last op
+(:func:`kvsched.csp.bounds._chain_kernels.ghost_price`), which depends on that op's exact
+slot: a chain finishing in block ``b`` puts its last op in the slot of the block where the
+objective term plus the ghost is least (exact: the last op may sit anywhere after the
+block's other ops).
+
+Chains are returned slot by slot (each block's ops at its earliest slots, a last op where
+its ghost was priced) so that :func:`kvsched.csp.bounds._chain_kernels.chain_loads` and the
+slot-level pricing's band (``prev``) use them unchanged.
 """
 
 from __future__ import annotations
@@ -38,7 +44,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from kvsched.csp.bounds._chain_kernels import BAND_TOL, LATENCY, TTFT, pre_cost, prompt_weight
+from kvsched.csp.bounds._chain_kernels import BAND_TOL, LATENCY, TTFT, ghost_price, pre_cost, prompt_weight
 
 __all__ = ["LATENCY", "TTFT", "price_blocks", "price_blocks_python"]
 
@@ -63,7 +69,7 @@ def _pre_min(i_j, npre, chunk, kv_block, span, y, b, s):  # pragma: no cover - c
 @nb.njit(cache=True)
 def _price_one(
     j, release, earliest, output, prompt, arrival, offset, kv_block, span, y, z, has_z, objective, prev, use_prev,
-    chains, pslot, chunk, pre_offset, pre_chains,
+    chains, pslot, chunk, pre_offset, pre_chains, growth, reach,
 ):  # pragma: no cover - compiled  # fmt: skip
     e = earliest[j]
     # The prompt batches before the first op (see _chain_kernels): just before it. Under block-constant
@@ -83,6 +89,13 @@ def _price_one(
     wsum[0] = 0.0
     for u in range(1, o + 1):
         wsum[u] = wsum[u - 1] + float((i_j + u - 1 + kv_block - 1) // kv_block)
+    # The completion's ghost (total latency under a budget, see _chain_kernels.ghost_price): it depends on
+    # the last op's exact slot, so a chain finishing in a block puts its last op where that costs least.
+    held = wsum[o] - wsum[o - 1]
+    nghost = 0  # slots the ghost covers after the last op
+    if growth > 0 and objective == LATENCY:
+        while (nghost + 1) * growth < held:
+            nghost += 1
 
     # An upper bound on the optimum: (1) contiguous from e, (2) wholly past the horizon, (3) last optimum.
     ub = max(big + npre, e) + (o if objective == LATENCY else 1) - a
@@ -108,6 +121,8 @@ def _price_one(
             break
     c += pre_cost(i_j, npre, chunk, kv_block, y, span, e)
     c += e + (o if objective == LATENCY else 1) - a
+    if nghost:
+        c += ghost_price(held, growth, y, span, e + o - 1)
     ub = min(ub, c)
     if use_prev and prev[offset[j]] >= 0:
         c = 0.0
@@ -129,6 +144,8 @@ def _price_one(
                 mm = min(mm, z[t // span])
             c += rest * mm
         c += (last if objective == LATENCY else t1) + 1 - a
+        if nghost:
+            c += ghost_price(held, growth, y, span, last)
         ub = min(ub, c)
 
     if objective == LATENCY:
@@ -194,6 +211,7 @@ def _price_one(
     best = np.inf
     best_k = -1
     best_v = 0
+    best_late = 0
     zp_run = zp
     zarg = zp_at
     for k in range(1, nb_ + 1):
@@ -214,18 +232,41 @@ def _price_one(
             start_cost += pre
         parg[k] = zarg
         plo, phi = lo[k - 1], hi[k - 1]
-        # Finishing in this block: v ops before it, o - v in it, the last at s + o - v - 1.
+        bend = b * span + span - 1
+        if nghost:
+            # reach[i]: the least of t - bend + ghost(t) over t in [bend - nghost + 1 + i, bend] (slots whose
+            # ghost reaches past the block); before them the ghost lies in this block: yb times its sum.
+            for i in range(nghost - 1, -1, -1):
+                t = bend - nghost + 1 + i
+                reach[i] = t - bend + ghost_price(held, growth, y, span, t)
+                if i + 1 < nghost and reach[i + 1] < reach[i]:
+                    reach[i] = reach[i + 1]
+            inside = yb * (nghost * held - growth * nghost * (nghost + 1) / 2)
+        # Finishing in this block: v ops before it, o - v in it, the last at t_last = s + o - v - 1 at the
+        # earliest, or later in the block where its ghost costs less.
         for v in range(max(plo, o - cap), min(phi, o - 1) + 1):
             fv = f_prev[v - plo]
             if fv == np.inf:
                 continue
             c = fv + yb * (wsum[o] - wsum[v]) + zb * (o - v) + s + o - v - a
+            later = 0
+            if nghost:
+                t_last = s + o - v - 1
+                extra = np.inf
+                if t_last + nghost <= bend:
+                    extra = inside
+                i = max(t_last - (bend - nghost + 1), 0)
+                if reach[i] + bend - t_last < extra:
+                    extra = reach[i] + bend - t_last
+                    later = 1
+                c += extra
             if v == 0:
                 c += start_cost
             if c < best:
                 best = c
                 best_k = k
                 best_v = v
+                best_late = later
         clo, chi = lo[k], hi[k]
         if clo > chi:
             break  # every chain in the band has finished
@@ -261,14 +302,30 @@ def _price_one(
                 arg[k, u - clo] = -1
         f_prev, f_cur = f_cur, f_prev
 
-    # Backtrack: block k holds ops v_k + 1 .. u_k at its earliest slots.
+    # Backtrack: block k holds ops v_k + 1 .. u_k at its earliest slots (the last op where its ghost was
+    # priced).
     u = o
     v = best_v
     k = best_k
+    if best_late:
+        b = b0 + k - 1
+        s = max(b * span, e)
+        bend = b * span + span - 1
+        t_last = s + o - v - 1
+        at = max(t_last, bend - nghost + 1)
+        cost = at - t_last + ghost_price(held, growth, y, span, at)
+        for t in range(at + 1, bend + 1):
+            ct = t - t_last + ghost_price(held, growth, y, span, t)
+            if ct < cost:
+                cost = ct
+                at = t
+        chains[offset[j] + o - 1] = at
     while True:
         b = b0 + k - 1
         s = max(b * span, e)
         for q in range(v + 1, u + 1):
+            if q == o and best_late:
+                continue  # placed above
             chains[offset[j] + q - 1] = s + q - v - 1
         if v == 0:
             pslot[j] = parg[k]
@@ -284,7 +341,7 @@ def _price_one(
 @nb.njit(cache=True, parallel=True)
 def price_blocks(
     release, earliest, output, prompt, arrival, offset, kv_block, span, y, z, objective, prev, use_prev, chunk,
-    pre_offset,
+    pre_offset, growth,
 ):  # pragma: no cover - compiled  # fmt: skip
     """Each request's cheapest chain under block-constant ``(y, z)`` (``y[b]`` on slots ``[b span, b span + span)``).
 
@@ -301,9 +358,12 @@ def price_blocks(
     pre_chains = np.empty(pre_offset[n], dtype=np.int64)
     has_z = z.size > 0
     for j in nb.prange(n):
+        # Per request, room for the ghost's least costs where it reaches past a block (see _price_one).
+        held = float((prompt[j] + output[j] - 2 + kv_block) // kv_block)
+        reach = np.empty(max(1, int(np.ceil(held / growth))) if growth > 0 else 1)
         price[j] = _price_one(
             j, release, earliest, output, prompt, arrival, offset, kv_block, span, y, z, has_z, objective, prev,
-            use_prev, chains, pslot, chunk, pre_offset, pre_chains,
+            use_prev, chains, pslot, chunk, pre_offset, pre_chains, growth, reach,
         )  # fmt: skip
     return price, chains, pslot, pre_chains
 
@@ -320,13 +380,23 @@ def price_blocks_python(
     z: np.ndarray,
     objective: int,
     chunk: int = 0,
+    growth: int = 0,
 ) -> np.ndarray:
     """The reference: the block programme in plain Python, every block to the end of the tail, no band.
 
     Ops done ``u`` after each block, all ``m <= cap_b`` ops of a block considered
     directly (no deque); blocks run from the earliest slot's to ``O`` slots (and
     the prompt batches) past the multipliers' end (no chain gains by ending later).
+    A chain finishing in a block has its last op at every slot of the block tried for its ghost.
     """
+
+    def ghost(held: float, t: int) -> float:
+        out, k = 0.0, 1
+        while growth > 0 and k * growth < held:
+            out += (held - k * growth) * (float(y[(t + k) // span]) if (t + k) // span < nblk else 0.0)
+            k += 1
+        return out
+
     nblk = y.size
     prices = np.empty(output.size)
     for j in range(output.size):
@@ -361,7 +431,11 @@ def price_blocks_python(
                         best = min(best, c - zb * (m - 1) - yb * (wsum[v + m] - wsum[v + 1]) + s + 1 - a)
                         break
                     if v + m == o:
-                        best = min(best, c + s + m - 1 + 1 - a)
+                        held = wsum[o] - wsum[o - 1]
+                        last = min(
+                            t - (s + m - 1) + ghost(held, t) for t in range(s + m - 1, b * span + span)
+                        )
+                        best = min(best, c + s + m - 1 + 1 - a + last)
                     else:
                         new[v + m] = min(new.get(v + m, np.inf), c)
             f = new

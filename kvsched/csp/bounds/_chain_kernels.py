@@ -53,9 +53,10 @@ def prompt_weight(prompt: int, m: int, chunk: int, block: int) -> float:
 
 
 @nb.njit(cache=True, inline="always")
-def ghost_price(held: float, growth: int, y, t: int) -> float:
+def ghost_price(held: float, growth: int, y, span: int, t: int) -> float:
     """The price of a completion's ghost: ``held - k G`` blocks in slot ``t + k`` for ``k = 1, 2, ...``
-    while positive (``G = growth``; none when 0), past the multipliers' end 0.
+    while positive (``G = growth``; none when 0), at prices ``y`` constant on blocks of ``span`` slots
+    (1: slot prices), past their end 0.
 
     A request completing in slot ``t`` frees ``held`` blocks, and the KV as a whole grows by at most
     ``G`` a slot (see :mod:`kvsched.csp.bounds.chain`, *Ghosts*), so that much stays free: priced as if
@@ -66,10 +67,10 @@ def ghost_price(held: float, growth: int, y, t: int) -> float:
         return c
     k = 1
     while k * growth < held:
-        s = t + k
-        if s >= y.size:
+        b = (t + k) // span
+        if b >= y.size:
             break
-        c += (held - k * growth) * y[s]
+        c += (held - k * growth) * y[b]
         k += 1
     return c
 
@@ -132,7 +133,7 @@ def _price_one(
     c += pre_cost(prompt[j], npre, chunk, block, y, 1, e)
     held_last = op_weight(prompt[j], o, block)  # what the request frees when it completes
     if objective == LATENCY:
-        c += e + o - a + ghost_price(held_last, growth, y, e + o - 1)
+        c += e + o - a + ghost_price(held_last, growth, y, 1, e + o - 1)
     else:
         c += e + 1 - a
     ub = min(ub, c)
@@ -163,7 +164,7 @@ def _price_one(
             if t1 < big:
                 c += z[t1] + rest * mm
         if objective == LATENCY:
-            c += last + 1 - a + ghost_price(held_last, growth, y, last)
+            c += last + 1 - a + ghost_price(held_last, growth, y, 1, last)
         else:
             c += t1 + 1 - a
         ub = min(ub, c)
@@ -270,7 +271,7 @@ def _price_one(
     best = np.inf
     bd = 0
     for d in range(width):
-        v = f[d] + e + o - 1 + d + 1 - a + ghost_price(held_last, growth, y, e + o - 1 + d)
+        v = f[d] + e + o - 1 + d + 1 - a + ghost_price(held_last, growth, y, 1, e + o - 1 + d)
         if v < best:
             best = v
             bd = d

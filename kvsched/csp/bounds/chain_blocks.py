@@ -98,14 +98,13 @@ def evaluate_blocks(
     prev = prev if prev is not None else np.zeros(1, dtype=np.int64)
     price, chains, pslot, pre = _block_kernels().price_blocks(
         data.release, data.earliest, data.output, data.prompt, data.arrival, data.offset, data.block, span,
-        y, z, data.objective, prev, use_prev, data.chunk, data.pre_offset,
+        y, z, data.objective, prev, use_prev, data.chunk, data.pre_offset, data.growth,
     )  # fmt: skip
-    # The block programme leaves gaps between ops free and has no completions' ghosts (a weaker relaxation
-    # than the slot pricing's: still a bound; a ghost depends on the last op's exact slot, which a block
-    # does not fix), so its loads have neither.
+    # The block programme leaves gaps between ops free (a weaker relaxation than the slot pricing's: still
+    # a bound), so its loads have none; the completions' ghosts it prices as the slot programme does.
     load, tokens = _chain_kernels().chain_loads(
         data.output, data.prompt, data.offset, data.block, chains, pslot, y.size * span, z.size > 0, data.chunk,
-        data.pre_offset, pre, np.zeros(0, dtype=np.int8), False, 0,
+        data.pre_offset, pre, np.zeros(0, dtype=np.int8), False, data.growth,
     )  # fmt: skip
     value = float(price.sum() - data.capacity * span * y.sum())
     if z.size:
