@@ -514,8 +514,15 @@ class InferMax(RunOffers):
         if not waiting.items:
             return
         prompt, generated, kv = self._prompt, view.generated, view.kv
+        C, P, closes = self._C, self._P, not self.hybrid
         for j, r in enumerate(waiting):
-            if not self._waiting_can_join(build):
+            # (_waiting_can_join, without the call: once per waiting candidate)
+            if (
+                build.waiting_closed
+                or build.tok >= C
+                or build.tok >= P
+                or (closes and build.decode_batch is True)
+            ):
                 break
             # view.unprocessed(r) (S - m) on Python ints (a waiting request holds no KV: m is 0).
             if self._consider(build, r, prompt[r] + generated.item(r) - kv.item(r), 0, False, -1):
@@ -577,7 +584,10 @@ class InferMax(RunOffers):
             build.waiting_closed = True
             return False
         # (3) M, with (4) evictions for running candidates.
-        want = self._want(cand, waiting, decode, unprocessed + kv, kv, alloc)
+        if self.reserve == "input" and (waiting or decode):  # _want's m + 1 or S, without the call
+            want = kv + 1 if decode else unprocessed + kv
+        else:
+            want = self._want(cand, waiting, decode, unprocessed + kv, kv, alloc)
         if self._block == 1:  # (blocks are tokens: the same number without two calls)
             need = want - alloc if want > alloc else 0
         else:
