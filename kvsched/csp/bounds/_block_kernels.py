@@ -44,7 +44,17 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from kvsched.csp.bounds._chain_kernels import BAND_TOL, LATENCY, TTFT, ghost_price, pre_cost, prompt_weight
+from kvsched.csp.bounds._chain_kernels import (
+    BAND_TOL,
+    LATENCY,
+    TTFT,
+    ghost_price,
+    ghost_slots,
+    ghost_weight,
+    op_weight,
+    pre_cost,
+    prompt_weight,
+)
 
 __all__ = ["LATENCY", "TTFT", "price_blocks", "price_blocks_python"]
 
@@ -92,10 +102,7 @@ def _price_one(
     # The completion's ghost (total latency under a budget, see _chain_kernels.ghost_price): it depends on
     # the last op's exact slot, so a chain finishing in a block puts its last op where that costs least.
     held = wsum[o] - wsum[o - 1]
-    nghost = 0  # slots the ghost covers after the last op
-    if growth > 0 and objective == LATENCY:
-        while (nghost + 1) * growth < held:
-            nghost += 1
+    nghost = ghost_slots(held, growth) if objective == LATENCY else 0  # slots it covers after the last op
 
     # An upper bound on the optimum: (1) contiguous from e, (2) wholly past the horizon, (3) last optimum.
     ub = max(big + npre, e) + (o if objective == LATENCY else 1) - a
@@ -241,7 +248,10 @@ def _price_one(
                 reach[i] = t - bend + ghost_price(held, growth, y, span, t)
                 if i + 1 < nghost and reach[i + 1] < reach[i]:
                     reach[i] = reach[i + 1]
-            inside = yb * (nghost * held - growth * nghost * (nghost + 1) / 2)
+            inside = 0.0
+            for i in range(1, nghost + 1):
+                inside += ghost_weight(held, growth, i)
+            inside *= yb
         # Finishing in this block: v ops before it, o - v in it, the last at t_last = s + o - v - 1 at the
         # earliest, or later in the block where its ghost costs less.
         for v in range(max(plo, o - cap), min(phi, o - 1) + 1):
@@ -359,8 +369,7 @@ def price_blocks(
     has_z = z.size > 0
     for j in nb.prange(n):
         # Per request, room for the ghost's least costs where it reaches past a block (see _price_one).
-        held = float((prompt[j] + output[j] - 2 + kv_block) // kv_block)
-        reach = np.empty(max(1, int(np.ceil(held / growth))) if growth > 0 else 1)
+        reach = np.empty(max(1, ghost_slots(op_weight(prompt[j], output[j], kv_block), growth)))
         price[j] = _price_one(
             j, release, earliest, output, prompt, arrival, offset, kv_block, span, y, z, has_z, objective, prev,
             use_prev, chains, pslot, chunk, pre_offset, pre_chains, growth, reach,
@@ -391,11 +400,10 @@ def price_blocks_python(
     """
 
     def ghost(held: float, t: int) -> float:
-        out, k = 0.0, 1
-        while growth > 0 and k * growth < held:
-            out += (held - k * growth) * (float(y[(t + k) // span]) if (t + k) // span < nblk else 0.0)
-            k += 1
-        return out
+        return sum(
+            ghost_weight(held, growth, k) * (float(y[(t + k) // span]) if (t + k) // span < nblk else 0.0)
+            for k in range(1, ghost_slots(held, growth) + 1)
+        )
 
     nblk = y.size
     prices = np.empty(output.size)

@@ -17,9 +17,9 @@ pre_offset[j] = earliest - release`` of them under a chunk cap ``chunk = q > 0``
 without one). ``y`` and ``z`` are padded with zeros
 past the dual horizon so that every slot a chain may use has a price.
 
-The weights here (:func:`op_weight`, :func:`prompt_weight`, :func:`refill_batches`) are the relaxation's
-one definition of what an op, a prompt batch and a refill hold: the chain LP
-(:mod:`kvsched.csp.bounds.chain_lp`) builds its rows from them too.
+The weights here (:func:`op_weight`, :func:`prompt_weight`, :func:`refill_batches`, :func:`ghost_weight`
+over :func:`ghost_slots`) are the relaxation's one definition of what an op, a prompt batch, a refill and a
+completion's ghost hold: the chain LP (:mod:`kvsched.csp.bounds.chain_lp`) builds its rows from them too.
 """
 
 from __future__ import annotations
@@ -53,6 +53,19 @@ def prompt_weight(prompt: int, m: int, chunk: int, block: int) -> float:
 
 
 @nb.njit(cache=True, inline="always")
+def ghost_slots(held: float, growth: int) -> int:
+    """Slots a completion's ghost covers after the last op: the ``k >= 1`` with ``k G < held`` (0 without
+    ``G``)."""
+    return int(np.ceil(held / growth)) - 1 if growth > 0 and held > 0 else 0
+
+
+@nb.njit(cache=True, inline="always")
+def ghost_weight(held: float, growth: int, k: int) -> float:
+    """Blocks the ghost of a completion freeing ``held`` blocks holds ``k`` slots after it (``held - k G``)."""
+    return held - k * growth
+
+
+@nb.njit(cache=True, inline="always")
 def ghost_price(held: float, growth: int, y, span: int, t: int) -> float:
     """The price of a completion's ghost: ``held - k G`` blocks in slot ``t + k`` for ``k = 1, 2, ...``
     while positive (``G = growth``; none when 0), at prices ``y`` constant on blocks of ``span`` slots
@@ -63,15 +76,11 @@ def ghost_price(held: float, growth: int, y, span: int, t: int) -> float:
     the request still held it.
     """
     c = 0.0
-    if growth <= 0:
-        return c
-    k = 1
-    while k * growth < held:
+    for k in range(1, ghost_slots(held, growth) + 1):
         b = (t + k) // span
         if b >= y.size:
             break
-        c += (held - k * growth) * y[b]
-        k += 1
+        c += ghost_weight(held, growth, k) * y[b]
     return c
 
 
@@ -470,10 +479,8 @@ def chain_loads(
         last = chains[offset[j] + output[j] - 1]
         if growth > 0 and last >= 0:
             held = op_weight(prompt[j], output[j], block)
-            k = 1
-            while k * growth < held and last + k < horizon:
-                load[last + k] += held - k * growth
-                k += 1
+            for k in range(1, min(ghost_slots(held, growth), horizon - 1 - last) + 1):
+                load[last + k] += ghost_weight(held, growth, k)
         if with_tokens and pslot[j] < horizon:
             tokens[pslot[j]] += prompt[j] - 1
     return load, tokens
@@ -536,11 +543,11 @@ def price_chains_numpy(
             yy = yy[1:]
             if z.size:
                 zz = zz[1:]
-        held = -(-(i_j + o - 1) // block)
+        held = op_weight(i_j, o, block)
         ghost = np.zeros(slots.size)
-        for k in range(1, -(-held // growth) if growth > 0 else 1):  # k G < held
+        for k in range(1, ghost_slots(held, growth) + 1):
             after = slots + k
-            ghost += (held - k * growth) * np.where(after < big, y[np.minimum(after, big - 1)], 0.0)
+            ghost += ghost_weight(held, growth, k) * np.where(after < big, y[np.minimum(after, big - 1)], 0.0)
         prices[j] = float(np.min(f + slots + 1 - a + ghost))
     return prices
 

@@ -15,7 +15,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from kvsched.csp.bounds._chain_kernels import op_weight, prompt_weight, refill_batches
+from kvsched.csp.bounds._chain_kernels import (
+    ghost_slots,
+    ghost_weight,
+    op_weight,
+    prompt_weight,
+    refill_batches,
+)
 from kvsched.csp.bounds.chain import LATENCY, ChainData
 from kvsched.highs import new_highs
 
@@ -73,11 +79,9 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
 
         def ghost(last: int, rows: list[int], coefs: list[float], held: float = held) -> None:
             # The completion's ghost (``data.growth`` 0: none) in the memory rows after the last op.
-            k = 1
-            while data.growth > 0 and k * data.growth < held and last + k < horizon:
+            for k in range(1, min(ghost_slots(held, data.growth), horizon - 1 - last) + 1):
                 rows.append(last + k)
-                coefs.append(held - k * data.growth)
-                k += 1
+                coefs.append(ghost_weight(held, data.growth, k))
 
         for k in range(npre + 1):
             for f in flags:
