@@ -157,6 +157,11 @@ START_SHARE = 0.15
 #: conversations 10k the 256-slot level is worth 2.692e7 against 2.590e7 at 1,024 slots, and the block ascent
 #: gains nothing after it in 300 s; with the start's 15% share that level never fitted a 30 s Lagrangian.
 FINER_SHARE = 0.5
+#: Pricings on the coarsest blocks the block ascent needs before it can gain on a finer start. Where fewer fit in
+#: the time left, the finer start may take all of it: on Azure conversations 10k with a budget (0.8-1.3 s a
+#: coarse pricing, none of the ascent's levels beat the finer start in 300 s) the 256-slot level (8.7 s, worth
+#: 2.730e7 against 2.628e7 at 1,024 slots) fitted the half share of a 33 s Lagrangian but not of a 28 s one.
+ASCENT_PRICINGS = 30
 #: Share of the time left that the block-constant multipliers (:mod:`.chain_blocks`) may take first.
 BLOCK_SHARE = 0.85
 #: Dynamic-programme cells per second assumed for a first chain pricing (measured ~3.7e8 on 2 loaded cores).
@@ -499,9 +504,9 @@ def chain_lagrangian(
             # The mean-busy-time prices vary inside the coarsest blocks: priced on finer ones they may be
             # worth more. The ladder still starts from the ray's best on the coarsest blocks, but a level
             # hands on that finer point where it did not beat it.
-            fine = finer_start(
-                data, shapes[0], spans, deadline.share(FINER_SHARE), start.cost, on_value=record
-            )
+            starved = start.cost * ASCENT_PRICINGS > deadline.remaining()
+            share = deadline if starved else deadline.share(FINER_SHARE)
+            fine = finer_start(data, shapes[0], spans, share, start.cost, on_value=record)
             if fine is not None:
                 iterations += fine.level
                 if fine.value > best:
