@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -134,6 +136,33 @@ def test_finer_start_prices_levels_until_one_does_not_pay(inst, seed):
     assert got.y.size == 24 and np.allclose(
         got.y, np.repeat(padded.reshape(-1, spans[expected]).mean(1), spans[expected])
     )
+
+
+@pytest.mark.parametrize("dear", [False, True])
+def test_finer_start_takes_all_the_time_where_the_ascent_could_not_use_it(monkeypatch, dear):
+    """Where fewer than ASCENT_PRICINGS coarse pricings fit in the time left, the block ascent cannot gain
+    on a finer start, so the finer start may take all of it; otherwise half (FINER_SHARE)."""
+    from kvsched.csp.bounds import chain as chain_module
+
+    deadline = Deadline.after(120.0)
+    shares: list[float] = []
+    ray = chain_module.ray_search
+
+    def priced(*args, **kwargs):
+        start = ray(*args, **kwargs)
+        return dataclasses.replace(start, cost=1e6 if dear else 0.0)
+
+    def finer(data, shape, spans, share, cost, **kwargs):
+        shares.append(share.remaining() / deadline.remaining())
+        return None
+
+    monkeypatch.setattr(chain_module, "ray_search", priced)
+    monkeypatch.setattr(chain_module, "finer_start", finer)
+    inst = load_instance(EXAMPLES / "tiny.json")
+    lag = chain_lagrangian(inst, "total-latency", deadline=deadline, spans=(4, 2), max_iterations=10)
+    assert lag.bound.value >= 0
+    assert len(shares) == 1
+    assert shares[0] == pytest.approx(1.0 if dear else chain_module.FINER_SHARE, abs=0.01)
 
 
 @pytest.mark.parametrize("spans", [(2, 4), (4, 4), (6, 4), (0,)])
