@@ -50,7 +50,6 @@ import bisect
 import heapq
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -59,6 +58,7 @@ from kvsched.costmodel.small import SMALL, count, isum, nonzero
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.heuristics.checks import check_choice, check_positive
+from kvsched.heuristics.infermax_build import Build as _Build
 from kvsched.heuristics.infermax_queue import WaitingQueue
 from kvsched.heuristics.infermax_runs import RunOffers
 from kvsched.instances.model import Instance
@@ -88,100 +88,6 @@ def stricter(*limits: int | None) -> int | None:
     """The smallest of the limits that are set (``None`` = unlimited)."""
     given = [int(x) for x in limits if x is not None]
     return min(given) if given else None
-
-
-@dataclass(slots=True, init=False)
-class _Build:
-    """Accumulators of one GETNEXTBATCH call.
-
-    Running requests are addressed by their *rank*: their index in ``order``,
-    the global priority order of running requests (victims come from its tail).
-    Items join one by one (``requests``, ``tokens``) or, for runs of decodes, as
-    whole arrays (``parts``); :meth:`items` puts them back in the order they joined.
-    """
-
-    view: SchedulerView
-    order: np.ndarray  # running requests in priority order
-    kv: np.ndarray  # KV held, by rank
-    decode: np.ndarray  # whether the next item is a decode, by rank
-    num_decodes: int
-    free: int  # KV blocks not reserved
-    running: int  # requests holding a reservation
-    tail: int  # next victim candidate: order[tail] and before (lowest-priority rule)
-    requests: list[int]  # items added one by one, since the last part
-    tokens: list[int]
-    parts: list[Sequence[int]]  # requests, in the order they joined
-    token_parts: list[Sequence[int]]  # their tokens
-    tok: int  # tokens in the batch so far
-    decode_batch: bool | None  # phase of the batch (for the hybrid check)
-    evicted: list[int]
-    admitted: list[int]  # indices in the waiting list
-    waiting_closed: bool
-    heap: list[tuple[int, int]] | None  # victims by (kv, -rank) (smallest-kv rule)
-
-    def __init__(
-        self,
-        view: SchedulerView,
-        order: np.ndarray,
-        kv: np.ndarray,
-        decode: np.ndarray,
-        num_decodes: int,
-        free: int,
-        running: int,
-        tail: int,
-    ) -> None:
-        # Written out (one call per decision): the generated __init__ calls a factory per list field.
-        self.view, self.order, self.kv, self.decode = view, order, kv, decode
-        self.num_decodes, self.free, self.running, self.tail = num_decodes, free, running, tail
-        self.requests, self.tokens, self.parts, self.token_parts = [], [], [], []
-        self.evicted, self.admitted = [], []
-        self.tok = 0
-        self.decode_batch = None
-        self.waiting_closed = False
-        self.heap = None
-
-    def add_decodes(self, pos: np.ndarray, ones: np.ndarray) -> None:
-        """Append decodes of the requests ``pos``; ``ones`` is their tokens (one each)."""
-        if self.requests:
-            self.parts.append(self.requests)
-            self.token_parts.append(self.tokens)
-            self.requests, self.tokens = [], []
-        self.parts.append(pos)
-        self.token_parts.append(ones)
-        self.tok += int(pos.size)
-        if self.decode_batch is None:
-            self.decode_batch = True
-
-    @property
-    def empty(self) -> bool:
-        return not self.requests and not self.parts
-
-    def items(self) -> tuple[Sequence[int], Sequence[int]]:
-        """Requests and tokens of the batch, in the order they joined."""
-        if not self.parts:
-            return self.requests, self.tokens
-        if len(self.requests) + sum(map(len, self.parts)) <= SMALL:
-            # Python lists (fresh: the parts are views of the policy's own arrays), which the core
-            # turns into its batch's arrays in one call each: cheaper than joining arrays on a few items.
-            requests: list[int] = []
-            tokens: list[int] = []
-            for part, token_part in zip(self.parts, self.token_parts, strict=True):
-                requests += part.tolist() if isinstance(part, np.ndarray) else part
-                tokens += token_part.tolist() if isinstance(token_part, np.ndarray) else token_part
-            return requests + self.requests, tokens + self.tokens
-        if not self.requests and len(self.parts) == 1:
-            # Copies: the parts are views of the policy's own arrays.
-            req, tok = np.array(self.parts[0]), np.array(self.token_parts[0])
-        else:
-            parts, token_parts = self.parts, self.token_parts
-            if self.requests:
-                parts, token_parts = [*parts, self.requests], [*token_parts, self.tokens]
-            req = np.concatenate(parts, dtype=np.int64)
-            tok = np.concatenate(token_parts, dtype=np.int64)
-        # Fresh and read-only (write=False): the core's batch shares them instead of copying them again.
-        req.setflags(False)
-        tok.setflags(False)
-        return req, tok
 
 
 class InferMax(RunOffers):
