@@ -8,11 +8,13 @@ import copy
 import dataclasses
 import heapq
 import itertools
+from collections import Counter
 
 import numpy as np
 
 from kvsched.instances.model import Instance, Request
 from kvsched.schedule.core import EngineState
+from kvsched.schedule.ir import Phase
 from kvsched.schedule.validate import instance_cost_model
 
 
@@ -32,12 +34,23 @@ def brute_force(instance: Instance, objective: str, allow_eviction: bool = True)
 _OPTIMA: dict[tuple[str, str, bool], float] = {}
 
 
-def _brute_force(instance: Instance, objective: str, allow_eviction: bool = True) -> float:
+def _brute_force(
+    instance: Instance, objective: str, allow_eviction: bool = True, verify_skips: Counter | None = None
+) -> float:
     """Optimum by Dijkstra over engine states; every transition is judged by the semantic core.
 
     From each state: idle until the next arrival, or run any batch (any evictions of requests
     holding KV, any 1..unprocessed tokens for any subset of arrived unfinished requests) that
     ``EngineState.check`` accepts. Edge cost: the objective's growth over the edge's time.
+
+    A candidate whose totals break a batch-wide budget (tokens over C, prefill and refill tokens over P,
+    holders over max_running, KV blocks over M), summed from the state's public counters, is not even built:
+    every batch the core rejected in the suite's slowest searches broke one of these, and building, pushing
+    and wording (the full check) those rejections was most of the time. Skipping is no verdict of legality:
+    every batch kept is still judged by the core, and the kept edges are pushed and popped in the same order
+    as before (only the skipped ones, each rejected when popped, are gone). ``verify_skips`` builds each
+    skipped candidate, asserts that the core rejects it too and counts the rules it breaks there
+    (tests/test_brute.py).
 
     A batch is checked and applied when its edge leaves the heap, not when it enters: the pops are the same,
     in the same order (ticks still increase with every push), but the many edges that cost more than the
@@ -45,6 +58,13 @@ def _brute_force(instance: Instance, objective: str, allow_eviction: bool = True
     """
     state0 = EngineState(instance, instance_cost_model(instance))
     n, arrival = state0.n, state0.arrival
+    lim = instance.limits
+    cap_tokens, cap_prefill, cap_running = lim.max_batch_tokens, lim.max_prefill_tokens, lim.max_running
+    block_size, cap_blocks = state0.block_size, state0.kv_block_capacity
+
+    def blocks(tokens: int) -> int:
+        return -(-tokens // block_size)
+
     a_max = float(arrival.max())
     # Requests equal in every field but the id are interchangeable (the rules and the objectives never read
     # an id): states that differ only by a permutation of such twins have the same optimum from there on,
@@ -74,10 +94,11 @@ def _brute_force(instance: Instance, objective: str, allow_eviction: bool = True
     while heap:
         dist, _, t, s, batch = heapq.heappop(heap)
         if batch is not None:  # the edge from s that runs ``batch``: taken only if the core accepts it
-            if s.check(batch):
+            # EngineState.__copy__: every array copied; the parent stays as it was. check_and_apply is
+            # check then apply (the validator's step), applying with the reads of the core's quick path.
+            s = copy.copy(s)
+            if s.check_and_apply(batch)[0]:
                 continue
-            s = copy.copy(s)  # EngineState.__copy__: every array copied; the parent stays as it was
-            s.apply(batch)
         if s.all_done:
             return dist
         key = key_of(s, t)
@@ -101,20 +122,44 @@ def _brute_force(instance: Instance, objective: str, allow_eviction: bool = True
             heapq.heappush(
                 heap, (dist + cost(t, float(later.min())), next(tick), float(later.min()), s, None)
             )
-        holders = [i for i in range(n) if s.kv[i] > 0]
+        kv = s.kv.tolist()
+        holders = [i for i in range(n) if kv[i] > 0]
+        decoding = (s.phase_of(np.arange(n)) == Phase.DECODE).tolist()
         ev_sets = [()]
         if allow_eviction:
             ev_sets = [e for r in range(len(holders) + 1) for e in itertools.combinations(holders, r)]
         for ev in ev_sets:
+            # Per request, each token count with what it adds to the batch's totals: (tokens, prefill
+            # tokens, new holders, grown blocks). An evicted request is not processed, so the others keep
+            # their phases and KV.
             opts = [
-                [0]
+                [(0, 0, 0, 0)]
                 if (s.done[i] or arrival[i] > t + 1e-9 or i in ev)
-                else range(int(s.prompt[i] + s.generated[i] - s.kv[i]) + 1)
+                else [
+                    (k, 0 if decoding[i] else k, int(k > 0 and kv[i] == 0), blocks(kv[i] + k) - blocks(kv[i]))
+                    for k in range(int(s.prompt[i] + s.generated[i] - kv[i]) + 1)
+                ]
                 for i in range(n)
             ]
-            for toks in itertools.product(*opts):
+            free_blocks = cap_blocks - s.kv_blocks + sum(blocks(kv[i]) for i in ev)
+            free_running = None if cap_running is None else cap_running - s.num_holding + len(ev)
+            for items in itertools.product(*opts):
+                toks = [k for k, _, _, _ in items]
                 req = [i for i in range(n) if toks[i]]
                 if not req:
+                    continue
+                over = (
+                    (cap_tokens is not None and sum(toks) > cap_tokens)
+                    or (cap_prefill is not None and sum(p for _, p, _, _ in items) > cap_prefill)
+                    or (free_running is not None and sum(h for _, _, h, _ in items) > free_running)
+                    or sum(g for _, _, _, g in items) > free_blocks
+                )
+                if over:
+                    if verify_skips is not None:
+                        skipped = s.make_batch(t, req, [toks[i] for i in req], list(ev))
+                        violations = s.check(skipped)
+                        assert violations, f"skipped a batch the core accepts: {skipped}"
+                        verify_skips.update({v.rule for v in violations})
                     continue
                 b = s.make_batch(t, req, [toks[i] for i in req], list(ev))
                 d = dist + cost(t, b.end)
