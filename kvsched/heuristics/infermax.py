@@ -364,12 +364,13 @@ class InferMax(RunOffers):
                     np.maximum(need, _ZERO, out=need)
                 taken = count(need) if ones else isum(need)
                 if taken <= build.free:  # all fit in memory: only the token budget can stop them
-                    k = min(need.size, room)
+                    k = room if room < need.size else need.size
                     if k < need.size:
                         taken = count(need[:k]) if ones else isum(need[:k])
                 else:
                     reserved = _accumulate(need, dtype=np.int64)
-                    k = min(int(reserved.searchsorted(build.free, "right")), room)
+                    k = int(reserved.searchsorted(build.free, "right"))
+                    k = room if room < k else k
                     taken = int(reserved[k - 1]) if k else 0
                 if k:
                     if grown is not None:  # max(alloc, want), computed above
@@ -387,10 +388,9 @@ class InferMax(RunOffers):
                 need *= alive  # an evicted candidate needs nothing (and does not join)
                 # Both running sums only grow, so the candidates that fit are a prefix (the ufuncs
                 # directly: np.cumsum and np.flatnonzero add Python layers on every call).
-                k = min(
-                    int(_accumulate(need).searchsorted(build.free, "right")),
-                    int(_accumulate(alive, dtype=np.int64).searchsorted(room, "right")),
-                )
+                k = int(_accumulate(need).searchsorted(build.free, "right"))
+                fit = int(_accumulate(alive, dtype=np.int64).searchsorted(room, "right"))
+                k = fit if fit < k else k
                 take = alive[:k].nonzero()[0]
                 if take.size:
                     pos = cands[take]
@@ -483,7 +483,8 @@ class InferMax(RunOffers):
         # (3) C and P: a failure skips the candidate and never evicts.
         c = unprocessed
         if not decode and self.chunked:
-            c = min(c, self._P - build.tok)
+            room = self._P - build.tok
+            c = room if room < c else c  # (min, without the call: once per candidate)
         if c < 1 or c > self._C - build.tok or (not decode and c > self._P - build.tok):
             return False
         if waiting and self._R is not None and build.running >= self._R:

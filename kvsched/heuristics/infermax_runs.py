@@ -189,7 +189,9 @@ class RunOffers:
             # Tokens are blocks and no reservation exceeds kv + 1 (the usual case: each decode
             # reserved m + 1 before the batch that made its KV m + 1), so from j = 1 on each batch
             # reserves one more per decode: grown(j) = sum(kv) + n j - sum(alloc), linear in j.
-            k = max(0, min(limit, (free - held) // n))
+            k = (free - held) // n
+            k = limit if limit < k else k
+            k = k if k > 0 else 0  # max(0, min(limit, k)), without two calls
             if k:
                 self._reserved += held + n * k  # grown(k)
                 # (kv is a fresh gather, or a fresh sum with ahead; the operand from the table, no call)

@@ -178,7 +178,7 @@ class RunSteps:
             left, m = int(self._left[p]), int(self.kv[p])
             holding += m == 0  # p holds KV from the first batch of the run on
             chunks = (left - 1) // c  # full chunks before the last (left 0: done, none)
-            limit = chunks if decodes is None else min(decodes, chunks)
+            limit = chunks if decodes is None or chunks < decodes else decodes  # (min, without the call)
             # The last chunk may end the run (it generates, as a decode may complete, in its last batch).
             tail = chunks >= 1 and (decodes is None or decodes > chunks)
         else:
@@ -188,7 +188,9 @@ class RunSteps:
         free = self.kv_block_capacity - self.kv_blocks
         bs = self.block_size
         if bs == 1:
-            k = max(0, min(limit, free // (n + c)))
+            k = free // (n + c)
+            k = limit if limit < k else k
+            k = k if k > 0 else 0  # max(0, min(limit, k)), without two calls
             if tail and k == chunks and n * (chunks + 1) + left <= free:
                 return chunks + 1, left - chunks * c, decodes or 0, rem
             return k, 0, decodes or 0, rem
