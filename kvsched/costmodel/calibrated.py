@@ -259,7 +259,7 @@ class CalibratedCost:
             # Decode-only: :meth:`time_of` on (tokens, n, sum m, no prefill), in its order of operations.
             decode = self.b0 + self.b1 * float(isum(context)) + self.b2 * float(num_decodes)
             return self._token_scalar(float(num_tokens)) + decode
-        size = int(tokens.size)
+        size = tokens.size
         if size > SMALL:
             return self.time_of(BatchFeatures.of_counts(tokens, context, is_decode, num_decodes, num_tokens))
         # BatchFeatures.of_counts' one pass over the lists and time_of's arithmetic, inlined: the same
@@ -351,7 +351,7 @@ class CalibratedCost:
         the chunk's m by c per batch. :meth:`time_of`'s float operations in its
         order, on the same exact integer sums (< 2**53).
         """
-        n = int(context.size)
+        n = context.size
         kv0, m0, step = isum(context), int(chunk_context), int(chunk_tokens)
         b0, b1, b2n = self.b0, self.b1, self.b2 * float(n)
         p0, p1, p2, p3, p4 = self.p0, self.p1, self.p2, self.p3, self.p4

@@ -87,7 +87,7 @@ class Build:
             self.requests, self.tokens = [], []
         self.parts.append(pos)
         self.token_parts.append(ones)
-        self.tok += int(pos.size)
+        self.tok += pos.size
         if self.decode_batch is None:
             self.decode_batch = True
 

@@ -175,7 +175,7 @@ class RunOffers:
             kv += operand(ahead)  # (0-d operands: numpy converts a Python int on every call)
         alloc = self._alloc[req]
         free = self._capacity - self._reserved
-        n = int(req.size)
+        n = req.size
         linear = held = 0
         if self._block == 1:
             if n <= SMALL:  # the test and the sums on the lists (a few items: cheaper than arrays)

@@ -235,7 +235,8 @@ def _ahead(state: EngineState, view: SchedulerView, ahead: Ahead, decision: Deci
             return 0
         tokens = tok.tolist()  # (a few items: one list for the checks)
         c = tokens[-1]
-        if c < 1 or (len(tokens) > 1 and (min(tokens[:-1]) != 1 or max(tokens[:-1]) != 1)):
+        # Every item but the last a decode (ints: all equal to 1 where the count of 1s is their number).
+        if c < 1 or tokens[:-1].count(1) != len(tokens) - 1:
             return 0
         req.setflags(False)  # (the run's positions, and its last batch's items)
         most = _run_limit(state, view, req, None, c)

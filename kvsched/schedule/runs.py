@@ -122,7 +122,7 @@ class RunSteps:
         (else 0), the batch (1-based) in which a decode first completes (0: none does) and, on a
         few decodes, each one's tokens left to generate (a list; else ``None``)."""
         req = requests
-        size = int(req.size)
+        size = req.size  # (a Python int already: no int() call)
         # The (read-only) positions of the batch just applied were found in range and distinct by the
         # quick path; its flag says whether its items are a run's again (decodes, then a chunk that
         # did not finish, nothing completed).
@@ -141,7 +141,7 @@ class RunSteps:
             elif not size or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req):
                 return _NO_PLAN
         if chunk:
-            p = int(req[-1])
+            p = req.item(-1)  # (a Python int, without a numpy scalar)
             if chunk < 0 or self._phase[p] == _DECODE:
                 return _NO_PLAN
             return self._limit(req[:-1], steady == STEADY_CHUNK, p, chunk)
@@ -149,7 +149,7 @@ class RunSteps:
 
     def _limit(self: EngineState, dec: np.ndarray, steady: bool, p: int, c: int) -> _Plan:
         """:meth:`_plan_limit` of the decodes ``dec`` (in range, distinct) and p's chunks of c (p = -1: none)."""
-        n = int(dec.size)
+        n = dec.size
         # A live decode has exactly its last token left (a finished request none): known of the
         # decodes of a batch just applied that completed nothing.
         if n and not steady:
@@ -175,7 +175,7 @@ class RunSteps:
         if p >= 0:
             if max_prefill is not None and c > max_prefill:
                 return _NO_PLAN
-            left, m = int(self._left[p]), int(self.kv[p])
+            left, m = self._left.item(p), self.kv.item(p)
             holding += m == 0  # p holds KV from the first batch of the run on
             chunks = (left - 1) // c  # full chunks before the last (left 0: done, none)
             limit = chunks if decodes is None or chunks < decodes else decodes  # (min, without the call)
@@ -226,14 +226,14 @@ class RunSteps:
         if not limit:
             durations = np.zeros(0)
         elif chunk:
-            p = int(requests[-1])
+            p = requests.item(-1)
             kv = self.kv[requests[:-1]]
             durations = chunk_run_times(
                 self.cost_model,
                 kv,
-                int(self.kv[p]),
+                self.kv.item(p),
                 chunk,
-                int(self._phase[p]),
+                self._phase.item(p),
                 limit,
                 last,
             )
@@ -296,10 +296,10 @@ class RunSteps:
             elif k == limit:
                 end = ends
         if chunk:
-            p = int(requests[-1])
+            p = requests.item(-1)
             last = planned[5] if k == limit else 0
             run = Run._trusted(
-                start, durations, requests[:-1], Chunk(p, chunk, int(self._phase[p]), last), end
+                start, durations, requests[:-1], Chunk(p, chunk, self._phase.item(p), last), end
             )
         else:
             run = Run._trusted(start, durations, requests, None, end)
@@ -442,7 +442,7 @@ class RunSteps:
         first ``k - 1`` batches) with the record of its last batch as ``tail``.
         """
         req, k, chunk = run.requests, run.durations.size, run.chunk  # (k: run.repeat, without the call)
-        n = int(req.size)
+        n = req.size
         made = self._made_run  # (make_run's, when it made this run in this state)
         if made is not None and (made[0] is not run or made[1] != self.num_batches):
             made = None
