@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvsched.csp.bounds import _block_kernels, chain_lagrangian
+from kvsched.csp.bounds import chain as chain_module
 from kvsched.csp.bounds.chain import ChainData, evaluate
 from kvsched.csp.bounds.chain_blocks import block_spans, evaluate_blocks, finer_start
 from kvsched.csp.objectives import OBJECTIVES
@@ -142,8 +143,6 @@ def test_finer_start_prices_levels_until_one_does_not_pay(inst, seed):
 def test_finer_start_takes_all_the_time_where_the_ascent_could_not_use_it(monkeypatch, dear):
     """Where fewer than ASCENT_PRICINGS coarse pricings fit in the time left, the block ascent cannot gain
     on a finer start, so the finer start may take all of it; otherwise half (FINER_SHARE)."""
-    from kvsched.csp.bounds import chain as chain_module
-
     deadline = Deadline.after(120.0)
     shares: list[float] = []
     ray = chain_module.ray_search
