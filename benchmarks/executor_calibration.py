@@ -5,6 +5,8 @@ Usage::
     python benchmarks/executor_calibration.py                 # the first run's H100 tables
     python benchmarks/executor_calibration.py --fit vllm --form linear
     python benchmarks/executor_calibration.py --data benchmarks/data/executor_h100_inplace --write-summary
+    python benchmarks/executor_calibration.py --fit-table benchmarks/data/executor_h100_graphs/profile/batches.csv \
+        --data benchmarks/data/executor_h100_graphs --data benchmarks/data/executor_h100_mixed --all-tables
 
 A run's directory holds one replay table per case (``<case>.csv`` with its
 ``.json``), measured with ``kvsched replay ... --model llama-2-7b-shape --device
@@ -21,11 +23,17 @@ them. The cases:
 * ``sarathi_d10``: Sarathi-Serve on that instance.
 
 A case whose table the directory lacks is skipped with a line saying so (the third run,
-``executor_h100_mixed``, did not replay vLLM).
+``executor_h100_mixed``, did not replay vLLM). ``--all-tables`` also checks every
+variant ``<case>_<variant>.csv`` of a case (``sarathi_d10_buckets64``: the same
+schedule under other engine settings). ``--data`` may be given several times: every
+directory's tables are checked, named ``<directory>/<table>``.
 
-The cost model is fitted to the ``--fit`` case's measured batches (the same
-weighted least squares as ``kvsched calibrate --from-replay``) and then
-predicts every case. Per case it prints the relative batch-time error before
+The cost model is fitted to the ``--fit`` case's measured batches (of the first
+``--data`` directory), or to any replay table with ``--fit-table`` (a profile's
+``profile/batches.csv``), by the same weighted least squares as ``kvsched calibrate
+--from-replay``; or it is given whole with ``--cost-model`` (a calibrated
+coefficient file, e.g. the fit of ``kvsched calibrate profile/mlp.csv --attention
+...``). It then predicts every case. Per case it prints the relative batch-time error before
 (the instance's own vLLM-profiled model) and after, and the end-to-end error
 (mean latency, makespan) of the timeline retimed with predicted durations
 against the one retimed with measured durations.
@@ -36,13 +44,15 @@ against the one retimed with measured durations.
 * ``cases``: per case ``name``, ``batches``, ``measured_s`` and ``model_s`` (sums of
   the measured and of the vLLM-profiled model's batch times) and ``ratio_median``
   (median over batches of measured / model);
-* ``transfer``: ``fit_on``, ``per_batch_mean_error`` (mean relative batch error of
+* ``transfer``: ``fit_on`` (the case, or the table or coefficient file), ``per_batch_mean_error`` (mean relative batch error of
   the fitted model, per case) and ``end_to_end_error`` (per case, the larger of the
   mean-latency and makespan errors);
 * ``identical_batch_spread_p90``: the 90th percentile of the spread (max - min) /
   median of identical batches: a batch's ``--repeat`` runs (column
   ``measured_spread``) and batches of equal batch sums across the tables. None
   when the tables hold no identical batches (the first run kept no repeats).
+
+``--write-summary`` takes one ``--data`` directory, and only its four cases go into it.
 """
 
 from __future__ import annotations
@@ -57,6 +67,8 @@ import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
+from kvsched.costmodel import make_cost_model
+from kvsched.costmodel.coeffile import resolve_cost_model
 from kvsched.executor.measure import FEATURES, ErrorSummary, end_to_end, fit_replay, read_replay
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.io import load_instance
@@ -87,6 +99,22 @@ def case_schedule(data: Path, instance, source: str):
     return schedule
 
 
+def case_of(stem: str) -> str | None:
+    """The case a table ``<case>`` or ``<case>_<variant>`` replays (the longest case name that fits)."""
+    fits = [c for c in CASES if stem == c or stem.startswith(c + "_")]
+    return max(fits, key=len) if fits else None
+
+
+def tables(data: Path, *, variants: bool) -> list[tuple[str, str, Path]]:
+    """``(table, case, path)`` for the run's cases, and with ``variants`` every ``<case>_<variant>.csv``."""
+    out = []
+    for path in sorted(data.glob("*.csv")):
+        case = case_of(path.stem)
+        if case is not None and (variants or case == path.stem):
+            out.append((path.stem, case, path))
+    return sorted(out, key=lambda t: (list(CASES).index(t[1]), t[0]))
+
+
 def spreads(data: Path) -> np.ndarray:
     """Spreads (max - min) / median of identical batches: repeats of a batch, and equal batch sums."""
     frames = [pd.read_csv(data / f"{name}.csv") for name in CASES if (data / f"{name}.csv").is_file()]
@@ -108,27 +136,51 @@ def _fraction(x: float) -> float | None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument(
-        "--data", type=Path, default=FIRST_RUN, help="the run's directory (default: the first run)"
+        "--data",
+        type=Path,
+        action="append",
+        help="a run's directory (default: the first run); give it again to check several runs",
     )
     ap.add_argument("--fit", default="sarathi", choices=sorted(CASES), help="case the model is fitted to")
+    ap.add_argument(
+        "--fit-table", type=Path, help="fit to this replay table instead (a profile's batches.csv)"
+    )
+    ap.add_argument("--cost-model", help="predict with this calibrated coefficient file instead of fitting")
     ap.add_argument("--form", default="stepped", choices=("stepped", "linear"))
+    ap.add_argument("--all-tables", action="store_true", help="check each case's variant tables too")
     ap.add_argument("--write-summary", action="store_true", help="write summary.json into --data")
     ap.add_argument("--date", help="date of the run, for tables whose metadata has none")
     ap.add_argument("--label", help="a note stored in summary.json (e.g. which engine ran)")
     args = ap.parse_args()
-    data: Path = args.data
+    dirs: list[Path] = args.data or [FIRST_RUN]
+    data = dirs[0]
+    if args.write_summary and (len(dirs) > 1 or args.all_tables):
+        raise SystemExit("--write-summary: give one --data directory, without --all-tables")
+    if args.fit_table is not None and args.cost_model is not None:
+        raise SystemExit("give --fit-table or --cost-model, not both")
 
-    if not (data / f"{args.fit}.csv").is_file():  # (a run need not replay every case)
-        raise SystemExit(
-            f"--fit {args.fit}: {data / f'{args.fit}.csv'} is missing: this run did not replay it"
-        )
-    fit = fit_replay(data / f"{args.fit}.csv", form=args.form)
     console = Console()
-    console.print(
-        f"fitted to {args.fit} ({fit.table.measured.size} batches, {args.form}): R² {fit.r2:.3f}, "
-        f"held out (10-fold) mean {100 * fit.held_out.mean:.1f}%"
-    )
-    meta = fit.table.meta
+    if args.cost_model is not None:
+        name, params = resolve_cost_model(args.cost_model)
+        cost = make_cost_model(name, params)
+        if not hasattr(cost, "time_of"):  # batch sums are all a replay table keeps
+            raise SystemExit(f"--cost-model: {name!r} cannot predict from batch sums; give a calibrated set")
+        fit_on, meta = args.cost_model, {}
+        console.print(f"predicted by {args.cost_model} ({name})")
+    else:
+        source = args.fit_table if args.fit_table is not None else data / f"{args.fit}.csv"
+        if not source.is_file():  # (a run need not replay every case)
+            raise SystemExit(f"--fit: {source} is missing: this run did not replay it")
+        fit = fit_replay(source, form=args.form)
+        cost, meta = fit.cost, fit.table.meta
+        fit_on = args.fit if args.fit_table is None else str(args.fit_table)
+        console.print(
+            f"fitted to {fit_on} ({fit.table.measured.size} batches, {args.form}): R² {fit.r2:.3f}, "
+            f"in sample mean {100 * fit.in_sample.mean:.1f}%, held out (10-fold) mean {100 * fit.held_out.mean:.1f}%"
+        )
+    first = data / f"{args.fit}.csv"
+    if not meta and first.is_file():
+        meta = read_replay(first).meta
     console.print(
         f"{meta.get('device_name')}, torch {meta.get('torch')}, CUDA {meta.get('cuda')}, {meta.get('dtype')}, "
         f"{meta.get('model')} ({meta.get('layers')} layers)"
@@ -148,61 +200,68 @@ def main() -> None:
     ):
         table.add_column(col, justify="right")
     cases, per_batch, e2e_err = [], {}, {}
-    for name, (inst_file, source) in CASES.items():
-        if not (data / f"{name}.csv").is_file():  # a run need not replay every case
-            console.print(f"{name}: not replayed in this run ({data / f'{name}.csv'} is missing)")
-            continue
-        rt = read_replay(data / f"{name}.csv")
-        instance = load_instance(_input(data, inst_file))
-        schedule = case_schedule(data, instance, source)
-        if len(schedule) != rt.measured.size:
-            raise SystemExit(
-                f"{name}: {len(schedule)} batches in the schedule, {rt.measured.size} in the table"
+    for d in dirs:
+        for name in CASES:
+            if not (d / f"{name}.csv").is_file():  # a run need not replay every case
+                console.print(f"{name}: not replayed in this run ({d / f'{name}.csv'} is missing)")
+        for stem, case, path in tables(d, variants=args.all_tables):
+            label = stem if len(dirs) == 1 else f"{d.name}/{stem}"
+            rt = read_replay(path)
+            inst_file, source = CASES[case]
+            instance = load_instance(_input(d, inst_file))
+            schedule = case_schedule(d, instance, source)
+            if len(schedule) != rt.measured.size:
+                raise SystemExit(
+                    f"{label}: {len(schedule)} batches in the schedule, {rt.measured.size} in the table"
+                )
+            if rt.predicted is None:
+                raise SystemExit(f"{label}: the table has no predicted_s (replay with the instance's model)")
+            predicted = np.array([cost.time_of(f) for f in rt.features])
+            before = ErrorSummary.of(rt.measured, rt.predicted)
+            after = ErrorSummary.of(rt.measured, predicted)
+            e2e = end_to_end(instance, schedule, rt.measured, predicted)
+            lat, mk = float(e2e.loc["mean_latency", "rel_err"]), float(e2e.loc["makespan", "rel_err"])
+            ratio = float(np.median(rt.measured / rt.predicted))
+            if stem == case:
+                cases.append(
+                    {
+                        "name": case,
+                        "batches": int(rt.measured.size),
+                        "measured_s": round(float(rt.measured.sum()), 4),
+                        "model_s": round(float(rt.predicted.sum()), 4),
+                        "ratio_median": round(ratio, 4),
+                    }
+                )
+                per_batch[case] = _fraction(after.mean)
+                e2e_err[case] = _fraction(max(lat, mk))
+            fitted = args.fit_table is None and args.cost_model is None and d == data and stem == args.fit
+            table.add_row(
+                label + (" (fit)" if fitted else ""),
+                str(after.n),
+                f"{rt.measured.sum():.2f}",
+                f"{rt.predicted.sum():.2f}",
+                f"{ratio:.2f}",
+                f"{100 * before.mean:.1f}%",
+                f"{100 * after.mean:.1f}%",
+                f"{100 * after.p90:.1f}%",
+                f"{100 * lat:.1f}%",
+                f"{100 * mk:.1f}%",
             )
-        if rt.predicted is None:
-            raise SystemExit(f"{name}: the table has no predicted_s (replay with the instance's model)")
-        predicted = np.array([fit.cost.time_of(f) for f in rt.features])
-        before = ErrorSummary.of(rt.measured, rt.predicted)
-        after = ErrorSummary.of(rt.measured, predicted)
-        e2e = end_to_end(instance, schedule, rt.measured, predicted)
-        lat, mk = float(e2e.loc["mean_latency", "rel_err"]), float(e2e.loc["makespan", "rel_err"])
-        ratio = float(np.median(rt.measured / rt.predicted))
-        cases.append(
-            {
-                "name": name,
-                "batches": int(rt.measured.size),
-                "measured_s": round(float(rt.measured.sum()), 4),
-                "model_s": round(float(rt.predicted.sum()), 4),
-                "ratio_median": round(ratio, 4),
-            }
-        )
-        per_batch[name] = _fraction(after.mean)
-        e2e_err[name] = _fraction(max(lat, mk))
-        table.add_row(
-            name + (" (fit)" if name == args.fit else ""),
-            str(after.n),
-            f"{rt.measured.sum():.2f}",
-            f"{rt.predicted.sum():.2f}",
-            f"{ratio:.2f}",
-            f"{100 * before.mean:.1f}%",
-            f"{100 * after.mean:.1f}%",
-            f"{100 * after.p90:.1f}%",
-            f"{100 * lat:.1f}%",
-            f"{100 * mk:.1f}%",
-        )
     console.print(table)
-    sp = spreads(data)
-    p90 = float(np.percentile(sp, 90)) if sp.size else None
-    console.print(
-        f"identical batches: {sp.size} spreads, p90 "
-        + (f"{100 * p90:.1f}%" if p90 is not None else "not measured (no repeats or equal batches)")
-    )
+    for d in dirs:
+        sp = spreads(d)
+        p90 = float(np.percentile(sp, 90)) if sp.size else None
+        console.print(
+            (f"{d.name}: " if len(dirs) > 1 else "")
+            + f"identical batches: {sp.size} spreads, p90 "
+            + (f"{100 * p90:.1f}%" if p90 is not None else "not measured (no repeats or equal batches)")
+        )
     if args.write_summary:
         summary = {
             "date": meta.get("date", args.date),
             "device": meta.get("device_name"),
             "cases": cases,
-            "transfer": {"fit_on": args.fit, "per_batch_mean_error": per_batch, "end_to_end_error": e2e_err},
+            "transfer": {"fit_on": fit_on, "per_batch_mean_error": per_batch, "end_to_end_error": e2e_err},
             "identical_batch_spread_p90": _fraction(p90) if p90 is not None else None,
         }
         if args.label:
