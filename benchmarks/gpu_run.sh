@@ -7,11 +7,13 @@
 #       pydantic rich pandas pyyaml pytest pytest-xdist && rm .gpu/wheels/numpy-*
 # On the device (carry .gpu), e.g. with a 480 s budget:
 #   BUDGET=420 STEPS="tests profile vllm sarathi" bash benchmarks/gpu_run.sh
+# FLAGS adds engine flags to every replay and to the profile, e.g. FLAGS="--kv-splits 8".
 # Every step's table lands in one archive, $OUT/run.tgz: the device tool returns only a few files.
 # A step starts only when its estimate fits what is left of BUDGET seconds.
 set -u
 BUDGET=${BUDGET:-420}
 STEPS=${STEPS:-"tests sarathi_d10 opt_d10 sarathi profile vllm"}
+FLAGS=${FLAGS:-}
 ARCHIVE=${OUT:-/tmp}/run.tgz
 W=$(mktemp -d)
 T0=$(date +%s)
@@ -21,17 +23,18 @@ python -m pip install -q --no-index --find-links .gpu/wheels pydantic rich panda
     > "$W/pip.out" 2>&1 || log "pip install failed (see pip.out)"
 python -c "import torch, triton; print(torch.__version__, triton.__version__, torch.cuda.get_device_name())" \
     2>&1 | tee -a "$W/log.txt"
+[ -n "$FLAGS" ] && log "engine flags: $FLAGS"
 
 D=benchmarks/data/executor_h100
 K="python -m kvsched.cli"
-R="--model llama-2-7b-shape --device cuda --repeat 3"
+R="--model llama-2-7b-shape --device cuda --repeat 3 $FLAGS"
 declare -A EST=([tests]=60 [sarathi_d10]=45 [opt_d10]=45 [sarathi]=90 [profile]=70 [vllm]=150)
 declare -A CMD=(
     [tests]="python -m pytest -q -p no:cacheprovider --noconftest tests/test_executor_kernels.py tests/test_executor_engine.py"
     [sarathi_d10]="$K simulate $D/sg200d10.json -p sarathi -o $W/s10.json >/dev/null && $K replay $D/sg200d10.json $W/s10.json $R --check-oracle --oracle-limit 50 --out $W/sarathi_d10.csv"
     [opt_d10]="$K replay $D/sg200d10.json $D/opt_d10.schedule.json $R --check-oracle --oracle-limit 50 --out $W/opt_d10.csv"
     [sarathi]="$K simulate $D/sg200.json -p sarathi -o $W/s.json >/dev/null && $K replay $D/sg200.json $W/s.json $R --check-oracle --oracle-limit 20 --out $W/sarathi.csv"
-    [profile]="$K profile --model llama-2-7b-shape --device cuda --out $W/profile --repeat 3"
+    [profile]="$K profile --model llama-2-7b-shape --device cuda --out $W/profile --repeat 3 $FLAGS"
     [vllm]="$K simulate $D/sg200.json -p vllm -o $W/v.json >/dev/null && $K replay $D/sg200.json $W/v.json $R --check-oracle --oracle-limit 5 --out $W/vllm.csv"
 )
 for step in $STEPS; do
