@@ -36,7 +36,9 @@ coefficient file, e.g. the fit of ``kvsched calibrate profile/mlp.csv --attentio
 ...``). It then predicts every case. Per case it prints the relative batch-time error before
 (the instance's own vLLM-profiled model) and after, and the end-to-end error
 (mean latency, makespan) of the timeline retimed with predicted durations
-against the one retimed with measured durations.
+against the one retimed with measured durations. A second table splits each
+case by kind of batch (decode-only, with a chunk and decodes, prefill-only): count,
+median measured / model, summed times and the p90 of the repeats' spread.
 
 ``--write-summary`` writes ``summary.json`` into the directory (issue 17's schema):
 
@@ -129,6 +131,23 @@ def spreads(data: Path) -> np.ndarray:
     return np.asarray(out, dtype=np.float64)
 
 
+def by_kind(path: Path) -> pd.DataFrame:
+    """Per kind of batch (decode-only, with a chunk and decodes, prefill-only): count, median measured / model,
+    sums of measured and modelled time, and the p90 of the repeats' spread."""
+    df = pd.read_csv(path)
+    kind = np.where(df["n_prefill"] > 0, np.where(df["n_decode"] > 0, "mixed", "prefill-only"), "decode-only")
+    df = df.assign(kind=kind, ratio=df["measured_s"] / df["predicted_s"])
+    if "measured_spread" not in df.columns:  # (the first run kept no repeats)
+        df["measured_spread"] = np.nan
+    return df.groupby("kind").agg(
+        batches=("ratio", "size"),
+        ratio=("ratio", "median"),
+        measured=("measured_s", "sum"),
+        model=("predicted_s", "sum"),
+        spread_p90=("measured_spread", lambda x: x.quantile(0.9)),
+    )
+
+
 def _fraction(x: float) -> float | None:
     return None if x is None or not math.isfinite(x) else round(float(x), 6)
 
@@ -199,6 +218,9 @@ def main() -> None:
         "makespan",
     ):
         table.add_column(col, justify="right")
+    kinds = Table(title="by kind of batch: measured / the instance's vLLM-profiled model")
+    for col in ("case", "kind", "batches", "ratio p50", "measured s", "model s", "spread p90"):
+        kinds.add_column(col, justify="right")
     cases, per_batch, e2e_err = [], {}, {}
     for d in dirs:
         for name in CASES:
@@ -247,7 +269,18 @@ def main() -> None:
                 f"{100 * lat:.1f}%",
                 f"{100 * mk:.1f}%",
             )
+            for kind, row in by_kind(path).iterrows():
+                kinds.add_row(
+                    label,
+                    str(kind),
+                    str(int(row["batches"])),
+                    f"{row['ratio']:.2f}",
+                    f"{row['measured']:.2f}",
+                    f"{row['model']:.2f}",
+                    f"{100 * row['spread_p90']:.1f}%" if math.isfinite(row["spread_p90"]) else "-",
+                )
     console.print(table)
+    console.print(kinds)
     for d in dirs:
         sp = spreads(d)
         p90 = float(np.percentile(sp, 90)) if sp.size else None
