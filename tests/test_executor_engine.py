@@ -69,6 +69,11 @@ def test_device_defaults_and_bad_options():
         engine_options(torch.device("cpu"), prefill="varlen")
     with pytest.raises(InputError, match="--tile a power of two"):
         engine_options(torch.device("cpu"), tile=48)
+    with pytest.raises(InputError, match="--kv-partition must be a multiple of --tile"):
+        engine_options(torch.device("cpu"), partition=96)
+    with pytest.raises(InputError, match="give one"):
+        engine_options(torch.device("cpu"), partition=512, splits=8)
+    assert engine_options(torch.device("cpu"), partition=512).kernels.partition == 512
     with pytest.raises(InputError, match="--kernels: expected one of torch, triton"):
         engine_options(torch.device("cpu"), kernels="cuda")
     assert not cpu.mixed_graphs and engine_options(torch.device("cpu"), mixed_graphs=True).mixed_graphs
@@ -95,10 +100,15 @@ def _options(path: str):
     from kvsched.executor.engine import EngineOptions
     from kvsched.executor.paged import AttentionKernels
 
-    if path == "triton":
+    if path.startswith("triton"):
         pytest.importorskip("triton", reason="triton is not installed: pip install triton (Linux)")
         if os.environ.get("TRITON_INTERPRET") != "1":
             pytest.skip("the tiny model runs on CPU: its Triton path needs the interpreter (no GPU)")
+        if path == "triton_partition":
+            # The decode KV in partitions of one 32-key tile, in the bucket buffers (CUDA graphs on CUDA):
+            # a grid of 2 partitions (the 64-slot table's), whatever the batch. Chunks through the reference.
+            kernels = AttentionKernels("triton", "torch", partition=32, block_n=32)
+            return EngineOptions(kernels=kernels, graphs=True, mixed_graphs=True)
         # Small tiles: the tiny model's sequences span several, and the decode splits.
         return EngineOptions(kernels=AttentionKernels("triton", "triton", splits=2, block_n=16, block_m=16))
     return {
@@ -116,10 +126,7 @@ def test_every_path_gives_each_request_its_solo_tokens(model, path):
     from kvsched.executor.runner import replay_on_model
 
     if path == "triton":  # the interpreter runs a kernel program by program: a small instance
-        limits = Limits(kv_capacity=40, block_size=1, max_prefill_tokens=8)
-        instance = synthetic(4, 5, limits, TimeModel("unit"), prompt=Uniform(3, 12), output=Uniform(1, 4))
-        schedule = simulate(instance, make_policy("sarathi")).schedule
-        assert any(len(set(b.tokens.tolist()) - {1}) for b in schedule.batches)  # chunks as well as decodes
+        instance, schedule = _small_instance(4, Uniform(3, 12), 8)
     else:
         instance, schedule = instances()["chunked"], schedule_of("sarathi", "chunked")
     repeat = 2 if path in ("graphs", "mixed") else 1
@@ -133,6 +140,58 @@ def test_every_path_gives_each_request_its_solo_tokens(model, path):
         assert (result.table.measured_spread >= 0).all()  # the spread of each batch's two runs
     if path == "mixed":  # every batch of this small instance fits a decode or a mixed bucket
         assert result.meta["graphed_batches"] == len(schedule.batches)
+
+
+def _small_instance(requests: int, prompt: Uniform, chunk: int, kv: int = 40):
+    """Requests under Sarathi, with chunks as well as decodes: small enough for Triton's interpreter."""
+    limits = Limits(kv_capacity=kv, block_size=1, max_prefill_tokens=chunk)
+    instance = synthetic(requests, 5, limits, TimeModel("unit"), prompt=prompt, output=Uniform(1, 4))
+    schedule = simulate(instance, make_policy("sarathi")).schedule
+    assert any(len(set(b.tokens.tolist()) - {1}) for b in schedule.batches)  # chunks as well as decodes
+    return instance, schedule
+
+
+def test_kv_partitions_give_each_request_its_solo_tokens(model):
+    """The decode KV split by length in the bucket buffers: every request's solo tokens."""
+    from kvsched.executor.oracle import check_oracle
+    from kvsched.executor.runner import replay_on_model
+
+    instance, schedule = _small_instance(3, Uniform(28, 40), 32, kv=130)  # decodes over 1 or 2 partitions
+    assert max(r.prompt + r.output for r in instance.requests) > 32
+    result = replay_on_model(
+        model, instance, schedule, warmup=0, repeat=1, options=_options("triton_partition")
+    )
+    report = check_oracle(model, instance, result.prompts, result.generated)
+    assert report.ok, report.summary()
+    assert result.meta["engine"]["kernels"]["partition"] == 32
+    assert "in KV partitions of 32" in result.meta["attention"]
+    assert result.meta["graphed_batches"] == len(schedule.batches)
+
+
+def test_kv_partitions_follow_the_longest_sequence_or_the_buckets_width(model):
+    """Eagerly, as many partitions as the batch's longest needs; in bucket buffers, as the table's width needs."""
+    from kvsched.executor.graphs import DecodeGraphs
+    from kvsched.executor.mixed_graphs import MixedGraphs
+    from kvsched.executor.paged import AttentionKernels, InPlaceAttention, decode_splits, slot_table
+    from kvsched.executor.runner import new_pool
+
+    kernels = AttentionKernels("triton", "torch", partition=16, block_n=16)
+    cpu = torch.device("cpu")
+    assert [decode_splits(64, 2, k, kernels, cpu) for k in (0, 1, 16, 17, 70)] == [1, 1, 1, 2, 5]
+    assert decode_splits(64, 2, 70, AttentionKernels(splits=3), cpu) == 3  # a fixed count, as before
+    pool = new_pool(model, 300, 1)
+    decodes = slot_table([np.arange(20), np.arange(20, 23)], [1, 1], 0, cpu)
+    chunks = slot_table([], [], 2, cpu)
+    assert InPlaceAttention(pool, decodes, chunks, kernels).splits == 2  # the longest has 20 keys
+    seen = []
+    graphs = DecodeGraphs(model, pool, kernels, width=64, capture=False)
+    mixed = MixedGraphs(model, pool, kernels, width=64, capture=False)
+    assert mixed.width == 2048 and mixed.decode_max == 64  # the chunks' width does not size the decode grid
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(InPlaceAttention, "__call__", lambda self, *a: seen.append(self.splits) or a[1])
+        graphs.forward(8)
+        mixed.forward((8, 16, 1))
+    assert set(seen) == {4}
 
 
 def test_padding_rows_change_neither_real_rows_nor_the_pool(model):

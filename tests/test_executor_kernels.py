@@ -105,6 +105,34 @@ def test_triton_decode_equals_the_reference(heads, kv_heads, splits):
     assert torch.equal(got[-1], torch.zeros_like(got[-1]))
 
 
+# GQA with a graph bucket's static grid (8 partitions of 16, where this batch needs 5), MHA with just enough
+@pytest.mark.parametrize(("heads", "kv_heads", "partition", "splits"), [(4, 2, 16, 8), (2, 2, 32, 3)])
+def test_triton_decode_in_partitions_equals_the_reference(heads, kv_heads, partition, splits):
+    """KV split by length: short sequences in one partition, long ones in several, merged; extra programs idle."""
+    ta = _triton()
+    from kvsched.executor.paged import decode_reference, slot_table
+
+    dim, slots = 16, 300
+    kp, vp = _pool(slots, kv_heads, dim, seed=partition + splits)
+    # length 0 (graph padding), < P, = P, P + 1, several P, not a multiple: 70 keys need 5 partitions of 16
+    lens = [0, 5, 16, 17, 48, 70, 1, 33]
+    seqs = _sequences(lens, slots)
+    st = slot_table(seqs, [1] * len(lens), 0, DEVICE)
+    q = torch.randn(len(lens), heads, dim).to(DEVICE)
+    got = ta.decode_attention(q, kp, vp, st.table, st.lens, splits=splits, partition=partition, block_n=16)
+    want = decode_reference(q, kp, vp, st.table, st.lens)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    assert torch.equal(got[0], torch.zeros_like(got[0]))
+    # A batch whose sequences all fit one partition runs as one split: the kernel writes the output itself.
+    short = slot_table(seqs[:3] + seqs[6:7], [1] * 4, 0, DEVICE)
+    got = ta.decode_attention(
+        q[:4], kp, vp, short.table, short.lens, splits=1, partition=partition, block_n=16
+    )
+    torch.testing.assert_close(
+        got, decode_reference(q[:4], kp, vp, short.table, short.lens), rtol=1e-5, atol=1e-5
+    )
+
+
 @pytest.mark.parametrize(("heads", "kv_heads"), HEADS[:2])
 def test_triton_prefill_equals_the_reference(heads, kv_heads):
     ta = _triton()
@@ -137,8 +165,8 @@ def test_triton_kernels_in_bfloat16_at_engine_tiles(heads, kv_heads):
     st = slot_table(seqs, [1] * len(lens), 0, DEVICE)
     q = torch.randn(len(lens), heads, dim).to(DEVICE).bfloat16()
     want = decode_reference(q.float(), kp.float(), vp.float(), st.table, st.lens)
-    for splits in (1, 8):
-        got = ta.decode_attention(q, kp, vp, st.table, st.lens, splits=splits)
+    for splits, partition in ((1, 0), (8, 0), (8, 512), (12, 512)):  # 12: a grid wider than the batch
+        got = ta.decode_attention(q, kp, vp, st.table, st.lens, splits=splits, partition=partition)
         torch.testing.assert_close(got.float(), want, rtol=2e-2, atol=2e-2)
     chunks = [1, 256, 512, 77, 1000, 0]
     pre = slot_table(seqs, chunks, 0, DEVICE)

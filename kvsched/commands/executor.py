@@ -69,6 +69,7 @@ def _engine(args: argparse.Namespace, model: Any) -> Any:
         compile=args.compile,
         mixed_graphs=args.mixed_graphs,
         splits=args.kv_splits,
+        partition=args.kv_partition,
         tile=args.tile,
     )
 
@@ -316,6 +317,13 @@ def _model_args(p: argparse.ArgumentParser, repeat: int) -> None:
         type=int,
         default=0,
         help="KV splits of the Triton decode kernel (default 0: enough programs to fill the GPU twice)",
+    )
+    e.add_argument(
+        "--kv-partition",
+        type=int,
+        default=0,
+        help="keys per KV partition of the Triton decode kernel, a multiple of --tile: the KV splits by "
+        "length, ceil(L / N) programs for L keys, as vLLM's v2 paged attention (default 0: by --kv-splits)",
     )
     e.add_argument(
         "--tile",

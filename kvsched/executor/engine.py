@@ -88,11 +88,13 @@ def engine_options(
     compile: bool | None = None,
     mixed_graphs: bool | None = None,
     splits: int = 0,
+    partition: int = 0,
     tile: int = 64,
 ) -> EngineOptions:
     """The options for ``device``, each None taking the device's default (fast on CUDA, reference on CPU).
 
-    ``splits`` (0: chosen per batch) and ``tile`` (keys per tile, chunk rows per tile) tune the Triton kernels.
+    ``splits`` (0: chosen per batch), ``partition`` (keys per KV partition: the decode KV split by
+    length; 0: by ``splits``) and ``tile`` (keys per tile, chunk rows per tile) tune the Triton kernels.
     """
     cuda = device.type == "cuda"
     attention = attention or "paged"
@@ -107,6 +109,10 @@ def engine_options(
             raise InputError(f"{flag}: expected one of {', '.join(known)}, got {value!r}")
     if splits < 0 or tile < 16 or tile & (tile - 1):
         raise InputError(f"--kv-splits must be >= 0 and --tile a power of two >= 16, got {splits} and {tile}")
+    if partition < 0 or partition % tile:
+        raise InputError(f"--kv-partition must be a multiple of --tile ({tile}), got {partition}")
+    if partition and splits:
+        raise InputError("--kv-partition splits the KV by length, --kv-splits by count: give one")
     if prefill == "varlen" and not cuda:
         raise InputError("--prefill varlen: torch's flash varlen attention runs on CUDA only")
     paged = attention == "paged"
@@ -118,7 +124,7 @@ def engine_options(
         _check_triton(cuda)
     return EngineOptions(
         attention,
-        AttentionKernels(decode=kernels, prefill=prefill, splits=splits, block_n=tile, block_m=tile),  # type: ignore[arg-type]
+        AttentionKernels(kernels, prefill, splits, partition, block_n=tile, block_m=tile),  # type: ignore[arg-type]
         graphs=(cuda and paged) if graphs is None else graphs and paged,
         compile=cuda if compile is None else compile,
         mixed_graphs=mixed_graphs,

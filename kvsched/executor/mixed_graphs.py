@@ -71,6 +71,9 @@ class MixedGraphs(BucketGraphs):
         if self.capture:
             self.kernels = replace(kernels, prefill="triton")
         self.width = max(width, CHUNK_TOKENS[-1])
+        # The decodes' static longest, which sizes a KV-partition grid: the caller's width, not the chunks'
+        # (at least 2,048). The split-by-count rule keeps the width it was measured with (fourth, fifth runs).
+        self.decode_max = width if kernels.partition else self.width
         dev, i64, i32 = model.device, torch.int64, torch.int32
         top_d, top_c, top_k = DECODE_SIZES[-1], CHUNK_TOKENS[-1], CHUNK_COUNTS[-1]
         rows = top_d + top_c
@@ -91,7 +94,7 @@ class MixedGraphs(BucketGraphs):
     def bucket(self, plan: BatchPlan) -> Key | None:
         """The batch's bucket, or None when it has no chunk or is larger than every bucket."""
         d, c = plan.decodes, plan.chunks
-        if plan.attention != "paged" or c.size == 0 or max(d.max_k, c.max_k) > self.width:
+        if plan.attention != "paged" or c.size == 0 or d.max_k > self.decode_max or c.max_k > self.width:
             return None
         d_b = bucket_for(d.size, DECODE_SIZES)
         c_b = bucket_for(c.rows, CHUNK_TOKENS)
@@ -149,7 +152,7 @@ class MixedGraphs(BucketGraphs):
             self.d_lens[:d_b],
             self.d_cu[: d_b + 1],
             1,
-            self.width,
+            self.decode_max,
             0,
             self._none,
             self._zero,

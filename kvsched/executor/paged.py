@@ -47,6 +47,9 @@ class AttentionKernels:
         attention over a packed copy of the chunks' KV; CUDA only).
     splits
         KV splits of the decode kernel; 0 chooses from the batch (:func:`decode_splits`).
+    partition
+        Keys per KV partition of the decode kernel (a multiple of ``block_n``): splits by length,
+        ceil(L / partition) programs for a sequence of L keys (:func:`decode_splits`); 0: by ``splits``.
     block_n, block_m
         Tile sizes of the kernels (keys per tile; chunk rows per tile).
     """
@@ -54,6 +57,7 @@ class AttentionKernels:
     decode: Kernel = "torch"
     prefill: Prefill = "torch"
     splits: int = 0
+    partition: int = 0
     block_n: int = 64
     block_m: int = 64
 
@@ -223,13 +227,25 @@ def _multiprocessors(index: int) -> int:
     return torch.cuda.get_device_properties(index).multi_processor_count
 
 
-def decode_splits(n: int, kv_heads: int, max_len: int, block_n: int, device: torch.device) -> int:
-    """KV splits for n decodes: enough programs to fill the GPU twice, at least a tile per split."""
+def decode_splits(
+    n: int, kv_heads: int, max_len: int, kernels: AttentionKernels, device: torch.device
+) -> int:
+    """The decode kernel's KV splits for n decodes whose longest has ``max_len`` keys.
+
+    By length (``kernels.partition``): enough partitions for ``max_len``; in a bucket of static
+    buffers ``max_len`` is the slot table's width, so the captured grid holds any batch of the
+    bucket. Fixed (``kernels.splits``). Else by count: enough programs to fill the GPU twice, at
+    least four tiles per split, at most 16.
+    """
+    if kernels.partition:
+        return max(1, -(-max_len // kernels.partition))
+    if kernels.splits:
+        return kernels.splits
     if device.type != "cuda":
         return 1
     sms = _multiprocessors(device.index if device.index is not None else torch.cuda.current_device())
     want = -(-2 * sms // max(1, n * kv_heads))
-    return max(1, min(want, 16, -(-max_len // (4 * block_n))))
+    return max(1, min(want, 16, -(-max_len // (4 * kernels.block_n))))
 
 
 class InPlaceAttention:
@@ -244,9 +260,7 @@ class InPlaceAttention:
         self.kernels = kernels
         self.write_slots: torch.Tensor | None = None
         kv_heads = pool.k.shape[2]
-        self.splits = kernels.splits or decode_splits(
-            decodes.size, kv_heads, decodes.max_k, kernels.block_n, pool.k.device
-        )
+        self.splits = decode_splits(decodes.size, kv_heads, decodes.max_k, kernels, pool.k.device)
 
     def __call__(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         assert self.write_slots is not None, "set write_slots before the forward pass"
@@ -261,7 +275,16 @@ class InPlaceAttention:
                 from kvsched.executor import triton_attention as ta
 
                 parts.append(
-                    ta.decode_attention(qd, kp, vp, d.table, d.lens, splits=self.splits, block_n=kn.block_n)
+                    ta.decode_attention(
+                        qd,
+                        kp,
+                        vp,
+                        d.table,
+                        d.lens,
+                        splits=self.splits,
+                        partition=kn.partition,
+                        block_n=kn.block_n,
+                    )
                 )
             else:
                 parts.append(decode_reference(qd, kp, vp, d.table, d.lens))

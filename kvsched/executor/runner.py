@@ -252,7 +252,8 @@ def describe_attention(options: EngineOptions) -> str:
     graphs = "; decode-only batches padded to buckets (CUDA graphs on CUDA)" if options.graphs else ""
     if options.mixed_graphs:
         graphs += "; batches with chunks padded to buckets (CUDA graphs on CUDA)"
-    return f"in place over slot tables: decodes {k.decode}, chunks {k.prefill}{graphs}"
+    split = f" in KV partitions of {k.partition}" if k.partition and k.decode == "triton" else ""
+    return f"in place over slot tables: decodes {k.decode}{split}, chunks {k.prefill}{graphs}"
 
 
 def _progress(batches: Iterable, show: bool) -> Iterable:  # type: ignore[type-arg]

@@ -9,8 +9,13 @@ as vLLM's paged kernels read it.
 * :func:`decode_attention` -- one query token per sequence (flash-decoding):
   one program per (sequence, KV head, KV split); the query heads that share a
   KV head are one tile, so grouped-query attention reads each KV row once.
-  With several splits (few sequences with long contexts) each split writes a
-  partial result, merged by :func:`merge_splits`.
+  KV splits come in two kinds. By count (``partition=0``): each sequence's KV
+  in ``splits`` equal parts, each writing a partial result merged by
+  :func:`merge_splits`. By length (``partition=P``, as vLLM's v2 paged
+  attention): fixed partitions of P keys, so a sequence of length L has
+  ceil(L / P) programs and one of at most P keys one, which writes its output
+  directly; programs past a sequence's last partition read and write nothing,
+  and :func:`merge_partitions` combines only the partitions a sequence has.
 * :func:`prefill_attention` -- chunks of several tokens over their cached KV
   plus themselves (varlen, causal from the lower right: token j of a chunk of c
   over a sequence of L keys sees keys 0 .. L - c + j).
@@ -54,13 +59,17 @@ def _decode_kernel(
     BLOCK_N: tl.constexpr,
     D: tl.constexpr,
     SPLITS: tl.constexpr,
+    PARTITION: tl.constexpr,
     PREC: tl.constexpr,
 ):
     i = tl.program_id(0)
     hk = tl.program_id(1)
     s = tl.program_id(2)
     length = tl.load(Lens + i)
-    per = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
+    if PARTITION > 0:  # noqa: SIM108 (a static if: Triton compiles only the taken branch)
+        per = PARTITION
+    else:
+        per = tl.cdiv(tl.cdiv(length, SPLITS), BLOCK_N) * BLOCK_N
     lo = s * per
     hi = tl.minimum(lo + per, length)
     g = tl.arange(0, BLOCK_G)
@@ -94,11 +103,64 @@ def _decode_kernel(
             mask=gmask[:, None],
         )
     else:
+        keep = gmask
+        if PARTITION > 0:
+            # A sequence of one partition (or none) is written whole here, and the merge skips it;
+            # a program past a sequence's last partition writes nothing, and the merge reads nothing there.
+            # (Masks as g < a count: Triton's interpreter turns a vector & a scalar into int32.)
+            out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+            whole = (length <= PARTITION) & (s == 0)
+            tl.store(
+                Out + i * stride_qn + heads[:, None] * stride_qh + d[None, :],
+                out.to(Out.dtype.element_ty),
+                mask=(g < tl.where(whole, GROUP, 0))[:, None],
+            )
+            keep = g < tl.where((length > PARTITION) & (lo < length), GROUP, 0)
         # Partials (n, heads, SPLITS, D) and (n, heads, SPLITS), contiguous.
         row = (i * GROUP * tl.num_programs(1) + heads) * SPLITS + s
-        tl.store(Part + row[:, None] * D + d[None, :], acc, mask=gmask[:, None])
-        tl.store(Mx + row, m_i, mask=gmask)
-        tl.store(Sm + row, l_i, mask=gmask)
+        tl.store(Part + row[:, None] * D + d[None, :], acc, mask=keep[:, None])
+        tl.store(Mx + row, m_i, mask=keep)
+        tl.store(Sm + row, l_i, mask=keep)
+
+
+@triton.jit
+def _merge_kernel(
+    Part,
+    Mx,
+    Sm,
+    Lens,
+    Out,
+    stride_on,
+    stride_oh,
+    SPLITS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    D: tl.constexpr,
+    PARTITION: tl.constexpr,
+):
+    # One program per (sequence, query head): the ceil(length / PARTITION) partials of a sequence of
+    # several partitions; a sequence of one was written by the decode kernel and is left alone.
+    i = tl.program_id(0)
+    h = tl.program_id(1)
+    length = tl.load(Lens + i)
+    parts = tl.minimum(tl.cdiv(length, PARTITION), SPLITS)
+    several = parts > 1
+    s = tl.arange(0, BLOCK_S)
+    d = tl.arange(0, D)
+    smask = s < tl.where(several, parts, 0)
+    row = (i * tl.num_programs(1) + h) * SPLITS + s
+    mx = tl.load(Mx + row, mask=smask, other=float("-inf"))
+    sm = tl.load(Sm + row, mask=smask, other=0.0)
+    top = tl.where(several, tl.max(mx, 0), 0.0)  # every read partition has keys: a finite max
+    w = tl.exp(mx - top)
+    part = tl.load(Part + row[:, None] * D + d[None, :], mask=smask[:, None], other=0.0)
+    num = tl.sum(part * w[:, None], 0)
+    den = tl.sum(sm * w, 0)
+    out = num / tl.where(den > 0, den, 1.0)
+    tl.store(
+        Out + i * stride_on + h * stride_oh + d,
+        out.to(Out.dtype.element_ty),
+        mask=d < tl.where(several, D, 0),
+    )
 
 
 @triton.jit
@@ -185,10 +247,18 @@ def decode_attention(
     lens: torch.Tensor,
     *,
     splits: int = 1,
+    partition: int = 0,
     block_n: int = 64,
     num_warps: int = 4,
 ) -> torch.Tensor:
-    """Attention of one query token per sequence over its slots (see the module docstring)."""
+    """Attention of one query token per sequence over its slots (see the module docstring).
+
+    With ``partition`` P > 0 (a multiple of ``block_n``) the KV splits by length: ``splits`` programs
+    per sequence and KV head, each over P keys, where ``splits`` × P must cover the longest sequence
+    (more is allowed: the programs past a sequence's partitions do nothing, which keeps a CUDA graph's
+    grid fixed). With P = 0, each sequence's KV splits into ``splits`` equal parts.
+    """
+    assert partition % block_n == 0, "a KV partition is a whole number of tiles"
     n, heads, dim = q.shape
     kv_heads = k_pool.shape[1]
     group = heads // kv_heads
@@ -221,10 +291,45 @@ def decode_attention(
         BLOCK_N=block_n,
         D=dim,
         SPLITS=splits,
+        PARTITION=partition,
         PREC=_precision(q.dtype),
         num_warps=num_warps,
     )
-    return out if splits == 1 else merge_splits(part, mx, sm, q.dtype)
+    if splits == 1:
+        return out
+    if partition == 0:
+        return merge_splits(part, mx, sm, q.dtype)
+    merge_partitions(part, mx, sm, lens, out, partition)
+    return out
+
+
+def merge_partitions(
+    part: torch.Tensor,
+    mx: torch.Tensor,
+    sm: torch.Tensor,
+    lens: torch.Tensor,
+    out: torch.Tensor,
+    partition: int,
+) -> None:
+    """Write into ``out`` (n, heads, d) the merged partials of every sequence of more than ``partition`` keys.
+
+    Partials as :func:`merge_splits`; a sequence's partials past ceil(length / partition) are not read
+    (the decode kernel did not write them), and a sequence of one partition keeps what the kernel wrote.
+    """
+    n, heads, splits, dim = part.shape
+    _merge_kernel[(n, heads)](
+        part,
+        mx,
+        sm,
+        lens,
+        out,
+        out.stride(0),
+        out.stride(1),
+        SPLITS=splits,
+        BLOCK_S=triton.next_power_of_2(splits),
+        D=dim,
+        PARTITION=partition,
+    )
 
 
 def prefill_attention(
