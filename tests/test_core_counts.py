@@ -15,18 +15,24 @@ from kvsched.costmodel import REGISTRY, BatchView, make_cost_model
 from kvsched.costmodel.base import time_of_counts
 from kvsched.costmodel.coeffile import resolve_cost_model
 from kvsched.costmodel.features import BatchFeatures
-from kvsched.costmodel.small import SMALL, count, imax, imin, isum
+from kvsched.costmodel.small import LIST_MAX, RUNNING_MAX, SMALL, count, fmax, imax, imin, isum
 from kvsched.schedule.core import EngineState
 from kvsched.schedule.ir import Phase
 from tests.strategies import SETTINGS, legal_schedules
 
 
-@pytest.mark.parametrize("size", [1, 2, SMALL - 1, SMALL, SMALL + 1, 500])
+@pytest.mark.parametrize(
+    "size",
+    [1, 2, LIST_MAX, LIST_MAX + 1, SMALL - 1, SMALL, SMALL + 1, 500, RUNNING_MAX, RUNNING_MAX + 1, 2000],
+)
 def test_small_reductions_equal_numpy(size):
     rng = np.random.default_rng(size)
     a = rng.integers(-(10**12), 10**12, size)
     assert isum(a) == int(a.sum()) and type(isum(a)) is int
     assert imin(a) == int(a.min()) and imax(a) == int(a.max())
+    assert type(imin(a)) is int and type(imax(a)) is int
+    f = rng.normal(size=size)
+    assert fmax(f) == float(f.max()) and type(fmax(f)) is float
     assert count(a > 0) == int(np.count_nonzero(a > 0)) and type(count(a > 0)) is int
 
 

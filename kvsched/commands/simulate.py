@@ -114,7 +114,9 @@ def _simulate_one(instance, args: argparse.Namespace, slo) -> int:  # type: igno
     keep_until_exit(result)
     del result
     metrics = TraceMetrics(trace, instance, slo)  # every output below reads the same columns
-    console = Console()
+    # No emoji codes: the tables hold numbers and names, where ":name:" is not meant as an emoji (and
+    # rich's table of codes, about 12M instructions to import, is not read).
+    console = Console(emoji=False)
     print_summary(
         trace,
         console=console,
