@@ -7,7 +7,8 @@
 #       pydantic rich pandas pyyaml pytest pytest-xdist && rm .gpu/wheels/numpy-*
 # On the device (carry .gpu), e.g. with a 480 s budget:
 #   BUDGET=420 STEPS="tests profile vllm sarathi" bash benchmarks/gpu_run.sh
-# FLAGS adds engine flags to every replay and to the profile, e.g. FLAGS="--kv-splits 8".
+# FLAGS adds engine flags to every replay and to the profile, e.g. FLAGS="--kv-partition 512" (the next run:
+#   FLAGS="--kv-partition 512" BUDGET=330 STEPS="tests profile sarathi sarathi_d10 opt_d10", docs/executor.md).
 # Every step's table lands in one archive, $OUT/run.tgz: the device tool returns only a few files.
 # A step starts only when its estimate fits what is left of BUDGET seconds.
 set -u
