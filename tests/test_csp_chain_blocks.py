@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from kvsched.csp.bounds import _block_kernels, chain_lagrangian
 from kvsched.csp.bounds import chain as chain_module
 from kvsched.csp.bounds.chain import ChainData, evaluate
-from kvsched.csp.bounds.chain_blocks import block_spans, evaluate_blocks, finer_start
+from kvsched.csp.bounds.chain_blocks import METHODS, block_spans, evaluate_blocks, finer_start
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import InputError
 from kvsched.instances.io import load_instance
@@ -89,11 +89,16 @@ tiny = instances(max_requests=3, max_prompt=3, max_output=3, cost="unit")
 
 
 @settings(max_examples=15, deadline=None, derandomize=True, database=None)
-@given(tiny, st.sampled_from(CHAIN_OBJECTIVES), st.sampled_from([(2,), (4, 2), (8, 4, 1)]))
-def test_block_bound_below_the_brute_force_optimum(inst, objective, spans):
-    """With and without budgets and arrivals, evictions allowed."""
+@given(
+    tiny,
+    st.sampled_from(CHAIN_OBJECTIVES),
+    st.sampled_from([(2,), (4, 2), (8, 4, 1)]),
+    st.sampled_from(METHODS),
+)
+def test_block_bound_below_the_brute_force_optimum(inst, objective, spans, method):
+    """With and without budgets and arrivals, evictions allowed; either block method."""
     opt = brute_force(inst, objective, allow_eviction=True)
-    result = chain_lagrangian(inst, objective, max_iterations=40, spans=spans)
+    result = chain_lagrangian(inst, objective, max_iterations=40, spans=spans, block_method=method)
     assert result.bound.value <= opt + TOL * max(1.0, opt)
 
 
@@ -169,3 +174,8 @@ def test_spans_out_of_order_are_refused_by_name(spans):
     # Block lengths go coarse to fine, each dividing the previous; others used to fail deep in a reshape.
     with pytest.raises(InputError, match="spans"):
         chain_lagrangian(load_instance(EXAMPLES / "tiny.json"), "total-latency", spans=spans)
+
+
+def test_an_unknown_block_method_is_refused_by_name():
+    with pytest.raises(InputError, match="block_method"):
+        chain_lagrangian(load_instance(EXAMPLES / "tiny.json"), "total-latency", block_method="newton")

@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 
 
@@ -64,6 +66,10 @@ def _chain() -> list[Any]:
     # Without a time limit the tiny instance takes the block phase; a time-limited solve of a small one
     # prices slots alone, seeded by the contiguous chains, whose kernel only this path compiles.
     chain_lagrangian(_tiny(), "total-latency", max_iterations=2, spans=())
+    # Two pricings do not reach a bundle step on the block levels: compile its small problem directly.
+    from kvsched.csp.bounds._bundle_kernels import simplex_qp_compiled
+
+    simplex_qp_compiled(np.eye(2), np.zeros(2), np.full(2, 0.5), 1.0)
     return _chain_kernels()
 
 

@@ -106,7 +106,8 @@ valid bound at once. (2) Multipliers constant on blocks of ``B`` slots, coarse
 to fine (:mod:`kvsched.csp.bounds.chain_blocks`): a restriction of the dual, so
 every value is a bound, and the exact price at such multipliers costs about
 ``B`` times less. (3) The exact chain pricing on single slots continues from the
-best block point; every value is a bound. Every phase runs the projected
+best block point; every value is a bound. The block levels run the proximal
+bundle of :mod:`kvsched.csp.bounds._bundle`, the slot phase the projected
 subgradient of :mod:`kvsched.csp.bounds._ascent` (Polyak steps, volume-style
 averaging, resets to the best point). Warm start ``y_t = alpha N(t) / M`` or
 ``alpha R(t) / M`` (``N(t)`` requests in the system, ``R(t)`` requests not yet
@@ -127,7 +128,7 @@ import numpy as np
 
 from kvsched.costmodel import UnitCost
 from kvsched.csp.bounds._ascent import Ascent
-from kvsched.csp.bounds.chain_blocks import block_ascent, block_spans, finer_start, ray_search
+from kvsched.csp.bounds.chain_blocks import METHODS, block_ascent, block_spans, finer_start, ray_search
 from kvsched.csp.bounds.mbt import mean_busy_dual
 from kvsched.csp.certificate import Bound, Scope
 from kvsched.errors import InputError, KvschedError
@@ -298,10 +299,11 @@ def compiled_kernels(objective: str = "total-latency") -> list:
     skips the block phase and seeds the slot pricing's bands with it. It was once left out, and a
     pipeline whose other kernels were warm compiled it inside an 8 s limit (10.5 s in all).
     """
-    from kvsched.csp.bounds import _block_kernels
+    from kvsched.csp.bounds import _block_kernels, _bundle_kernels
 
     k = _kernels()
     out = [k.price_chains, k.chain_loads, k.band_widths, _block_kernels.price_blocks]
+    out.append(_bundle_kernels.simplex_qp_compiled)  # the block levels' bundle steps
     return [*out, k.price_contiguous] if objective == "total-latency" else out
 
 
@@ -416,8 +418,9 @@ def chain_lagrangian(
     max_iterations: int = 5000,
     y0: np.ndarray | None = None,
     spans: tuple[int, ...] | None = None,
+    block_method: str = "bundle",
 ) -> ChainLagrangian:
-    """The best chain-Lagrangian bound reached by the stabilised subgradient within ``deadline``.
+    """The best chain-Lagrangian bound reached by the stabilised dual methods within ``deadline``.
 
     Parameters
     ----------
@@ -441,7 +444,12 @@ def chain_lagrangian(
         Block lengths of the block-constant phase, coarse to fine, each dividing the previous
         (``()``: slots only). Default: :func:`kvsched.csp.bounds.chain_blocks.block_spans`, or none
         where ``SLOT_PRICINGS`` slot pricings are predicted to fit in the time left and in ``SLOT_SECONDS``.
+    block_method
+        The block levels' dual method (:data:`kvsched.csp.bounds.chain_blocks.METHODS`): the proximal
+        bundle, or the projected subgradient it replaced (for comparisons).
     """
+    if block_method not in METHODS:
+        raise InputError(f"block_method must be one of {', '.join(METHODS)}; got {block_method!r}")
     given = spans or ()
     if any(s < 1 for s in given) or any(a <= b or a % b for a, b in itertools.pairwise(given)):
         raise InputError(
@@ -515,6 +523,7 @@ def chain_lagrangian(
             data, np.pad(best_y, (0, y.size - best_y.size)), z, upper, deadline.share(BLOCK_SHARE), spans=spans,
             iterations=max_iterations - iterations, on_improve=record, floor=best,
             first_cost=lambda y, z: _predict_blocks(data, y, spans[0]), until=deadline, value=best, first=y,
+            predict=lambda y, span: _predict_blocks(data, y, span), method=block_method,
         )  # fmt: skip
         iterations += blocks.iterations
         y, z, factor, chains = blocks.y, blocks.z, blocks.factor, blocks.chains

@@ -5,10 +5,11 @@ Any multipliers ``y, z >= 0`` give a valid chain-Lagrangian bound
 of ``B`` consecutive slots. At such multipliers the exact chain price is a
 programme over blocks with a sliding-window minimum
 (:mod:`kvsched.csp.bounds._block_kernels`), ``O(states)`` per block instead of
-``O(states x B)``: many more subgradient iterations fit in the same time. The
-ascent runs on coarse blocks first and then on finer ones (a block's multiplier
-is copied to its halves, so the value carries over), down to single slots; the
-best value of every level is a bound.
+``O(states x B)``: many more iterations fit in the same time. The ascent (a
+proximal bundle, :mod:`kvsched.csp.bounds._bundle`) runs on coarse blocks first
+and then on finer ones (a block's multiplier is copied to its halves, so the
+value carries over), down to single slots; the best value of every level is a
+bound.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kvsched.csp.bounds._ascent import Ascent
+from kvsched.csp.bounds._bundle import Bundle
 from kvsched.stop import Deadline
 
 if TYPE_CHECKING:
@@ -36,8 +38,12 @@ FEW_PRICINGS = 8
 FINEST = 8
 #: Share of the time left that a level other than the last may take.
 LEVEL_SHARE = 0.5
-#: A level other than the last ends once its step factor has been halved below this (it has stalled).
+#: A level other than the last ends once its step factor has been halved below this (it has stalled; the
+#: subgradient's rule: the bundle ends a level on its model's promise, see :mod:`kvsched.csp.bounds._bundle`).
 LEVEL_MIN_FACTOR = 1 / 16
+#: The block levels' dual methods: the proximal bundle (default; measured better on the Azure conversation
+#: rows, ``docs/bounds.md``) and the projected subgradient it replaced (``benchmarks/dual_methods.py``).
+METHODS = ("bundle", "subgradient")
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -114,7 +120,7 @@ def evaluate_blocks(
 
 
 def block_pricer(data: ChainData, span: int, prev: np.ndarray | None = None):
-    """Block pricing for :class:`kvsched.csp.bounds._ascent.Ascent`; last call's chains narrow the bands."""
+    """Block pricing for the block levels' ascent (either method); last call's chains narrow the bands."""
     last: list[np.ndarray | None] = [prev]
 
     def price(y: np.ndarray, z: np.ndarray, reset: bool):
@@ -259,8 +265,10 @@ def block_ascent(
     log=None,
     value: float = -math.inf,
     first: np.ndarray | None = None,
+    predict=None,
+    method: str = "bundle",
 ) -> BlockAscent:
-    """Subgradient ascent on block-constant multipliers, coarse to fine.
+    """Bundle ascent on block-constant multipliers, coarse to fine.
 
     ``y`` and ``z`` are slot multipliers (the warm start); each level averages
     them over its blocks, ascends (at most ``LEVEL_SHARE`` of the time left, and
@@ -275,7 +283,9 @@ def block_ascent(
     caller's own deadline: where the next level, or after the last the slot pricing,
     could not price ``FEW_PRICINGS`` times before it, the level goes on to it. ``value`` is what ``y``
     is known to be worth (a level's point replaces it only where better); ``first`` (default ``y``)
-    is where the first level starts instead.
+    is where the first level starts instead. ``predict(y, span)`` (slot multipliers), where given,
+    estimates a block pricing's cost, so that the bundle shortens steps whose pricing would be dear.
+    ``method`` is one of :data:`METHODS`.
     """
     # Every level's blocks tile the same padded horizon, so a coarse point is exactly a fine one: the
     # value carries over from level to level.
@@ -284,7 +294,9 @@ def block_ascent(
     z = np.concatenate([z, np.zeros(horizon - z.size)]) if z.size else z
     best, best_y, best_z, used = value, y, z, 0
     prev = None
-    factor = 1.0  # a finer level starts at the step its coarser one had reached (the value carries over)
+    # A finer subgradient level starts at the step its coarser one had reached (the value carries over);
+    # the bundle keeps it, and it is handed on to the slot phase's subgradient.
+    factor = 1.0
     cost = first_cost(y, z)  # predicted seconds of the level's first pricing
     for level, span in enumerate(spans):
         last = level == len(spans) - 1
@@ -295,10 +307,14 @@ def block_ascent(
         pricer = block_pricer(data, span, prev)
         if level:  # the previous level's last pricing, scaled
             cost *= spans[level - 1] / span
-        ascent = Ascent(
+        bundle = method == "bundle"
+        extra = {}
+        if bundle and predict is not None:
+            extra["predict"] = lambda y, z, span=span: predict(np.repeat(y, span), span)
+        ascent = (Bundle if bundle else Ascent)(
             data, upper, pricer, on_improve=on_improve, floor=max(best, floor), span=span,
             min_factor=1e-3 if last else factor * LEVEL_MIN_FACTOR, factor=factor,
-            first_cost=lambda y, z, cost=cost: cost,
+            first_cost=lambda y, z, cost=cost: cost, **extra,
         )  # fmt: skip
         tic = time.perf_counter()
         ascent.run(yb, zb, deadline if last else deadline.share(LEVEL_SHARE), iterations - used)
