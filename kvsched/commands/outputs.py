@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -77,6 +76,8 @@ def jsonable(value: Any) -> Any:
 
 def write_json(path: str | Path, doc: Mapping[str, Any]) -> None:
     """Write ``doc`` as strict JSON (NaN as null), atomically."""
+    import json  # here: a command on a CSV trace reads and writes no JSON (the import is ~6M instructions)
+
     write_text_atomic(path, json.dumps(jsonable(doc), indent=1, allow_nan=False) + "\n")
 
 

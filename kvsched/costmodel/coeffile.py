@@ -15,7 +15,6 @@ from, and the fidelity figures. The files shipped with kvsched live in
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +69,8 @@ def parse_coefficients(doc: Any, source: str) -> CoefficientFile:
 
 def load_coefficients(path: str | Path) -> CoefficientFile:
     """Read and validate a coefficient file."""
+    import json  # here: a command on a CSV trace reads and writes no JSON (the import is ~6M instructions)
+
     p = Path(path)
     try:
         doc = json.loads(p.read_text())
@@ -82,6 +83,8 @@ def load_coefficients(path: str | Path) -> CoefficientFile:
 
 def dump_coefficients(doc: dict[str, Any]) -> str:
     """A coefficient document as the text files hold (stable key order, one trailing newline)."""
+    import json
+
     return json.dumps(doc, indent=1, allow_nan=False) + "\n"
 
 

@@ -29,7 +29,6 @@ a schedule can say which instance it was made for.
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -85,6 +84,8 @@ def read_text(path: Path) -> str:
 
 def parse_json(text: str, source: str) -> Any:
     """``json.loads`` with every failure as one :class:`InputError` line naming ``source``."""
+    import json  # here: a command on a CSV trace reads and writes no JSON (the import is ~6M instructions)
+
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -279,6 +280,8 @@ def instance_fingerprint(instance: Instance) -> str:
     against other limits (``-M``) is a legitimate question with violations for
     an answer, while a schedule for other requests is a different instance.
     """
+    import json
+
     rows = [[r.id, float(r.arrival), int(r.prompt), int(r.output)] for r in instance.requests]
     text = json.dumps(rows, separators=(",", ":"), ensure_ascii=True)
     import hashlib  # here: only a saved instance is hashed (its import costs a command ~2 ms)
@@ -318,6 +321,8 @@ def instance_to_dict(instance: Instance) -> dict[str, Any]:
 
 def save_instance(instance: Instance, path: str | Path) -> None:
     """Write ``instance`` as a JSON instance file (a path that cannot be written is an :class:`InputError`)."""
+    import json
+
     p = Path(path)
     text = json.dumps(instance_to_dict(instance), indent=1) + "\n"
     try:

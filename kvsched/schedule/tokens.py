@@ -474,9 +474,13 @@ def _previous(parts: list[np.ndarray], n: int) -> tuple[np.ndarray, np.ndarray]:
     last = np.full(n, -2, dtype=np.int32)
     out = []
     keep = out.append
+    # The entry written into a 0-d int32 array, which the scatter broadcasts as it is: a Python int
+    # is converted on every assignment (about 800 instructions an entry more).
+    value = np.zeros((), dtype=np.int32)
     for entry, part in enumerate(parts):
         keep(last[part])
-        last[part] = entry
+        value[()] = entry
+        last[part] = value
     return np.concatenate(out), last
 
 
