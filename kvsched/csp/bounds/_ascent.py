@@ -180,7 +180,21 @@ class Rows(Protocol):
     budget: int | None
 
 
-class Ascent(Subgradient):
+class BestPoint:
+    """The best point's memory and token multipliers, for the chain ascents whose ``best_x`` is ``(y, z)``."""
+
+    best_x: tuple[np.ndarray, ...]
+
+    @property
+    def best_y(self) -> np.ndarray:
+        return self.best_x[0]
+
+    @property
+    def best_z(self) -> np.ndarray:
+        return self.best_x[1]
+
+
+class Ascent(Subgradient, BestPoint):
     """The chain Lagrangians' ascent over memory multipliers ``y`` and token multipliers ``z``.
 
     ``price(y, z, reset) -> (value, load, tokens)``: the blocks (KV) and tokens the chains put in each
@@ -212,14 +226,6 @@ class Ascent(Subgradient):
             upper, grads, (data.capacity, budget), on_improve=on_improve, floor=floor,
             first_cost=lambda x: first_cost(x[0], x[1]), min_factor=min_factor, factor=factor,
         )  # fmt: skip
-
-    @property
-    def best_y(self) -> np.ndarray:
-        return self.best_x[0]
-
-    @property
-    def best_z(self) -> np.ndarray:
-        return self.best_x[1]
 
     def run(self, y: np.ndarray, z: np.ndarray, deadline: Deadline, max_iterations: int) -> None:  # type: ignore[override]
         super().run((y, z), deadline, max_iterations)

@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kvsched.csp.bounds._ascent import Rows
+from kvsched.csp.bounds._ascent import BestPoint, Rows
 from kvsched.stop import Deadline
 
 #: A step is serious (the centre moves) where it gains at least this share of the model's prediction.
@@ -140,7 +140,7 @@ class Cuts:
         return lam, d, float(np.min(errors + d @ g))
 
 
-class Bundle:
+class Bundle(BestPoint):
     """Proximal bundle ascent over memory multipliers ``y`` and token multipliers ``z``; the interface of
     :class:`kvsched.csp.bounds._ascent.Ascent` (``price(y, z, reset) -> (value, load, tokens)``, each
     multiplier standing for ``span`` slots).
@@ -175,14 +175,6 @@ class Bundle:
         self.iterations, self.last_cost = 0, 0.0
         self.nulls = 0  # null steps taken (the log's figures)
         self._state: tuple[Cuts, np.ndarray, float, float] | None = None  # cuts, centre, its value, t
-
-    @property
-    def best_y(self) -> np.ndarray:
-        return self.best_x[0]
-
-    @property
-    def best_z(self) -> np.ndarray:
-        return self.best_x[1]
 
     def _split(self, x: np.ndarray, ny: int) -> tuple[np.ndarray, np.ndarray]:
         """The multipliers ``(y, z)`` of the scaled point ``x``."""

@@ -33,6 +33,19 @@ def project_simplex(v: np.ndarray) -> np.ndarray:
     return np.maximum(v - shift, 0.0)
 
 
+@nb.njit(cache=True)
+def _matvec(h: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """``h @ v`` by loops: numba's matrix product calls SciPy's BLAS, which kvsched does not depend on
+    (a kernel compiled where SciPy was installed aborted the process where it was not)."""
+    out = np.zeros(h.shape[0])
+    for i in range(h.shape[0]):
+        total = 0.0
+        for j in range(h.shape[1]):
+            total += h[i, j] * v[j]
+        out[i] = total
+    return out
+
+
 def simplex_qp(h: np.ndarray, c: np.ndarray, start: np.ndarray, lipschitz: float) -> np.ndarray:
     """``argmin lam' h lam / 2 + c . lam`` over the simplex, from ``start``, by FISTA with step
     ``1 / lipschitz`` (``h`` positive semidefinite, ``lipschitz`` at least its largest eigenvalue).
@@ -49,7 +62,7 @@ def simplex_qp(h: np.ndarray, c: np.ndarray, start: np.ndarray, lipschitz: float
     mom = lam.copy()
     theta = 1.0
     for _ in range(ITERATIONS):
-        nxt = project_simplex(mom - step * (h @ mom + c))
+        nxt = project_simplex(mom - step * (_matvec(h, mom) + c))
         theta_next = (1.0 + math.sqrt(1.0 + 4.0 * theta * theta)) / 2.0
         mom = nxt + ((theta - 1.0) / theta_next) * (nxt - lam)
         moved = np.abs(nxt - lam).max()
