@@ -80,6 +80,11 @@ class Cuts:
         self.gram = np.zeros((capacity, capacity))
         self.k = 0
 
+    @property
+    def capacity(self) -> int:
+        """Cuts it can hold."""
+        return self.a.size
+
     def add(self, g: np.ndarray, intercept: float) -> None:
         """Add the cut ``g . x + intercept`` (room must have been made)."""
         k = self.k
@@ -214,7 +219,7 @@ class Bundle(BestPoint):
             size = float(np.linalg.norm(centre))
             # From y = 0, Polyak's step towards 5% above the value.
             t = FIRST_STEP * size / norm if size > 0.0 else 0.05 * max(1.0, abs(value)) / norm**2
-            cuts = Cuts(centre.size)
+            cuts = Cuts(centre.size, MAX_CUTS)
             cuts.add(grad, value - float(grad @ centre))
             self._state = (cuts, centre, value, t)
         cuts, centre, value, t = self._state
@@ -260,8 +265,8 @@ class Bundle(BestPoint):
             else:
                 self.nulls += 1
                 t *= SHRINK_LOST if new < value else SHRINK_NULL
-            if cuts.k >= MAX_CUTS:
-                cuts.compress(lam, MAX_CUTS - 1)
+            if cuts.k >= cuts.capacity:
+                cuts.compress(lam, cuts.capacity - 1)
                 lam = np.zeros(cuts.k)
                 lam[-1] = 1.0  # the aggregate
             cuts.add(grad, new - float(grad @ point))
