@@ -180,6 +180,17 @@ class Rows(Protocol):
     budget: int | None
 
 
+def row_subgradients(
+    data: Rows, span: float, load: np.ndarray, tokens: np.ndarray, with_tokens: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """The chain Lagrangian's subgradient in the memory and token multipliers, each row divided by its
+    right-hand side (``span`` slots of ``M``, of ``C``): what both chain ascents step along. The token
+    part is empty without token rows."""
+    g_y = load / data.capacity - span
+    g_z = tokens / float(data.budget) - span if with_tokens and data.budget is not None else np.zeros(0)
+    return g_y, g_z
+
+
 class BestPoint:
     """The best point's memory and token multipliers, for the chain ascents whose ``best_x`` is ``(y, z)``."""
 
@@ -219,8 +230,7 @@ class Ascent(Subgradient, BestPoint):
 
         def grads(x: tuple[np.ndarray, ...], reset: bool) -> tuple[float, tuple[np.ndarray, ...]]:
             value, load, tokens = price(x[0], x[1], reset)
-            g_z = tokens / budget - slots if x[1].size else x[1]
-            return value, (load / data.capacity - slots, g_z)
+            return value, row_subgradients(data, slots, load, tokens, x[1].size > 0)
 
         super().__init__(
             upper, grads, (data.capacity, budget), on_improve=on_improve, floor=floor,

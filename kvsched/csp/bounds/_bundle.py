@@ -40,7 +40,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from kvsched.csp.bounds._ascent import BestPoint, Rows
+from kvsched.csp.bounds._ascent import BestPoint, Rows, row_subgradients
 from kvsched.stop import Deadline
 
 #: A step is serious (the centre moves) where it gains at least this share of the model's prediction.
@@ -120,7 +120,8 @@ class Cuts:
         g, gram = self.g[:, :k], self.gram[:k, :k]
         errors = np.maximum(0.0, self.a[:k] + centre @ g - value)
         lam = start
-        clamped = centre + t * (g @ lam) < 0.0
+        move = t * (g @ lam)
+        clamped = centre + move < 0.0
         for _ in range(CLAMP_ROUNDS):
             # psi on the free components is t |G_F lam|^2 / 2; on a clamped one (d = -centre) it is
             # linear in lam: -centre_c (G lam)_c, plus a constant.
@@ -138,11 +139,12 @@ class Cuts:
             lam = _kernels().simplex_qp_compiled(
                 np.ascontiguousarray(h, dtype=np.float64), c, np.ascontiguousarray(lam, dtype=np.float64), top
             )
-            now = centre + t * (g @ lam) < 0.0
+            move = t * (g @ lam)
+            now = centre + move < 0.0
             if np.array_equal(now, clamped):
                 break
             clamped = now
-        d = np.maximum(-centre, t * (g @ lam))
+        d = np.maximum(-centre, move)
         return lam, d, float(np.min(errors + d @ g))
 
 
@@ -171,6 +173,7 @@ class Bundle(BestPoint):
         factor: float = 1.0,
         predict: Callable[[np.ndarray, np.ndarray], float] | None = None,
     ):
+        self.data = data
         self.capacity = float(data.capacity)
         self.budget = float(data.budget) if data.budget is not None else 1.0
         self.upper, self.price, self.on_improve, self.floor = upper, price, on_improve, floor
@@ -193,9 +196,7 @@ class Bundle(BestPoint):
         value, load, tokens = self.price(y, z, False)
         self.last_cost = time.perf_counter() - tic
         self.iterations += 1
-        grad = load / self.capacity - self.span
-        if z.size:
-            grad = np.concatenate([grad, tokens / self.budget - self.span])
+        grad = np.concatenate(row_subgradients(self.data, self.span, load, tokens, z.size > 0))
         if value > self.best:
             self.best, self.best_x = value, (y.copy(), z.copy())
             if self.on_improve is not None:

@@ -302,8 +302,13 @@ def compiled_kernels(objective: str = "total-latency") -> list:
     from kvsched.csp.bounds import _block_kernels, _bundle_kernels
 
     k = _kernels()
-    out = [k.price_chains, k.chain_loads, k.band_widths, _block_kernels.price_blocks]
-    out.append(_bundle_kernels.simplex_qp_compiled)  # the block levels' bundle steps
+    out = [
+        k.price_chains,
+        k.chain_loads,
+        k.band_widths,
+        _block_kernels.price_blocks,
+        _bundle_kernels.simplex_qp_compiled,  # the block levels' bundle steps
+    ]
     return [*out, k.price_contiguous] if objective == "total-latency" else out
 
 
