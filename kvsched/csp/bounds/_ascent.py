@@ -237,5 +237,9 @@ class Ascent(Subgradient, BestPoint):
             first_cost=lambda x: first_cost(x[0], x[1]), min_factor=min_factor, factor=factor,
         )  # fmt: skip
 
+    def as_last(self) -> None:
+        """Ascend from now on as the last level does: until the step factor falls below ``1e-3``."""
+        self.min_factor = 1e-3
+
     def run(self, y: np.ndarray, z: np.ndarray, deadline: Deadline, max_iterations: int) -> None:  # type: ignore[override]
         super().run((y, z), deadline, max_iterations)

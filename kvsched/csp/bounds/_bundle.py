@@ -153,9 +153,9 @@ class Bundle(BestPoint):
     :class:`kvsched.csp.bounds._ascent.Ascent` (``price(y, z, reset) -> (value, load, tokens)``, each
     multiplier standing for ``span`` slots).
 
-    ``min_factor`` above the last level's ``1e-3`` marks a level that is not the last: it stops once
-    the model promises less than ``LEVEL_TOLERANCE`` of the value. ``factor`` is handed on unchanged
-    (the subgradient ascent after the block levels starts from it). ``predict(y, z)``, where given,
+    ``last`` is false on a level that is not the last: it stops once the model promises less than
+    ``LEVEL_TOLERANCE`` of the value (the last level: ``LAST_TOLERANCE``). ``factor`` is handed on
+    unchanged (the subgradient ascent after the block levels starts from it). ``predict(y, z)``, where given,
     estimates a pricing's cost (any unit: only its ratio to the centre's is used), so that a step
     whose pricing would be dear is shortened before it is priced.
     """
@@ -169,7 +169,7 @@ class Bundle(BestPoint):
         floor: float = -math.inf,
         first_cost: Callable[[np.ndarray, np.ndarray], float] = lambda y, z: 0.0,
         span: int = 1,
-        min_factor: float = 1e-3,
+        last: bool = True,
         factor: float = 1.0,
         predict: Callable[[np.ndarray, np.ndarray], float] | None = None,
     ):
@@ -178,12 +178,16 @@ class Bundle(BestPoint):
         self.budget = float(data.budget) if data.budget is not None else 1.0
         self.upper, self.price, self.on_improve, self.floor = upper, price, on_improve, floor
         self.first_cost, self.span = first_cost, float(span)
-        self.min_factor, self.factor = min_factor, factor
+        self.last, self.factor = last, factor
         self.predict = predict
         self.best, self.best_x = -math.inf, (np.zeros(0), np.zeros(0))
         self.iterations, self.last_cost = 0, 0.0
         self.nulls = 0  # null steps taken (the log's figures)
         self._state: tuple[Cuts, np.ndarray, float, float] | None = None  # cuts, centre, its value, t
+
+    def as_last(self) -> None:
+        """Ascend from now on as the last level does (to its finer tolerance)."""
+        self.last = True
 
     def _split(self, x: np.ndarray, ny: int) -> tuple[np.ndarray, np.ndarray]:
         """The multipliers ``(y, z)`` of the scaled point ``x``."""
@@ -207,7 +211,7 @@ class Bundle(BestPoint):
         """Ascend from ``(y, z)`` (or, called again, from the bundle so far) until ``deadline``,
         ``max_iterations`` pricings or a model that promises nothing more."""
         ny = y.size
-        tolerance = LEVEL_TOLERANCE if self.min_factor > 1e-3 else LAST_TOLERANCE
+        tolerance = LAST_TOLERANCE if self.last else LEVEL_TOLERANCE
         if self._state is None:
             if not self.best_x[0].size:
                 self.best_x = (y.copy(), z.copy())

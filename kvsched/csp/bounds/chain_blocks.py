@@ -307,15 +307,18 @@ def block_ascent(
         pricer = block_pricer(data, span, prev)
         if level:  # the previous level's last pricing, scaled
             cost *= spans[level - 1] / span
-        bundle = method == "bundle"
-        extra = {}
-        if bundle and predict is not None:
-            extra["predict"] = lambda y, z, span=span: predict(np.repeat(y, span), span)
-        ascent = (Bundle if bundle else Ascent)(
-            data, upper, pricer, on_improve=on_improve, floor=max(best, floor), span=span,
-            min_factor=1e-3 if last else factor * LEVEL_MIN_FACTOR, factor=factor,
-            first_cost=lambda y, z, cost=cost: cost, **extra,
+        common = dict(
+            on_improve=on_improve, floor=max(best, floor), span=span, factor=factor,
+            first_cost=lambda y, z, cost=cost: cost,
         )  # fmt: skip
+        ascent: Bundle | Ascent
+        if method == "bundle":
+            shorten = None if predict is None else lambda y, z, span=span: predict(np.repeat(y, span), span)
+            ascent = Bundle(data, upper, pricer, last=last, predict=shorten, **common)
+        else:
+            # A level that is not the last stops once its step factor has halved four times.
+            min_factor = 1e-3 if last else factor * LEVEL_MIN_FACTOR
+            ascent = Ascent(data, upper, pricer, min_factor=min_factor, **common)
         tic = time.perf_counter()
         ascent.run(yb, zb, deadline if last else deadline.share(LEVEL_SHARE), iterations - used)
         outer = until or deadline
@@ -325,7 +328,7 @@ def block_ascent(
             done = ascent.iterations
             ahead = (ascent.last_cost if done else cost) * span / (1 if last else spans[level + 1])
             if ahead * FEW_PRICINGS > outer.remaining():
-                ascent.min_factor = 1e-3
+                ascent.as_last()
                 ascent.run(ascent.best_y, ascent.best_z, outer, iterations - used - done)
                 last = True
         used += ascent.iterations
