@@ -41,6 +41,37 @@ def _share(t, life_j, inv_phi):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True)
+def _decode_piece(fd, gd0, gd1, k, lam, s_tok):  # pragma: no cover - compiled
+    """Form ``k``'s piece of a decode with ``s_tok`` known tokens and fixed-part share ``lam``."""
+    return lam * fd[k] + gd0[k] + gd1[k] * (s_tok - 1)
+
+
+@nb.njit(cache=True)
+def _refill_piece(fp, gr, k, lam, s_tok):  # pragma: no cover - compiled
+    """Form ``k``'s piece of a refill's last chunk ending on ``s_tok`` known tokens."""
+    return lam * fp[k] + gr[k, s_tok]
+
+
+@nb.njit(cache=True)
+def _first_piece(fp, pt, pr, k, lam):  # pragma: no cover - compiled
+    """Form ``k``'s piece of the prompt chunk generating token 1 (one prompt token of its own)."""
+    return lam * fp[k] + pr[k] + pt[k]
+
+
+@nb.njit(cache=True)
+def _token_piece(fp, pt, pr, k, per, q):  # pragma: no cover - compiled
+    """Form ``k``'s piece of one more prompt token: its own, a 1/q share of a chunk's constant and ``per``
+    of the fixed part."""
+    return pt[k] + per * fp[k] + pr[k] / q
+
+
+@nb.njit(cache=True)
+def _token_share(alpha_t, lam_phi, q, kv_tok):  # pragma: no cover - compiled
+    """The fixed-part share of one more prompt token: 1/q of the request's, and 1/M by the KV it adds."""
+    return alpha_t * lam_phi / q + (1.0 - alpha_t) / kv_tok
+
+
+@nb.njit(cache=True)
 def _op_cost(t, s_tok, lam_phi, alpha, kv_cap, mu, y, z, fd, fp, gd0, gd1, gr, block):  # pragma: no cover
     """Price of a generating op (u >= 2) with ``s_tok`` known tokens in slot ``t``, and its route
     (0: decode, 1: last chunk of a refill)."""
@@ -51,8 +82,8 @@ def _op_cost(t, s_tok, lam_phi, alpha, kv_cap, mu, y, z, fd, fp, gd0, gd1, gr, b
     ref = 0.0
     for k in range(fd.size):
         m = mu[k, t]
-        dec += m * (lam * fd[k] + gd0[k] + gd1[k] * (s_tok - 1))
-        ref += m * (lam * fp[k] + gr[k, s_tok])
+        dec += m * _decode_piece(fd, gd0, gd1, k, lam, s_tok)
+        ref += m * _refill_piece(fp, gr, k, lam, s_tok)
     v = y[t] * _blocks(s_tok, block)
     if z.size:
         v += z[t]
@@ -69,7 +100,7 @@ def _first_cost(t, prompt_j, lam_phi, alpha, kv_cap, mu, y, z, fp, pt, pr, block
     lam = alpha[t] * lam_phi + (1.0 - alpha[t]) * _blocks(prompt_j, block) / kv_cap
     v = y[t] * _blocks(prompt_j, block)
     for k in range(fp.size):
-        v += mu[k, t] * (lam * fp[k] + pr[k] + pt[k])
+        v += mu[k, t] * _first_piece(fp, pt, pr, k, lam)
     if z.size:
         v += z[t]
     return v
@@ -81,10 +112,10 @@ def _token_price(t, lam_phi, alpha, kv_tok, mu, z, fp, pt, pr, q):  # pragma: no
     constant and of the request's share, and 1/M of the fixed part by the KV it adds."""
     if t >= mu.shape[1]:
         return 0.0
-    per = alpha[t] * lam_phi / q + (1.0 - alpha[t]) / kv_tok
+    per = _token_share(alpha[t], lam_phi, q, kv_tok)
     v = 0.0
     for k in range(fp.size):
-        v += mu[k, t] * (pt[k] + per * fp[k] + pr[k] / q)
+        v += mu[k, t] * _token_piece(fp, pt, pr, k, per, q)
     if z.size:
         v += z[t]
     return v
@@ -122,37 +153,37 @@ def _fill(best, count, k, rest, q):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True)
-def _price_one(
-    j,
-    release,
-    earliest,
-    output,
-    prompt,
-    arrival,
-    life,
-    offset,
-    delta,
-    q,
-    block,
-    kv_cap,
-    kv_tok,
-    mu,
-    y,
-    z,
-    inv_phi,
-    alpha,
-    fd,
-    fp,
-    gd0,
-    gd1,
-    gr,
-    pt,
-    pr,
-    prev,
-    use_prev,
-    chains,
-    first,
-):  # pragma: no cover - compiled
+def _chain_price(j, slots, at, best, count, k, requests, sizes, prices, forms):  # pragma: no cover
+    """The price of request ``j``'s chain with op ``u`` in slot ``slots[at + u - 1]``, its other prompt
+    tokens in the cheapest slots up to the first op's (``best[:count]`` holds those before ``earliest``)."""
+    _, earliest, output, prompt, arrival, life, _ = requests
+    delta, q, block, kv_cap, kv_tok = sizes
+    mu, y, z, inv_phi, alpha = prices
+    fd, fp, gd0, gd1, gr, pt, pr = forms
+    o, i_j, lf = output[j], prompt[j], life[j]
+    t1 = slots[at]
+    tmp = best.copy()
+    if k:
+        for s in range(earliest[j], t1 + 1):
+            count = _insert(
+                tmp, count, k, _token_price(s, _share(s, lf, inv_phi), alpha, kv_tok, mu, z, fp, pt, pr, q)
+            )
+    c = _first_cost(t1, i_j, _share(t1, lf, inv_phi), alpha, kv_cap, mu, y, z, fp, pt, pr, block)
+    c += _fill(tmp, count, k, i_j - 1, q)
+    for u in range(2, o + 1):
+        t = slots[at + u - 1]
+        c += _op_cost(
+            t, i_j + u - 1, _share(t, lf, inv_phi), alpha, kv_cap, mu, y, z, fd, fp, gd0, gd1, gr, block
+        )[0]
+    return c + delta * (slots[at + o - 1] + 1) - arrival[j]
+
+
+@nb.njit(cache=True)
+def _price_one(j, requests, sizes, prices, forms, prev, use_prev, chains, first):  # pragma: no cover
+    release, earliest, output, prompt, arrival, life, offset = requests
+    delta, q, block, kv_cap, kv_tok = sizes
+    mu, y, z, inv_phi, alpha = prices
+    fd, fp, gd0, gd1, gr, pt, pr = forms
     r = release[j]
     e = earliest[j]
     o = output[j]
@@ -178,36 +209,10 @@ def _price_one(
     # An upper bound on the price: a chain starting at the earliest slot, one wholly past the horizon,
     # or last call's chain re-priced. Every chain costs at least delta (t_O + 1) - a (prices >= 0).
     ub = delta * (max(big + k, e) + o) - a
-    c = 0.0
-    cnt = count
-    tmp = best.copy()
-    lam = _share(e, lf, inv_phi)
-    if k:
-        cnt = _insert(tmp, cnt, k, _token_price(e, lam, alpha, kv_tok, mu, z, fp, pt, pr, q))
-    c = _first_cost(e, i_j, lam, alpha, kv_cap, mu, y, z, fp, pt, pr, block) + _fill(tmp, cnt, k, rest, q)
-    for u in range(2, o + 1):
-        t = e + u - 1
-        c += _op_cost(
-            t, i_j + u - 1, _share(t, lf, inv_phi), alpha, kv_cap, mu, y, z, fd, fp, gd0, gd1, gr, block
-        )[0]
-    ub = min(ub, c + delta * (e + o) - a)
+    from_e = np.arange(e, e + o)
+    ub = min(ub, _chain_price(j, from_e, 0, best, count, k, requests, sizes, prices, forms))
     if use_prev and prev[offset[j]] >= e:
-        t1 = prev[offset[j]]
-        cnt = count
-        tmp = best.copy()
-        if k:
-            for s in range(e, t1 + 1):
-                cnt = _insert(
-                    tmp, cnt, k, _token_price(s, _share(s, lf, inv_phi), alpha, kv_tok, mu, z, fp, pt, pr, q)
-                )
-        c = _first_cost(t1, i_j, _share(t1, lf, inv_phi), alpha, kv_cap, mu, y, z, fp, pt, pr, block)
-        c += _fill(tmp, cnt, k, rest, q)
-        for u in range(2, o + 1):
-            t = prev[offset[j] + u - 1]
-            c += _op_cost(
-                t, i_j + u - 1, _share(t, lf, inv_phi), alpha, kv_cap, mu, y, z, fd, fp, gd0, gd1, gr, block
-            )[0]
-        ub = min(ub, c + delta * (prev[offset[j] + o - 1] + 1) - a)
+        ub = min(ub, _chain_price(j, prev, offset[j], best, count, k, requests, sizes, prices, forms))
     width = max(int(np.floor((a + ub) / delta - e - o + BAND_TOL)) + 1, 1)
 
     f = np.empty(width)
@@ -254,110 +259,49 @@ def _price_one(
 
 
 @nb.njit(cache=True, parallel=True)
-def price_chains(
-    release,
-    earliest,
-    output,
-    prompt,
-    arrival,
-    life,
-    offset,
-    delta,
-    q,
-    block,
-    kv_cap,
-    kv_tok,
-    mu,
-    y,
-    z,
-    inv_phi,
-    alpha,
-    fd,
-    fp,
-    gd0,
-    gd1,
-    gr,
-    pt,
-    pr,
-    prev,
-    use_prev,
-):  # pragma: no cover - compiled
+def price_chains(requests, sizes, prices, forms, prev, use_prev):  # pragma: no cover - compiled
     """Each request's cheapest chain: prices, flat op slots, first-token slots.
 
     Exact: a chain dearer than a known one (from the earliest slot, wholly past the horizon, or last
     call's ``prev``) is never optimal, and every chain costs at least ``delta (t_O + 1) - a``, so op
     ``u`` of an optimal chain lies in the band ``[e + u - 1, e + u - 1 + width)``.
+
+    Parameters
+    ----------
+    requests
+        ``(release, earliest, output, prompt, arrival, life, offset)``, per request (module docstring).
+    sizes
+        ``(delta, q, block, kv_cap, kv_tok)``: the slot length, the chunk cap (inf: none), the KV block
+        size, the KV capacity in blocks and in tokens.
+    prices
+        ``(mu, y, z, inv_phi, alpha)``: the multipliers per slot (``mu`` forms x slots, ``z`` empty
+        without a budget), the requests' shares and the share mixture.
+    forms
+        ``(fd, fp, gd0, gd1, gr, pt, pr)``, per form (module docstring).
+    prev, use_prev
+        Last call's flat chains, and whether to re-price them.
     """
+    output, offset = requests[2], requests[6]
     n = output.size
     price = np.empty(n)
     chains = np.empty(offset[n - 1] + output[n - 1], dtype=np.int64)
     first = np.empty(n, dtype=np.int64)
     for j in nb.prange(n):
-        price[j] = _price_one(
-            j,
-            release,
-            earliest,
-            output,
-            prompt,
-            arrival,
-            life,
-            offset,
-            delta,
-            q,
-            block,
-            kv_cap,
-            kv_tok,
-            mu,
-            y,
-            z,
-            inv_phi,
-            alpha,
-            fd,
-            fp,
-            gd0,
-            gd1,
-            gr,
-            pt,
-            pr,
-            prev,
-            use_prev,
-            chains,
-            first,
-        )
+        price[j] = _price_one(j, requests, sizes, prices, forms, prev, use_prev, chains, first)
     return price, chains, first
 
 
 @nb.njit(cache=True)
-def chain_loads(
-    release,
-    output,
-    prompt,
-    life,
-    offset,
-    q,
-    block,
-    kv_cap,
-    kv_tok,
-    mu,
-    y,
-    z,
-    inv_phi,
-    alpha,
-    fd,
-    fp,
-    gd0,
-    gd1,
-    gr,
-    pt,
-    pr,
-    chains,
-    first,
-):  # pragma: no cover - compiled
+def chain_loads(requests, sizes, prices, forms, chains, first):  # pragma: no cover - compiled
     """What the chains put in each slot ``< len(y)``: machine pieces per form, KV blocks, tokens, and
-    the derivative of the priced pieces in the share mixture ``alpha``."""
+    the derivative of the priced pieces in the share mixture ``alpha`` (arguments as :func:`price_chains`)."""
+    release, _, output, prompt, _, life, offset = requests
+    _, q, block, kv_cap, kv_tok = sizes
+    mu, y, z, inv_phi, alpha = prices
+    fd, fp, gd0, gd1, gr, pt, pr = forms
     big = y.size
-    forms = fd.size
-    machine = np.zeros((forms, big))
+    n_forms = fd.size
+    machine = np.zeros((n_forms, big))
     memory = np.zeros(big)
     tokens = np.zeros(z.size)
     d_alpha = np.zeros(big)
@@ -379,15 +323,15 @@ def chain_loads(
             route = 1
             if u > 1:
                 route = _op_cost(t, s_tok, lam_phi, alpha, kv_cap, mu, y, z, fd, fp, gd0, gd1, gr, block)[1]
-            for k in range(forms):
+            for k in range(n_forms):
                 if u == 1:
-                    machine[k, t] += lam * fp[k] + pr[k] + pt[k]
+                    machine[k, t] += _first_piece(fp, pt, pr, k, lam)
                     d_alpha[t] += mu[k, t] * fp[k] * (lam_phi - kv_part)
                 elif route == 0:
-                    machine[k, t] += lam * fd[k] + gd0[k] + gd1[k] * (s_tok - 1)
+                    machine[k, t] += _decode_piece(fd, gd0, gd1, k, lam, s_tok)
                     d_alpha[t] += mu[k, t] * fd[k] * (lam_phi - kv_part)
                 else:
-                    machine[k, t] += lam * fp[k] + gr[k, s_tok]
+                    machine[k, t] += _refill_piece(fp, gr, k, lam, s_tok)
                     d_alpha[t] += mu[k, t] * fp[k] * (lam_phi - kv_part)
         rest = i_j - 1
         if rest <= 0:
@@ -409,46 +353,26 @@ def chain_loads(
             if t >= big:
                 continue
             lam_phi = _share(t, lf, inv_phi)
-            per = alpha[t] * lam_phi / q + (1.0 - alpha[t]) / kv_tok
-            for k in range(forms):
-                machine[k, t] += take * (pt[k] + per * fp[k] + pr[k] / q)
+            per = _token_share(alpha[t], lam_phi, q, kv_tok)
+            for k in range(n_forms):
+                machine[k, t] += take * _token_piece(fp, pt, pr, k, per, q)
                 d_alpha[t] += take * mu[k, t] * fp[k] * (lam_phi / q - 1.0 / kv_tok)
             if z.size:
                 tokens[t] += take
     return machine, memory, tokens, d_alpha
 
 
-def price_chains_reference(
-    release,
-    earliest,
-    output,
-    prompt,
-    arrival,
-    life,
-    delta,
-    q,
-    block,
-    kv_cap,
-    kv_tok,
-    mu,
-    y,
-    z,
-    inv_phi,
-    alpha,
-    fd,
-    fp,
-    gd0,
-    gd1,
-    gr,
-    pt,
-    pr,
-) -> np.ndarray:
+def price_chains_reference(requests, sizes, prices, forms) -> np.ndarray:
     """The reference: each request's price by the full programme in plain Python (no band, no numba).
 
     First-token slots run from ``earliest`` to the padded horizon plus the prompt's chunks, and op u
     ``u - 1`` slots later than that (past the horizon every price is 0, so no chain gains by ending
-    later).
+    later). Arguments as :func:`price_chains`.
     """
+    release, earliest, output, prompt, arrival, life, _ = requests
+    delta, q, block, kv_cap, kv_tok = sizes
+    mu, y, z, inv_phi, alpha = prices
+    fd, fp, gd0, gd1, gr, pt, pr = forms
     big = len(y)
     forms = len(fd)
 

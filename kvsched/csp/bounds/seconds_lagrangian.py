@@ -196,9 +196,19 @@ class SecondsChainData:
     horizon: int
     group: int  # slots per dual window
     forms: tuple[Separable, ...]
-    coeffs: dict  # kernel arrays per form: fd, fp, gd0, gd1, gr, pt, pr
+    coeffs: tuple[np.ndarray, ...]  # the kernels' arrays per form: fd, fp, gd0, gd1, gr, pt, pr
     prev: np.ndarray | None  # the incumbent's op slots (a feasible chain per request), or None
     upper: float  # the incumbent's total latency
+
+    @property
+    def requests(self) -> tuple[np.ndarray, ...]:
+        """The kernels' per-request arrays (see :func:`kvsched.csp.bounds._seconds_kernels.price_chains`)."""
+        return self.release, self.earliest, self.output, self.prompt, self.arrival, self.life, self.offset
+
+    @property
+    def sizes(self) -> tuple[float, float, int, float, float]:
+        """The kernels' sizes: slot length, chunk cap, KV block, KV capacity in blocks and in tokens."""
+        return self.delta, self.q, self.block, float(self.capacity), float(self.capacity * self.block)
 
     @property
     def windows(self) -> int:
@@ -218,7 +228,7 @@ class SecondsChainData:
         return np.add.reduceat(per_slot, np.arange(0, self.horizon, self.group), axis=-1)
 
 
-def _coeffs(forms: list[Separable], q: float, s_max: int) -> dict:
+def _coeffs(forms: list[Separable], q: float, s_max: int) -> tuple[np.ndarray, ...]:
     s = np.arange(s_max + 1, dtype=np.float64)
     gr = np.zeros((len(forms), s_max + 1))
     for k, f in enumerate(forms):
@@ -237,15 +247,15 @@ def _coeffs(forms: list[Separable], q: float, s_max: int) -> dict:
         big = np.minimum(s, q) if math.isfinite(q) else s
         # 2Sc - c^2 and the rest are concave in c: the least is at an end, c = 1 or c = min(q, S).
         gr[k] = np.where(s >= 1, np.minimum(chunk(1.0), chunk(np.maximum(big, 1.0))), 0.0)
-    return {
-        "fd": np.array([f.fixed + f.fixed_decode for f in forms]),
-        "fp": np.array([f.fixed + f.fixed_prefill for f in forms]),
-        "gd0": np.array([f.per_token + f.decode for f in forms]),
-        "gd1": np.array([f.decode_kv for f in forms]),
-        "gr": np.ascontiguousarray(np.maximum(gr, 0.0)),
-        "pt": np.array([f.per_token + f.prefill_token + f.prefill_quad + f.prefill_sq for f in forms]),
-        "pr": np.array([f.prefill for f in forms]),
-    }
+    return (
+        np.array([f.fixed + f.fixed_decode for f in forms]),  # fd
+        np.array([f.fixed + f.fixed_prefill for f in forms]),  # fp
+        np.array([f.per_token + f.decode for f in forms]),  # gd0
+        np.array([f.decode_kv for f in forms]),  # gd1
+        np.ascontiguousarray(np.maximum(gr, 0.0)),  # gr
+        np.array([f.per_token + f.prefill_token + f.prefill_quad + f.prefill_sq for f in forms]),  # pt
+        np.array([f.prefill for f in forms]),  # pr
+    )
 
 
 def incumbent_chains(data_release, earliest, output, offset, delta, trace: Trace) -> np.ndarray | None:
@@ -398,22 +408,15 @@ def evaluate(data: SecondsChainData, mu, y, z=None, alpha=None, *, prev: np.ndar
     alpha in [0, 1] (windows; default 1: the incumbent's shares only)."""
     mu, y, z = _multipliers(data, mu, y, np.zeros(0) if z is None else z)
     alpha_s = data.slots(_mixture(data, alpha))
-    k, c = _kernels(), data.coeffs
-    mu_s, y_s = data.slots(mu), data.slots(y)
+    k = _kernels()
     z_s = data.slots(z) if z.size else np.zeros(0)
+    prices = (data.slots(mu), data.slots(y), z_s, data.inv_phi, alpha_s)
     use_prev = prev is not None
     prev_arr = prev if use_prev else np.zeros(1, dtype=np.int64)
-    price, chains, first = k.price_chains(
-        data.release, data.earliest, data.output, data.prompt, data.arrival, data.life, data.offset,
-        data.delta, data.q, data.block, float(data.capacity), float(data.capacity * data.block),
-        mu_s, y_s, z_s, data.inv_phi, alpha_s,
-        c["fd"], c["fp"], c["gd0"], c["gd1"], c["gr"], c["pt"], c["pr"], prev_arr, use_prev,
-    )  # fmt: skip
+    price, chains, first = k.price_chains(data.requests, data.sizes, prices, data.coeffs, prev_arr, use_prev)
     machine, memory, tokens, d_alpha = k.chain_loads(
-        data.release, data.output, data.prompt, data.life, data.offset, data.q, data.block,
-        float(data.capacity), float(data.capacity * data.block), mu_s, y_s, z_s, data.inv_phi, alpha_s,
-        c["fd"], c["fp"], c["gd0"], c["gd1"], c["gr"], c["pt"], c["pr"], chains, first,
-    )  # fmt: skip
+        data.requests, data.sizes, prices, data.coeffs, chains, first
+    )
     value = dual_value(data, float(price.sum()), mu, y, z)
     return Pricing(
         value,
@@ -436,14 +439,9 @@ def _mixture(data: SecondsChainData, alpha) -> np.ndarray:
 def evaluate_reference(data: SecondsChainData, mu, y, z=None, alpha=None) -> float:
     """The Lagrangian by the plain-Python reference pricing (full programme): for tests, tiny instances."""
     mu, y, z = _multipliers(data, mu, y, np.zeros(0) if z is None else z)
-    c = data.coeffs
     z_s = data.slots(z) if z.size else np.zeros(0)
-    price = _kernels().price_chains_reference(
-        data.release, data.earliest, data.output, data.prompt, data.arrival, data.life, data.delta,
-        data.q, data.block, float(data.capacity), float(data.capacity * data.block), data.slots(mu),
-        data.slots(y), z_s, data.inv_phi, data.slots(_mixture(data, alpha)),
-        c["fd"], c["fp"], c["gd0"], c["gd1"], c["gr"], c["pt"], c["pr"],
-    )  # fmt: skip
+    prices = (data.slots(mu), data.slots(y), z_s, data.inv_phi, data.slots(_mixture(data, alpha)))
+    price = _kernels().price_chains_reference(data.requests, data.sizes, prices, data.coeffs)
     return dual_value(data, float(price.sum()), mu, y, z)
 
 
