@@ -86,28 +86,13 @@ def ghost_price(held: float, growth: int, y, span: int, t: int) -> float:
 
 @nb.njit(cache=True)
 def _price_one(
-    j,
-    release,
-    earliest,
-    output,
-    prompt,
-    arrival,
-    offset,
-    block,
-    y,
-    z,
-    has_z,
-    objective,
-    prev,
-    use_prev,
-    chains,
-    pslot,
-    chunk,
-    pre_offset,
-    pre_chains,
-    refilled,
-    growth,
+    j, requests, block, y, z, has_z, objective, prev, use_prev, chunk, pre_offset, growth, out
 ):  # pragma: no cover - compiled
+    """Request ``j``'s cheapest chain (see :func:`price_chains`): ``requests`` is ``(release, earliest,
+    output, prompt, arrival, offset)``; its slots go to ``out``, ``(chains, pslot, pre_chains, refilled)``;
+    returns its price."""
+    release, earliest, output, prompt, arrival, offset = requests
+    chains, pslot, pre_chains, refilled = out
     e = earliest[j]
     o = output[j]
     a = arrival[j]
@@ -394,29 +379,11 @@ def price_chains(
     pre_chains = np.empty(pre_offset[n], dtype=np.int64)
     refilled = np.zeros(chains.size, dtype=np.int8)  # set by _price_one where a gap is a refill
     has_z = z.size > 0
+    requests = (release, earliest, output, prompt, arrival, offset)
+    out = (chains, pslot, pre_chains, refilled)
     for j in nb.prange(n):
         price[j] = _price_one(
-            j,
-            release,
-            earliest,
-            output,
-            prompt,
-            arrival,
-            offset,
-            block,
-            y,
-            z,
-            has_z,
-            objective,
-            prev,
-            use_prev,
-            chains,
-            pslot,
-            chunk,
-            pre_offset,
-            pre_chains,
-            refilled,
-            growth,
+            j, requests, block, y, z, has_z, objective, prev, use_prev, chunk, pre_offset, growth, out
         )
     return price, chains, pslot, pre_chains, refilled
 
