@@ -17,7 +17,9 @@ what is left, each keeping what the earlier ones found:
 4. under seconds-based cost models, the best greedy variant under running caps
    (:func:`kvsched.csp.incumbents.best.search_running_caps`: admission control, searched);
 5. large-neighbourhood search on the best incumbent with what is left (windows of
-   priorities re-ordered and re-simulated; :func:`kvsched.csp.incumbents.improve`).
+   priorities re-ordered and re-simulated; :func:`kvsched.csp.incumbents.improve`), where the chain
+   Lagrangian ran first moving the requests with the largest reduced costs at its multipliers
+   (:class:`kvsched.csp.bounds.chain_guide.ChainGuide`).
 
 The result's scope is every legal schedule; its bound is the best of the
 portfolio and the Lagrangian, each named by its source; it is ``optimal`` only
@@ -32,7 +34,8 @@ from kvsched.costmodel import UnitCost
 from kvsched.csp.bounds import chain_lagrangian, portfolio
 from kvsched.csp.bounds.batch_count import SOURCE as BATCH_COUNT
 from kvsched.csp.bounds.batch_count import batch_count_bound, unit_copy
-from kvsched.csp.bounds.chain import compiled_kernels
+from kvsched.csp.bounds.chain import ChainLagrangian, compiled_kernels
+from kvsched.csp.bounds.chain_guide import ChainGuide
 from kvsched.csp.bounds.fluid_lp import fluid_lp_anytime
 from kvsched.csp.bounds.seconds_lagrangian import compiled_kernels as seconds_kernels
 from kvsched.csp.bounds.seconds_lagrangian import seconds_lagrangian
@@ -118,23 +121,26 @@ def _running_caps(log: SolveLog, best: Incumbent, deadline: Deadline, stats: dic
     return best
 
 
-def _lagrangian(log: SolveLog, objective: str, best: Incumbent, deadline: Deadline) -> dict:
+def _lagrangian(
+    log: SolveLog, objective: str, best: Incumbent, deadline: Deadline
+) -> tuple[dict, ChainLagrangian | None]:
+    """The Lagrangian stage's bounds (added to ``log``), its stats, and the chain Lagrangian where it ran."""
     if not isinstance(instance_cost_model(log.instance), UnitCost) and objective == "total-latency":
         stats = _sharing_lp(log, deadline.share(SHARING_LP_SHARE))
         if not _proven(log, best.value):
             stats.update(_fluid_lp(log, deadline.share(FLUID_LP_SHARE)))
         if not _proven(log, best.value):
             stats.update(_seconds_lagrangian(log, best, deadline.share(SECONDS_LAGRANGIAN_SHARE)))
-        return stats
+        return stats, None
     if not isinstance(instance_cost_model(log.instance), UnitCost) or objective == "makespan":
-        return {}
+        return {}, None
     if deadline.remaining() < 2 * float(best.stats.get("replay_s", 0.0)):
-        return {"lagrangian": "not run: no time left"}
+        return {"lagrangian": "not run: no time left"}, None
     if not use_compiled(compiled_kernels(objective), deadline):
         return {
             "lagrangian": f"not run: its kernels are not compiled yet, and compiling them (about "
             f"{COMPILE_SECONDS:.0f} s, once) does not fit in the time left (kvsched warmup compiles them)"
-        }
+        }, None
     # The best schedule's replay warm-starts the multipliers (y_t = requests in system / M) and is kept
     # for the result, so nothing is replayed twice.
     if log.trace_of(best.value) is None:
@@ -143,14 +149,15 @@ def _lagrangian(log: SolveLog, objective: str, best: Incumbent, deadline: Deadli
     try:
         lag = chain_lagrangian(log.instance, objective, incumbent=log.trace_of(best.value), deadline=deadline)
     except KvschedError as exc:
-        return {"lagrangian": f"not run: {exc}"}
+        return {"lagrangian": f"not run: {exc}"}, None
     before = max((b.value for b in log.bounds), default=None)
     for seconds, value in lag.history:  # the curve shows the best bound so far, never a dip
         best = value if before is None else max(before, value)
         log.points.append(AnytimePoint(started + seconds, log.best_value, best))
     log.add_bound(lag.bound)
     log.report()
-    return {"lagrangian_iterations": lag.iterations, "lagrangian_seconds": lag.seconds}
+    stats = {"lagrangian_iterations": lag.iterations, "lagrangian_seconds": lag.seconds}
+    return stats, lag
 
 
 def _seconds_lagrangian(log: SolveLog, best: Incumbent, deadline: Deadline) -> dict:
@@ -274,11 +281,15 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
     lagrangian = deadline.share(LAGRANGIAN_SHARE)
     if run > 0 and deadline.remaining() - lagrangian.remaining() < 2 * run + FINISH_MARGIN * deadline.limit:
         lagrangian = deadline.before(FINISH_MARGIN * deadline.limit)
+    guide = None
     if _proven(log, best.value):
         stats["proven_by"] = "the bounds portfolio"
     else:
         try:
-            stats.update(_lagrangian(log, objective, best, lagrangian))
+            found_stats, lag = _lagrangian(log, objective, best, lagrangian)
+            stats.update(found_stats)
+            if lag is not None and objective == "total-latency":
+                guide = ChainGuide.from_lagrangian(log.instance, lag, deadline)
         except KeyboardInterrupt:  # Ctrl-C: keep the best schedule and the bounds found so far
             stats["interrupted"] = "during the Lagrangian"
         if _proven(log, best.value):
@@ -290,7 +301,7 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
             stats["interrupted"] = "during the running-cap search"
     if not deadline.expired() and "proven_by" not in stats:
         try:
-            better = improve(log.instance, best, deadline.before(FINISH_MARGIN * deadline.limit))
+            better = improve(log.instance, best, deadline.before(FINISH_MARGIN * deadline.limit), guide=guide)
         except KeyboardInterrupt:
             better = best
             stats["interrupted"] = "during the local search"
