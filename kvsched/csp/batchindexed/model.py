@@ -14,19 +14,9 @@ from kvsched.schedule.ir import Schedule
 class BatchIndexed(ScheduleForms):
     """Build, warm-start and decode the batch-indexed model of one instance.
 
-    Parameters
-    ----------
-    instance
-        ``block_size`` 1; the ``unit`` or ``infermax-linear`` cost model.
-    objective
-        ``total-latency``, ``makespan`` or ``sum-ttft``.
-    allow_eviction
-        Whether schedules may evict (``False``: the eviction-free class).
-    holes
-        Names from :data:`HOLES` to re-open (tests only: the model is then wrong).
-
-    Every :meth:`build` returns a :class:`BatchModel` by value: encoding and
-    decoding go through it, never through state left on this object.
+    Its parameters are those of :class:`~kvsched.csp.batchindexed.data.BatchData`, whose constructor it
+    inherits. Every :meth:`build` returns a :class:`BatchModel` by value: encoding and decoding go through
+    it, never through state left on this object.
     """
 
     def clique_sets(self) -> list[dict[int, int]]:
