@@ -11,7 +11,7 @@ as vLLM's paged kernels read it.
   KV head are one tile, so grouped-query attention reads each KV row once.
   KV splits come in two kinds. By count (``partition=0``): each sequence's KV
   in ``splits`` equal parts, each writing a partial result merged by
-  :func:`merge_splits`. By length (``partition=P``, as vLLM's v2 paged
+  :func:`merge_partitions`. By length (``partition=P``, as vLLM's v2 paged
   attention): fixed partitions of P keys, so a sequence of length L has
   ceil(L / P) programs and one of at most P keys one, which writes its output
   directly; programs past a sequence's last partition read and write nothing,
@@ -137,12 +137,16 @@ def _merge_kernel(
     D: tl.constexpr,
     PARTITION: tl.constexpr,
 ):
-    # One program per (sequence, query head): the ceil(length / PARTITION) partials of a sequence of
-    # several partitions; a sequence of one was written by the decode kernel and is left alone.
+    # One program per (sequence, query head). By length (PARTITION > 0): the ceil(length / PARTITION)
+    # partials of a sequence of several partitions; a sequence of one was written by the decode kernel and
+    # is left alone. By count (PARTITION = 0): every sequence's SPLITS partials, each written.
     i = tl.program_id(0)
     h = tl.program_id(1)
     length = tl.load(Lens + i)
-    parts = tl.minimum(tl.cdiv(length, PARTITION), SPLITS)
+    if PARTITION > 0:  # a static if: Triton compiles only the taken branch
+        parts = tl.minimum(tl.cdiv(length, PARTITION), SPLITS)
+    else:
+        parts = tl.where(length >= 0, SPLITS, 0)  # every sequence (as a tensor, like the other branch)
     several = parts > 1
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, D)
@@ -150,7 +154,10 @@ def _merge_kernel(
     row = (i * tl.num_programs(1) + h) * SPLITS + s
     mx = tl.load(Mx + row, mask=smask, other=float("-inf"))
     sm = tl.load(Sm + row, mask=smask, other=0.0)
-    top = tl.where(several, tl.max(mx, 0), 0.0)  # every read partition has keys: a finite max
+    # A split with no keys has max -inf: weight 0. Where none has keys (length 0 split by count, or
+    # nothing read), the max is taken as 0, so that the weights are 0 and not NaN (the output is 0).
+    top = tl.max(mx, 0)
+    top = tl.where(top == float("-inf"), 0.0, top)
     w = tl.exp(mx - top)
     part = tl.load(Part + row[:, None] * D + d[None, :], mask=smask[:, None], other=0.0)
     num = tl.sum(part * w[:, None], 0)
@@ -229,16 +236,6 @@ def _precision(dtype: torch.dtype) -> str:
     return "ieee" if dtype in (torch.float32, torch.float64) else "tf32"
 
 
-def merge_splits(part: torch.Tensor, mx: torch.Tensor, sm: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Combine split-KV partials: part (n, heads, S, d), running max and sum (n, heads, S)."""
-    top = mx.amax(-1, keepdim=True)
-    top = torch.where(torch.isinf(top), torch.zeros_like(top), top)
-    w = torch.exp(mx - top)  # an empty split has max -inf: weight 0
-    num = (part * w[..., None]).sum(-2)
-    den = (sm * w).sum(-1, keepdim=True)
-    return (num / torch.where(den > 0, den, torch.ones_like(den))).to(dtype)
-
-
 def decode_attention(
     q: torch.Tensor,
     k_pool: torch.Tensor,
@@ -295,11 +292,8 @@ def decode_attention(
         PREC=_precision(q.dtype),
         num_warps=num_warps,
     )
-    if splits == 1:
-        return out
-    if partition == 0:
-        return merge_splits(part, mx, sm, q.dtype)
-    merge_partitions(part, mx, sm, lens, out, partition)
+    if splits > 1:
+        merge_partitions(part, mx, sm, lens, out, partition)
     return out
 
 
@@ -311,10 +305,12 @@ def merge_partitions(
     out: torch.Tensor,
     partition: int,
 ) -> None:
-    """Write into ``out`` (n, heads, d) the merged partials of every sequence of more than ``partition`` keys.
+    """Write into ``out`` (n, heads, d) the merged split-KV partials: ``part`` (n, heads, S, d), running max
+    ``mx`` and sum ``sm`` (n, heads, S), float32.
 
-    Partials as :func:`merge_splits`; a sequence's partials past ceil(length / partition) are not read
-    (the decode kernel did not write them), and a sequence of one partition keeps what the kernel wrote.
+    With ``partition`` P > 0, only sequences of more than P keys: a sequence's partials past
+    ceil(length / P) are not read (the decode kernel did not write them), and a sequence of one
+    partition keeps what the kernel wrote. With P = 0 (splits by count), every sequence's S partials.
     """
     n, heads, splits, dim = part.shape
     _merge_kernel[(n, heads)](
