@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import numba as nb
 import numpy as np
+from numba.extending import register_jitable
 
 PREFILL, DECODE, REFILL = 0, 1, 2
 #: Rule codes: a static key per request, or one that moves as the request generates.
@@ -55,6 +56,44 @@ FILL_OFF, FILL_ADMIT, FILL_EVICT = 0, 1, 2
 #: Measured on 27 1k instances (ShareGPT, Azure conv/code; memory loads 0.9-1.1; 3 arrival seeds):
 #: 64 and 8 beat 16 and 2 (greedy -2.2% against -1.1% under remaining-output), 128 and 16 gain nothing.
 FILL_SCAN, FILL_TAIL, FILL_ROUNDS = 64, 8, 4
+
+
+@register_jitable
+def remaining_area(prompt, output, gen):
+    """The KV area of a request's remaining ops (tokens held, summed over them): the remaining-area key.
+
+    Plain Python (the interpreted reference calls it as is) that numba compiles into the kernels, the
+    knapsack greedy's too (:mod:`kvsched.csp.incumbents._knapsack_kernel`).
+    """
+    rem = output - gen
+    return rem * prompt + 0.5 * (output - 1 + gen) * rem
+
+
+@register_jitable
+def insert_waiting(wait, wkey, wlen, r, key):
+    """Insert request ``r`` with ``key`` into the waiting list ``wait[:wlen]`` (worst first, best last; equal
+    keys by position), keys in ``wkey``; returns the index it takes. Both greedy kernels keep the list so."""
+    lo, hi = 0, wlen
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if wkey[mid] < key or (wkey[mid] == key and wait[mid] < r):
+            hi = mid
+        else:
+            lo = mid + 1
+    for k in range(wlen, lo, -1):
+        wait[k], wkey[k] = wait[k - 1], wkey[k - 1]
+    wait[lo], wkey[lo] = r, key
+    return lo
+
+
+@register_jitable
+def _rule_key(rule, r, prompt, output, gen, skey):
+    """Request ``r``'s key under ``rule`` now: static, or its remaining area or output times its scale."""
+    if rule == STATIC:
+        return skey[r]
+    if rule == REMAINING_AREA:
+        return remaining_area(prompt[r], output[r], gen[r]) * skey[r]
+    return (output[r] - gen[r]) * skey[r]
 
 
 def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
@@ -111,14 +150,7 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
             # order (best last), so that inserts near the head shift only the few better entries.
             pend[:plen].sort()
             for k in range(plen):
-                r = pend[k]
-                if rule == STATIC:
-                    pkey[k] = skey[r]
-                elif rule == REMAINING_AREA:
-                    rem = output[r] - gen[r]
-                    pkey[k] = (rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem) * skey[r]
-                else:
-                    pkey[k] = (output[r] - gen[r]) * skey[r]
+                pkey[k] = _rule_key(rule, pend[k], prompt, output, gen, skey)
             perm = np.argsort(pkey[:plen], kind="mergesort")
             low = wlen  # lowest index whose entry changed
             if plen > BULK:
@@ -143,18 +175,7 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
                 low = 0
             else:
                 for b in range(plen - 1, -1, -1):
-                    q, kq = pend[perm[b]], pkey[perm[b]]
-                    # First index whose entry is better (smaller key, or equal key and position).
-                    lo, hi = 0, wlen
-                    while lo < hi:
-                        mid = (lo + hi) // 2
-                        if wkey[mid] < kq or (wkey[mid] == kq and wait[mid] < q):
-                            hi = mid
-                        else:
-                            lo = mid + 1
-                    for k in range(wlen, lo, -1):
-                        wait[k], wkey[k] = wait[k - 1], wkey[k - 1]
-                    wait[lo], wkey[lo] = q, kq
+                    lo = insert_waiting(wait, wkey, wlen, pend[perm[b]], pkey[perm[b]])
                     wlen += 1
                     low = min(low, lo)
             for blk in range(low // SPAN, (wlen + SPAN - 1) // SPAN):
@@ -171,13 +192,7 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
             break
         for k in range(hlen):
             r = hold[k]
-            if rule == STATIC:
-                hkey[k] = skey[r]
-            elif rule == REMAINING_AREA:
-                rem = output[r] - gen[r]
-                hkey[k] = (rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem) * skey[r]
-            else:
-                hkey[k] = (output[r] - gen[r]) * skey[r]
+            hkey[k] = _rule_key(rule, r, prompt, output, gen, skey)
             if refill_weight > 0.0 and held[r] > 0:
                 # What evicting r would cost: refilling its KV m takes ceil(m / C) batches of the token
                 # budget, all but the last holding KV without generating (with no budget, one batch that

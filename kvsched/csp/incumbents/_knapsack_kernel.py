@@ -42,6 +42,8 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
+from kvsched.csp.incumbents._kernel import insert_waiting, remaining_area
+
 #: Return codes of :func:`advance`.
 DONE, CHUNK, GROW = 0, 1, 2
 #: Phase codes of ``ia[6]`` and ``it[3]``.
@@ -134,21 +136,11 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
         # remaining ops hold) times their scale; worst first, ties by position, so the best are last.
         for x in range(plen):
             r = pend[x]
-            rem = output[r] - gen[r]
-            key = (rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem) * scale[r]
+            key = remaining_area(prompt[r], output[r], gen[r]) * scale[r]
             if hold_w > 0.0 and held[r] > 0:
                 chunks = (held[r] + q - 1) // q
                 key = max(key - hold_w * held[r] * chunks * scale[r], 1e-3 * key)
-            lo, hi = 0, wlen
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if wkey[mid] < key or (wkey[mid] == key and wait[mid] < r):
-                    hi = mid
-                else:
-                    lo = mid + 1
-            for x2 in range(wlen, lo, -1):
-                wait[x2], wkey[x2] = wait[x2 - 1], wkey[x2 - 1]
-            wait[lo], wkey[lo] = r, key
+            insert_waiting(wait, wkey, wlen, r, key)
             wlen += 1
         plen = 0
         if wlen == 0 and npin == 0:
@@ -171,8 +163,7 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
             # Pinned requests, best first (their order moves little from slot to slot).
             for a in range(npin):
                 r = pin[a]
-                rem = output[r] - gen[r]
-                pkey[a] = (rem * prompt[r] + 0.5 * (output[r] - 1 + gen[r]) * rem) * scale[r]
+                pkey[a] = remaining_area(prompt[r], output[r], gen[r]) * scale[r]
                 free -= (held[r] + bs - 1) // bs
             for a in range(1, npin):
                 r, kr = pin[a], pkey[a]
