@@ -58,6 +58,10 @@ FILL_OFF, FILL_ADMIT, FILL_EVICT = 0, 1, 2
 FILL_SCAN, FILL_TAIL, FILL_ROUNDS = 64, 8, 4
 
 
+# The knapsack kernel calls these helpers too; numba stamps its cached machine code with the calling file
+# only, so an edit here reaches a cached knapsack kernel once _knapsack_kernel.py changes (touch it).
+
+
 @register_jitable
 def remaining_area(prompt, output, gen):
     """The KV area of a request's remaining ops (tokens held, summed over them): the remaining-area key.
