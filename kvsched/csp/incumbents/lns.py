@@ -73,6 +73,8 @@ GUIDED_MOVES = (0.3, 0.05, 0.005, 3.0)
 GUIDED_TOP = 40
 #: Share of the local search's time the guided search may take (the windows keep the rest).
 GUIDED_SHARE = 0.5
+#: Candidates in a row without a better schedule after which the guided search hands over to the windows.
+GUIDED_PATIENCE = 12
 _DYNAMIC_RULES = ("remaining-area", "remaining-output")
 
 
@@ -156,22 +158,23 @@ def _guided_search(
     Lagrangian's multipliers, :class:`kvsched.csp.bounds.chain_guide.ChainGuide`). The
     :data:`GUIDED_TOP` requests of largest positive score are tried in turn with each factor of
     :data:`GUIDED_MOVES` on their scale; the first strictly better replayed schedule is kept, the scores
-    are read again from it, and the search starts over from the top. It ends at the deadline or when
-    none of them improves. Returns the best incumbent, its scales, and the candidates simulated and kept.
+    are read again from it, and the search starts over from the top. It ends at the deadline, after
+    :data:`GUIDED_PATIENCE` candidates in a row without a better schedule, or when none of them improves.
+    Returns the best incumbent, its scales, and the candidates simulated and kept.
     """
     scale = np.ones(len(instance), dtype=np.float64)
-    evaluations = accepted = 0
+    evaluations = accepted = misses = 0
     name = f"lns({best.name})"
     if best.trace is None:
         best = confirmed(instance, best, cost_model)
-    while True:
+    while misses < GUIDED_PATIENCE:
         scores = guide(best.trace)  # type: ignore[arg-type]
         improved = False
         for j in np.argsort(-scores, kind="stable")[:GUIDED_TOP]:
             if scores[j] <= 0.0:
                 break
             for factor in GUIDED_MOVES:
-                if deadline.remaining() <= run_s[0]:
+                if deadline.remaining() <= run_s[0] or misses >= GUIDED_PATIENCE:
                     return best, scale, evaluations, accepted
                 trial = scale.copy()
                 trial[j] *= factor
@@ -183,12 +186,14 @@ def _guided_search(
                     cand = confirmed(instance, cand, cost_model)
                 if cand.value < best.value - 1e-9:
                     scale, best, improved = trial, cand, True
-                    accepted += 1
+                    accepted, misses = accepted + 1, 0
                     break
+                misses += 1
             if improved:
                 break
         if not improved:
-            return best, scale, evaluations, accepted
+            break
+    return best, scale, evaluations, accepted
 
 
 def _scaled_search(
