@@ -91,6 +91,17 @@ def insert_waiting(wait, wkey, wlen, r, key):
 
 
 @register_jitable
+def join_arrivals(order, arrival, ptr, n, t, pend, plen):
+    """Append to ``pend[:plen]`` the requests arrived by ``t`` (in arrival ``order``, from ``ptr``); returns
+    the new ``ptr`` and ``plen``. Both greedy kernels admit arrivals so, with the core's tolerance."""
+    while ptr < n and arrival[order[ptr]] <= t + ARRIVAL_TOL:
+        pend[plen] = order[ptr]
+        plen += 1
+        ptr += 1
+    return ptr, plen
+
+
+@register_jitable
 def _rule_key(rule, r, prompt, output, gen, skey):
     """Request ``r``'s key under ``rule`` now: static, or its remaining area or output times its scale."""
     if rule == STATIC:
@@ -145,10 +156,7 @@ def advance(ia, fa, lim, sc, clock, ib, fb, bf, bi, it, ev, max_batches):
             status = CHUNK
             break
         # Arrivals join the pending inserts (evicted requests are already there).
-        while order_ptr < n and arrival[order[order_ptr]] <= t + ARRIVAL_TOL:
-            pend[plen] = order[order_ptr]
-            plen += 1
-            order_ptr += 1
+        order_ptr, plen = join_arrivals(order, arrival, order_ptr, n, t, pend, plen)
         if plen > 0:
             # Pending inserts in (key, position) order; the waiting list is kept in the reverse
             # order (best last), so that inserts near the head shift only the few better entries.

@@ -42,7 +42,7 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from kvsched.csp.incumbents._kernel import insert_waiting, remaining_area
+from kvsched.csp.incumbents._kernel import insert_waiting, join_arrivals, remaining_area
 
 #: Return codes of :func:`advance`.
 DONE, CHUNK, GROW = 0, 1, 2
@@ -50,8 +50,6 @@ DONE, CHUNK, GROW = 0, 1, 2
 PREFILL, DECODE, REFILL = 0, 1, 2
 #: An unlimited budget.
 NONE = 1 << 62
-#: Same tolerance as the core's arrival check (kvsched.schedule.core.TIME_TOL).
-ARRIVAL_TOL = 1e-9
 #: ``chosen`` codes of a candidate: not (yet) chosen, chosen, left out (its item does not fit the
 #: budget left), picked by the knapsack (before the budget check).
 _OPEN, _RUN, _OUT, _PICKED = 0, 1, 2, 3
@@ -128,10 +126,7 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
         if decided >= max_batches:
             status = CHUNK
             break
-        while ptr < n and arrival[order[ptr]] <= t + ARRIVAL_TOL:
-            pend[plen] = order[ptr]
-            plen += 1
-            ptr += 1
+        ptr, plen = join_arrivals(order, arrival, ptr, n, t, pend, plen)
         # Pending requests join the waiting list, keyed by their remaining KV area (the KV their
         # remaining ops hold) times their scale; worst first, ties by position, so the best are last.
         for x in range(plen):
