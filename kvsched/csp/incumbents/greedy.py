@@ -20,10 +20,8 @@ is returned.
 
 from __future__ import annotations
 
-import inspect
 import time
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Iterator
 
 import numpy as np
 
@@ -475,28 +473,31 @@ def log_value(instance: Instance, log: BatchLog, objective: str) -> float:
     return float(np.sum(done - arrival))
 
 
-def decide_arguments(decide_fn: Callable[..., Any], *args: Any, **options: Any) -> dict[str, Any]:
-    """The arguments a call ``decide_fn(*args, **options)`` gets, defaults filled in, by name: a wrapper
-    passes its options on as they are and reads them here (their defaults are stated once, in
-    ``decide_fn``); an argument ``decide_fn`` does not take raises TypeError, as the call would."""
-    bound = inspect.signature(decide_fn).bind(*args, **options)
-    bound.apply_defaults()
-    return bound.arguments
-
-
 def greedy(
     instance: Instance,
     rule: str = "remaining-area",
     *,
+    preempt: bool = True,
+    priority: np.ndarray | None = None,
+    scale: np.ndarray | None = None,
+    lookahead: int = 0,
+    refill_weight: float = 0.0,
+    min_chunk: int = 0,
+    fit_chunk: bool = False,
+    fill: bool = False,
+    token_cap: int = 0,
+    running_cap: int = 0,
     objective: str = "total-latency",
+    deadline: Deadline | None = None,
+    cost_model: CostModel | None = None,
+    jit: bool = True,
     name: str | None = None,
     replay_schedule: bool = True,
-    **options: Any,
+    stop: Deadline | None = None,
 ) -> Incumbent:
     """The greedy's schedule, replayed through the core, with its objective value.
 
-    Parameters are those of :func:`decide` (``options``: its keyword arguments, passed on as they are);
-    ``objective`` names what ``value`` measures
+    Parameters are those of :func:`decide`; ``objective`` names what ``value`` measures
     and ``name`` overrides the incumbent's name. ``stats`` holds the seconds spent
     deciding, building the schedule and replaying it, and the batch and eviction counts.
     ``replay_schedule=False`` skips the replay: ``value`` is then read off the greedy's own log
@@ -511,9 +512,7 @@ def greedy(
         If the core rejects a batch (a bug in the greedy, never a user error).
     """
     objective_function(objective)  # an unknown objective is refused before any work
-    o = decide_arguments(decide, instance, rule, **options)  # an unknown option too
-    cost_model = o["cost_model"] if o["cost_model"] is not None else instance_cost_model(instance)
-    deadline = o["deadline"]
+    cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
     t0 = time.perf_counter()
     if deadline is not None and deadline.bounded:
         # Where even a run in the cheapest mode is expected to overrun, every batch is decided that way:
@@ -521,32 +520,45 @@ def greedy(
         tokens = sum(r.output for r in instance.requests)
         if deadline.remaining() < CHEAP_SECONDS_PER_TOKEN * tokens:
             deadline = Deadline(time.monotonic(), deadline.limit)
-    log = decide(instance, rule, **{**options, "deadline": deadline, "cost_model": cost_model})
+    log = decide(
+        instance,
+        rule,
+        preempt=preempt,
+        priority=priority,
+        scale=scale,
+        lookahead=lookahead,
+        refill_weight=refill_weight,
+        min_chunk=min_chunk,
+        fit_chunk=fit_chunk,
+        fill=fill,
+        token_cap=token_cap,
+        running_cap=running_cap,
+        deadline=deadline,
+        cost_model=cost_model,
+        jit=jit,
+        stop=stop,
+    )
     t1 = time.perf_counter()
     label = name or (
-        ("greedy:priority" if o["priority"] is not None else f"greedy:{o['rule']}")
-        + ("" if o["preempt"] else "/no-preempt")
-        + (f"/lookahead={o['lookahead']}" if o["lookahead"] else "")
-        + (f"/refill-weight={o['refill_weight']:g}" if o["refill_weight"] else "")
-        + (f"/min-chunk={o['min_chunk']}" if o["min_chunk"] else "")
-        + ("/fit-chunk" if o["fit_chunk"] else "")
-        + ("/fill" if o["fill"] else "")
-        + (f"/token-cap={o['token_cap']}" if o["token_cap"] else "")
-        + (f"/running-cap={o['running_cap']}" if o["running_cap"] else "")
+        ("greedy:priority" if priority is not None else f"greedy:{rule}")
+        + ("" if preempt else "/no-preempt")
+        + (f"/lookahead={lookahead}" if lookahead else "")
+        + (f"/refill-weight={refill_weight:g}" if refill_weight else "")
+        + (f"/min-chunk={min_chunk}" if min_chunk else "")
+        + ("/fit-chunk" if fit_chunk else "")
+        + ("/fill" if fill else "")
+        + (f"/token-cap={token_cap}" if token_cap else "")
+        + (f"/running-cap={running_cap}" if running_cap else "")
     )
-    params = {"rule": o["rule"], "preempt": o["preempt"], "lookahead": o["lookahead"]}
-    if o["refill_weight"] or o["min_chunk"] or o["fit_chunk"]:  # the original three alone where these are off
-        params.update(
-            refill_weight=float(o["refill_weight"]),
-            min_chunk=int(o["min_chunk"]),
-            fit_chunk=bool(o["fit_chunk"]),
-        )
-    if o["fill"]:
+    params = {"rule": rule, "preempt": preempt, "lookahead": lookahead}
+    if refill_weight or min_chunk or fit_chunk:  # the original three alone where these are off
+        params.update(refill_weight=float(refill_weight), min_chunk=int(min_chunk), fit_chunk=bool(fit_chunk))
+    if fill:
         params.update(fill=True)
-    if o["token_cap"]:
-        params.update(token_cap=int(o["token_cap"]))
-    if o["running_cap"]:
-        params.update(running_cap=int(o["running_cap"]))
+    if token_cap:
+        params.update(token_cap=int(token_cap))
+    if running_cap:
+        params.update(running_cap=int(running_cap))
     return incumbent_of(
         instance, log, label, params, objective, cost_model, decide_s=t1 - t0, replay_schedule=replay_schedule
     )

@@ -55,7 +55,7 @@ from kvsched.costmodel.base import CostModel
 from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents import _knapsack_kernel as K
 from kvsched.csp.incumbents.base import Incumbent, has_budget
-from kvsched.csp.incumbents.greedy import decide_arguments, incumbent_of
+from kvsched.csp.incumbents.greedy import incumbent_of
 from kvsched.csp.incumbents.log import BatchLog
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import InputError
@@ -284,15 +284,23 @@ class KnapsackConfig:
 def knapsack(
     instance: Instance,
     *,
+    scale: np.ndarray | None = None,
+    candidates: int = CANDIDATES,
+    cells: int = CELLS,
+    tail: float = TAIL,
+    min_chunk: int | None = None,
+    hold_weight: float = HOLD_WEIGHT,
+    chunk_discount: float = 0.0,
+    ratio_power: float = RATIO_POWER,
     objective: str = "total-latency",
+    deadline: Deadline | None = None,
+    jit: bool = True,
     name: str | None = None,
     replay_schedule: bool = True,
-    **options: Any,
 ) -> Incumbent:
     """The knapsack greedy's schedule, replayed through the core, with its objective value.
 
-    Parameters are those of :func:`decide` (``options``: its keyword arguments, passed on as they are);
-    ``objective`` names what ``value`` measures;
+    Parameters are those of :func:`decide`; ``objective`` names what ``value`` measures;
     ``replay_schedule=False`` values the schedule on the log instead (as
     :func:`~kvsched.csp.incumbents.greedy.greedy` does; ``trace`` is then None).
 
@@ -304,20 +312,30 @@ def knapsack(
         If the core rejects a batch (a bug here, never a user error).
     """
     objective_function(objective)  # an unknown objective is refused before any work
-    o = decide_arguments(decide, instance, **options)  # an unknown option too
     cost_model = instance_cost_model(instance)
     t0 = time.perf_counter()
-    log = decide(instance, **options)
+    log = decide(
+        instance,
+        scale=scale,
+        candidates=candidates,
+        cells=cells,
+        tail=tail,
+        min_chunk=min_chunk,
+        hold_weight=hold_weight,
+        chunk_discount=chunk_discount,
+        deadline=deadline,
+        jit=jit,
+        ratio_power=ratio_power,
+    )
     t1 = time.perf_counter()
-    cfg = KnapsackConfig(o["tail"], o["ratio_power"], o["hold_weight"], o["min_chunk"])
-    label = name or cfg.name(has_budget(instance))
-    params = {"rule": "remaining-area", "candidates": o["candidates"], "cells": o["cells"], "tail": o["tail"]}
-    if o["ratio_power"] != RATIO_POWER:
-        params["ratio_power"] = o["ratio_power"]
+    label = name or KnapsackConfig(tail, ratio_power, hold_weight, min_chunk).name(has_budget(instance))
+    params = {"rule": "remaining-area", "candidates": candidates, "cells": cells, "tail": tail}
+    if ratio_power != RATIO_POWER:
+        params["ratio_power"] = ratio_power
     if has_budget(instance):
-        params["min_chunk"] = o["min_chunk"]
-        params["hold_weight"] = o["hold_weight"]
-        params["chunk_discount"] = o["chunk_discount"]
+        params["min_chunk"] = min_chunk
+        params["hold_weight"] = hold_weight
+        params["chunk_discount"] = chunk_discount
     return incumbent_of(
         instance, log, label, params, objective, cost_model, decide_s=t1 - t0, replay_schedule=replay_schedule
     )
