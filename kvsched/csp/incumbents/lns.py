@@ -142,6 +142,26 @@ def rerunner(
     return None
 
 
+def _try_scales(
+    instance: Instance,
+    rerun: Callable[..., Incumbent],
+    trial: np.ndarray,
+    value: float,
+    deadline: Deadline,
+    name: str,
+    cost_model: CostModel,
+    run_s: list[float],
+) -> Incumbent | None:
+    """The incumbent re-made with the key scales ``trial``, replayed, where it is strictly better than
+    ``value``; else None. ``run_s[0]`` keeps the longest candidate run."""
+    started = time.perf_counter()
+    cand = rerun(trial, deadline, name)
+    run_s[0] = max(run_s[0], time.perf_counter() - started)
+    if cand.value < value - 1e-9:  # the greedy's own value: replay it before keeping it
+        cand = confirmed(instance, cand, cost_model)
+    return cand if cand.value < value - 1e-9 else None
+
+
 def _guided_search(
     instance: Instance,
     best: Incumbent,
@@ -178,13 +198,9 @@ def _guided_search(
                     return best, scale, evaluations, accepted
                 trial = scale.copy()
                 trial[j] *= factor
-                started = time.perf_counter()
-                cand = rerun(trial, deadline, name)
-                run_s[0] = max(run_s[0], time.perf_counter() - started)
+                cand = _try_scales(instance, rerun, trial, best.value, deadline, name, cost_model, run_s)
                 evaluations += 1
-                if cand.value < best.value - 1e-9:  # the greedy's own value: replay it before keeping it
-                    cand = confirmed(instance, cand, cost_model)
-                if cand.value < best.value - 1e-9:
+                if cand is not None:
                     scale, best, improved = trial, cand, True
                     accepted, misses = accepted + 1, 0
                     break
@@ -241,13 +257,9 @@ def _scaled_search(
                     break
                 trial = scale.copy()
                 trial[members] *= factor
-                started = time.perf_counter()
-                cand = rerun(trial, deadline, name)
-                run_s[0] = max(run_s[0], time.perf_counter() - started)
+                cand = _try_scales(instance, rerun, trial, value, deadline, name, cost_model, run_s)
                 evaluations += 1
-                if cand.value < value - 1e-9:  # the greedy's own value: replay it before keeping it
-                    cand = confirmed(instance, cand, cost_model)
-                if cand.value < value - 1e-9:
+                if cand is not None:
                     scale, value, improved = trial, cand.value, True
                     best, accepted = cand, accepted + 1
                     break  # the next window
