@@ -89,6 +89,11 @@ class SchedulerView:
         self._sorted_arrival = data.sorted_arrival
         self._sorted_arrival_list: list[float] = self._sorted_arrival.tolist()  # bisect is cheaper
         self._arrived = -1  # num_arrived at now (-1: not yet read since the clock moved)
+        # KV held and decode mask of the given requests (read-only arrays) and the decode count: the
+        # core's EngineState.read_items itself (no call layer; a policy calls it once per batch). When
+        # they are a frozen int64 array that owns its data and the policy's next batch is exactly that
+        # array (no evictions), the core's batch takes these reads instead of gathering them again.
+        self.read_items: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray, int]] = state.read_items
 
     # ------------------------------------------------------------------ time
     @property

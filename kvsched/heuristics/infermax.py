@@ -296,9 +296,16 @@ class InferMax(RunOffers):
 
     def _group_running(self, view: SchedulerView, run: np.ndarray) -> _Build:
         """Running requests in global priority order, split by phase (one vectorized read)."""
-        decode = view.phase_of(run) == _DECODE_CODE  # the next item is a decode
-        kv = view.kv[run]
-        num_decodes = count(decode)
+        if run.size > SMALL:
+            # The core's reads (the next item a decode, KV held): when the batch is `run` itself (every
+            # running request in this order), the core's batch takes them instead of gathering again.
+            # `run` is this policy's own and never written in place: frozen, as the core asks for that.
+            run.setflags(False)
+            kv, decode, num_decodes = view.read_items(run)
+        else:  # (a few items go to the core as lists: the freezing and the reads' record cost more)
+            decode = view.phase_of(run) == _DECODE_CODE  # the next item is a decode
+            kv = view.kv[run]
+            num_decodes = count(decode)
         if self.priority != "none":
             # Phase groups: decodes first (decode priority) or last (prefill priority).
             dec_first = self.priority == "decode"
@@ -380,7 +387,7 @@ class InferMax(RunOffers):
                     else:
                         pos, new = cands[:k], np.maximum(alloc[:k], want[seg : seg + k])
                     self._alloc[pos] = new
-                    self._add_decodes(build, pos, taken)
+                    self._add_decodes(build, pos, taken, i)  # (ranks i to i + k - 1)
             else:
                 alive = alloc > _ZERO  # not evicted earlier in this call
                 need = want_blocks[seg:] - self._blocks_of(alloc)
@@ -395,17 +402,18 @@ class InferMax(RunOffers):
                 if take.size:
                     pos = cands[take]
                     self._alloc[pos] = np.maximum(alloc[take], want[seg:][take])
-                    self._add_decodes(build, pos, isum(need[:k]))
+                    self._add_decodes(build, pos, isum(need[:k]), i if take.size == k else -1)
             i += k
             if i < hi:
                 self._consider_running(build, i)
                 i += 1
 
-    def _add_decodes(self, build: _Build, pos: np.ndarray, taken: int) -> None:
-        """Admit the decodes ``pos``, which reserved ``taken`` more blocks."""
+    def _add_decodes(self, build: _Build, pos: np.ndarray, taken: int, rank: int) -> None:
+        """Admit the decodes ``pos``, which reserved ``taken`` more blocks; ``rank`` is the first one's
+        rank when they are consecutive ranks (else -1)."""
         self._reserved += taken
         build.free -= taken
-        build.add_decodes(pos, self._ones[: pos.size])
+        build.add_decodes(pos, self._ones[: pos.size], rank)
 
     def _consider_running(self, build: _Build, rank: int) -> None:
         r = build.order.item(rank)

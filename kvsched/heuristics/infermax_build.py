@@ -57,6 +57,9 @@ class Build:
     admitted: list[int]  # indices in the waiting list
     waiting_closed: bool
     heap: list[tuple[int, int]] | None  # victims by (kv, -rank) (smallest-kv rule)
+    # The parts are the ranks 0 to next_rank - 1 of order, in order (-2: they are not), added by
+    # add_decodes with nothing one by one before them.
+    next_rank: int
 
     def __init__(
         self,
@@ -78,9 +81,12 @@ class Build:
         self.decode_batch = None
         self.waiting_closed = False
         self.heap = None
+        self.next_rank = 0
 
-    def add_decodes(self, pos: np.ndarray, ones: np.ndarray) -> None:
-        """Append decodes of the requests ``pos``; ``ones`` is their tokens (one each)."""
+    def add_decodes(self, pos: np.ndarray, ones: np.ndarray, rank: int) -> None:
+        """Append decodes of the requests ``pos``; ``ones`` is their tokens (one each); ``rank`` is the
+        first one's rank when they are consecutive ranks of ``order``, else -1."""
+        self.next_rank = rank + pos.size if rank == self.next_rank and not self.requests else -2
         if self.requests:
             self.parts.append(self.requests)
             self.token_parts.append(self.tokens)
@@ -108,20 +114,30 @@ class Build:
                 requests += part.tolist() if isinstance(part, np.ndarray) else part
                 tokens += token_part.tolist() if isinstance(token_part, np.ndarray) else token_part
             return requests + self.requests, tokens + self.tokens
+        # Every running request in priority order (the parts its first ranks, the items one by one the
+        # others): `order` itself, whose reads the core's batch takes when it is the policy's frozen
+        # running array (SchedulerView.read_items).
+        k = self.next_rank
+        whole = k >= 0 and (
+            k == self.order.size
+            if not self.requests
+            else k + len(self.requests) == self.order.size and self.order[k:].tolist() == self.requests
+        )
         if len(self.parts) == 1:
             part, token_part = self.parts[0], self.token_parts[0]
             if not self.requests:
                 # Copies: the parts are views of the policy's own arrays.
-                req, tok = np.array(part), np.array(token_part)
+                req, tok = (self.order if whole else np.array(part)), np.array(token_part)
             else:
                 # Decodes, then a few chunks (the usual mixed batch): filled in place, about a third
                 # less than joining an array and a list (which converts the list on its own first).
-                req, tok = _filled(part, self.requests), _filled(token_part, self.tokens)
+                req = self.order if whole else _filled(part, self.requests)
+                tok = _filled(token_part, self.tokens)
         else:
             parts, token_parts = self.parts, self.token_parts
             if self.requests:
                 parts, token_parts = [*parts, self.requests], [*token_parts, self.tokens]
-            req = np.concatenate(parts, dtype=np.int64)
+            req = self.order if whole else np.concatenate(parts, dtype=np.int64)
             tok = np.concatenate(token_parts, dtype=np.int64)
         # Fresh and read-only (write=False): the core's batch shares them instead of copying them again.
         req.setflags(False)

@@ -154,6 +154,8 @@ class EngineState(RunSteps):
         self._completed: list[int] = []
         self.num_batches = 0
         self._made: _Made | None = None  # last make_batch result
+        # The last read_items of a frozen array: (it, num_batches, phases, KV, decode mask and count).
+        self._read: tuple | None = None
         self._planned: tuple | None = None  # last plan_run (RunSteps.plan_run)
         self._made_run: tuple[Run, ...] | None = None  # last make_run result (RunSteps.make_run says what)
         # The positions of the last batch the quick path accepted, the batch count after it, and what
@@ -182,7 +184,7 @@ class EngineState(RunSteps):
         new.__dict__.update(
             {k: v.copy() if isinstance(v, np.ndarray) else v for k, v in self.__dict__.items()}
         )
-        new._made = new._planned = new._made_run = new._applied = new._generated_all = None
+        new._made = new._planned = new._made_run = new._applied = new._generated_all = new._read = None
         new._completed = list(self._completed)
         return new
 
@@ -215,6 +217,25 @@ class EngineState(RunSteps):
         (a fresh list; ``completed_since(0)`` is every completed request)."""
         return self._completed[k:]
 
+    def read_items(self, req: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+        """KV held and decode mask of ``req`` now (read-only arrays), and the decode count.
+
+        When ``req`` is a read-only int64 vector that owns its data (nobody holds a writeable view of
+        it), :meth:`make_batch` of exactly this array, before the next apply and without evictions,
+        takes these reads instead of gathering them again (a policy that schedules every request it
+        read, in that order, saves the core's gathers).
+        """
+        phases = self._phase[req]  # (kept here alone: make_batch freezes it with its batch)
+        kv = self.kv[req]
+        is_decode = phases == _DECODE_CODE
+        num_decodes = count(is_decode)
+        kv.setflags(False)
+        is_decode.setflags(False)
+        owned = type(req) is _ARRAY and req.base is None and req.dtype is _INT64 and req.ndim == 1
+        if owned and not req.flags.writeable:  # (the flags last: making their object costs the most)
+            self._read = (req, self.num_batches, phases, kv, is_decode, num_decodes)
+        return kv, is_decode, num_decodes
+
     def _blocks(self, tokens: np.ndarray) -> np.ndarray:
         if self.block_size == 1:
             return tokens
@@ -236,12 +257,19 @@ class EngineState(RunSteps):
         time_of = self._time_of
         if time_of is None or self.cost_model is None:
             raise ValueError("make_batch needs a cost model")
-        # Fresh arrays (never the caller's), frozen and handed to the batch without another copy; a
-        # read-only int64 array that owns its data (a policy's frozen items) is shared as it is, as a
-        # run shares its frozen durations (Run.of): nobody holds a writeable view of it.
-        if type(requests) is _ARRAY and requests.base is None and requests.dtype is _INT64:
+        read = self._read
+        if read is not None and requests is read[0] and read[1] == self.num_batches:
+            # The very array read_items read from this state (frozen, owning its data): its reads are
+            # this batch's unless an eviction changes them.
+            req = requests
+        elif type(requests) is _ARRAY and requests.base is None and requests.dtype is _INT64:
+            # Fresh arrays (never the caller's), frozen and handed to the batch without another copy; a
+            # read-only int64 array that owns its data (a policy's frozen items) is shared as it is, as
+            # a run shares its frozen durations (Run.of): nobody holds a writeable view of it.
+            read = None
             req = requests if not requests.flags.writeable else np.array(requests)
         else:
+            read = None
             req = np.array(requests, dtype=np.int64)
         if type(tokens) is _ARRAY and tokens.base is None and tokens.dtype is _INT64:
             tok = tokens if not tokens.flags.writeable else np.array(tokens)
@@ -256,16 +284,21 @@ class EngineState(RunSteps):
         if type(evicted) in _SEQUENCES and not evicted:
             # No evictions (most batches): the phases and KV of the items are the state's.
             ev = _NO_EVICTIONS
-            phases = self._phase[req]
-            context = self.kv[req]
+            if read is not None:
+                phases, context, is_decode, num_decodes = read[2:]
+            else:
+                phases = self._phase[req]
+                context = self.kv[req]
+                is_decode = phases == _DECODE_CODE
+                num_decodes = count(is_decode)
         else:
             ev = np.array(evicted, dtype=np.int64).reshape(-1)
             if not ev.size:
                 ev = _NO_EVICTIONS
             phases, context = self._phases_after(req, ev)
             ev.setflags(False)
-        is_decode = phases == _DECODE_CODE
-        num_decodes = count(is_decode)
+            is_decode = phases == _DECODE_CODE
+            num_decodes = count(is_decode)
         num_tokens = isum(tok)
         duration = time_of(tok, context, phases, is_decode, num_decodes, num_tokens)
         # (write=False, positional: half the keyword's cost, a third of .flags'; a shared array is already)
