@@ -63,7 +63,6 @@ _ONE = np.array(1, dtype=np.int64)
 _DECODE_CODE = np.array(_DECODE, dtype=np.int8)
 _TRUE = np.array(True)
 _FALSE = np.array(False)
-_FEW = 8  # evictions up to this many are applied one by one (EngineState._evict)
 _ARRAY = np.ndarray
 _INT64 = np.dtype(np.int64)
 _SEQUENCES = (tuple, list)  # evictions given as a Python sequence (an empty one is the usual case)
@@ -323,19 +322,19 @@ class EngineState(RunSteps):
                 phases[hit] = np.where(self.generated[req[hit]] == 0, Phase.PREFILL, Phase.REFILL)
         return phases, context
 
-    def _distinct(self, req: np.ndarray) -> bool:
-        """Whether the positions ``req`` (in range) are distinct."""
+    def _valid_positions(self, req: np.ndarray, gathered: bool = False) -> bool:
+        """Whether the positions ``req`` (at least one) are distinct and in range, ``0 <= p < n``: the one
+        test of a batch's and a run's items. ``gathered``: a gather of them read the state already,
+        which fails past the end (a negative position wraps: still tested)."""
         size = req.size
-        if size <= SMALL:
-            return size < 2 or len(set(req.tolist())) == size  # builtins win on a few items
-        # Strictly increasing positions are distinct: one comparison and a count, half the general
-        # test, and a policy's priority order is often the positions' (arrival order).
-        return not _count(req[1:] <= req[:-1]) or self._distinct_slots(req)
-
-    def _distinct_slots(self, req: np.ndarray) -> bool:
-        """:meth:`_distinct` of more than :data:`SMALL` positions (in range), in any order."""
-        size = req.size
-        if size > self.n:
+        if size <= SMALL:  # builtins win on a few items: the list once for the three tests
+            items = req.tolist()
+            return min(items) >= 0 and (gathered or max(items) < self.n) and len(set(items)) == size
+        # Strictly increasing positions are distinct and bounded by their ends: a comparison and a count,
+        # half the general test (a policy's priority order is often the positions', arrival order).
+        if not _count(req[1:] <= req[:-1]):
+            return req.item(0) >= 0 and (gathered or req.item(-1) < self.n)
+        if size > self.n or _count(req < _ZERO) or not (gathered or imax(req) < self.n):
             return False
         # Each position finds its own index where all wrote theirs (O(size), no sort).
         slot, index = self._slot, self._arange[:size]
@@ -396,31 +395,19 @@ class EngineState(RunSteps):
         made = self._made
         if made is None or made.batch is not batch or made.stamp != self.num_batches:
             made = None
-            if tok.shape != req.shape or batch.phases.shape != req.shape or imax(req) >= self.n:
+            if tok.shape != req.shape or batch.phases.shape != req.shape:
                 return None
-        # (Positions past the end would have failed make_batch's reads; negative ones wrap.)
-        if size <= SMALL:  # the positions' list once for both tests (as imin and _distinct read it)
-            positions = req.tolist()
-            if min(positions) < 0 or imin(tok) < 1 or len(set(positions)) != size:
-                return None
-        elif _count(tok < _ONE):
-            return None  # (a comparison and a count cost half a reduction on a few hundred items)
-        elif not _count(req[1:] <= req[:-1]):
-            # Strictly increasing (the usual many-item batch): distinct, and its first position the least.
-            if req.item(0) < 0:
-                return None
-        elif _count(req < _ZERO) or not self._distinct_slots(req):
+        # (A comparison and a count cost half a reduction on a few hundred items.)
+        if (imin(tok) < 1) if size <= SMALL else _count(tok < _ONE):
+            return None
+        if not self._valid_positions(req, made is not None):  # (make_batch gathered them)
             return None
         ev_count = 0
         ev_blocks = 0
         if ev.size:
             # Distinct, known requests that hold KV and are not processed in this batch.
-            if imin(ev) < 0 or imax(ev) >= self.n:
+            if not self._valid_positions(ev):
                 return None
-            if ev.size > 1:
-                ordered = np.sort(ev)
-                if _count(ordered[1:] == ordered[:-1]):
-                    return None
             held = self.kv[ev]
             # Both in range by now (req's reads in make_batch or above, ev's bounds just checked).
             if not imin(held) > 0 or _count(self._marked(ev, req)):
@@ -529,39 +516,27 @@ class EngineState(RunSteps):
         return self._full_check(batch, index), self.apply(batch)
 
     def _evict(self, ev: np.ndarray) -> None:
-        """Drop the KV of ``ev`` (distinct requests that hold KV)."""
+        """Drop the KV of ``ev`` (distinct requests that hold KV): each processes all S tokens again.
+
+        One request at a time on scalars: a batch evicts one to three, where the dozen array calls of
+        a vectorised pass cost several times more (and a rare large eviction about 1.5 us a request).
+        """
         if not ev.size:
             return
-        if ev.size <= _FEW:
-            # A few evictions (the usual batch's one to three): scalar reads and writes cost a fraction
-            # of a dozen array calls. The same values in the same places.
-            kv, dropped, generated, prompt = self.kv, self._dropped, self.generated, self.prompt
-            bs = self.block_size
-            for r in ev.tolist():
-                m = kv.item(r)
-                self.kv_tokens -= m
-                self.kv_blocks -= m if bs == 1 else -(-m // bs)
-                kv[r] = 0
-                dropped[r] = dropped.item(r) + m
-                g = generated.item(r)
-                self._left[r] = prompt.item(r) + g  # all S tokens again
-                self.refilling[r] = g > 0
-                self._phase[r] = _REFILL if g > 0 else _PREFILL
-                self.evictions[r] = self.evictions.item(r) + 1
-            self.num_holding -= int(ev.size)
-            return
-        kv_ev = self.kv[ev]
-        self.kv_tokens -= isum(kv_ev)
-        self.kv_blocks -= isum(self._blocks(kv_ev))
-        self.num_holding -= int(ev.size)
-        self.kv[ev] = 0
-        self._dropped[ev] += kv_ev
-        generated = self.generated[ev]
-        self._left[ev] = self.prompt[ev] + generated  # all S tokens again
-        refill = generated > 0
-        self.refilling[ev] = refill
-        self._phase[ev] = np.where(refill, _REFILL, _PREFILL)
-        self.evictions[ev] += 1
+        kv, dropped, generated, prompt = self.kv, self._dropped, self.generated, self.prompt
+        bs = self.block_size
+        for r in ev.tolist():
+            m = kv.item(r)
+            self.kv_tokens -= m
+            self.kv_blocks -= m if bs == 1 else -(-m // bs)
+            kv[r] = 0
+            dropped[r] = dropped.item(r) + m
+            g = generated.item(r)
+            self._left[r] = prompt.item(r) + g  # all S tokens again
+            self.refilling[r] = g > 0
+            self._phase[r] = _REFILL if g > 0 else _PREFILL
+            self.evictions[r] = self.evictions.item(r) + 1
+        self.num_holding -= ev.size
 
     def _advance(
         self, batch: Batch, req: np.ndarray, tok: np.ndarray, is_decode: np.ndarray, num_evicted: int

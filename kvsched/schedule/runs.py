@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from kvsched.costmodel.base import chunk_run_times, decode_run_times
-from kvsched.costmodel.small import NUM_OPERANDS, OPERANDS, SMALL, imax, imin, isum, nonzero, operand
+from kvsched.costmodel.small import NUM_OPERANDS, OPERANDS, SMALL, imin, isum, nonzero, operand
 from kvsched.schedule.ir import Chunk, Phase, Run, batch_starts
 from kvsched.schedule.records import (
     Rule,
@@ -133,13 +133,8 @@ class RunSteps:
             else NOT_STEADY
         )
         checked = steady != NOT_STEADY and not req.flags.writeable
-        if not checked:
-            if size and size <= SMALL:  # in range and distinct, on one list (imin, imax, _distinct's)
-                items = req.tolist()
-                if min(items) < 0 or max(items) >= self.n or len(set(items)) != size:
-                    return _NO_PLAN
-            elif not size or imin(req) < 0 or imax(req) >= self.n or not self._distinct(req):
-                return _NO_PLAN
+        if not checked and (not size or not self._valid_positions(req)):
+            return _NO_PLAN
         if chunk:
             p = req.item(-1)  # (a Python int, without a numpy scalar)
             if chunk < 0 or self._phase[p] == _DECODE:
@@ -410,7 +405,7 @@ class RunSteps:
             p, c = chunk.request, chunk.tokens
             if not (0 <= p < self.n and c >= 1 and int(self._phase[p]) == chunk.phase != _DECODE):
                 return False
-            if req.size and (imin(req) < 0 or imax(req) >= self.n or not self._distinct(req)):
+            if req.size and not self._valid_positions(req):
                 return False
             limit, last, _, _ = self._limit(req, False, p, c)
             # With a last chunk, exactly the planner's run that ends with it; without, none of its chunks
