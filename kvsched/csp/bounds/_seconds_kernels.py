@@ -153,15 +153,15 @@ def _fill(best, count, k, rest, q):  # pragma: no cover - compiled
 
 
 @nb.njit(cache=True)
-def _chain_price(j, slots, at, best, count, k, requests, sizes, prices, forms):  # pragma: no cover
-    """The price of request ``j``'s chain with op ``u`` in slot ``slots[at + u - 1]``, its other prompt
+def _chain_price(j, slots, best, count, k, requests, sizes, prices, forms):  # pragma: no cover - compiled
+    """The price of request ``j``'s chain with op ``u`` in slot ``slots[u - 1]``, its other prompt
     tokens in the cheapest slots up to the first op's (``best[:count]`` holds those before ``earliest``)."""
     _, earliest, output, prompt, arrival, life, _ = requests
     delta, q, block, kv_cap, kv_tok = sizes
     mu, y, z, inv_phi, alpha = prices
     fd, fp, gd0, gd1, gr, pt, pr = forms
     o, i_j, lf = output[j], prompt[j], life[j]
-    t1 = slots[at]
+    t1 = slots[0]
     tmp = best.copy()
     if k:
         for s in range(earliest[j], t1 + 1):
@@ -171,11 +171,11 @@ def _chain_price(j, slots, at, best, count, k, requests, sizes, prices, forms): 
     c = _first_cost(t1, i_j, _share(t1, lf, inv_phi), alpha, kv_cap, mu, y, z, fp, pt, pr, block)
     c += _fill(tmp, count, k, i_j - 1, q)
     for u in range(2, o + 1):
-        t = slots[at + u - 1]
+        t = slots[u - 1]
         c += _op_cost(
             t, i_j + u - 1, _share(t, lf, inv_phi), alpha, kv_cap, mu, y, z, fd, fp, gd0, gd1, gr, block
         )[0]
-    return c + delta * (slots[at + o - 1] + 1) - arrival[j]
+    return c + delta * (slots[o - 1] + 1) - arrival[j]
 
 
 @nb.njit(cache=True)
@@ -209,10 +209,10 @@ def _price_one(j, requests, sizes, prices, forms, prev, use_prev, chains, first)
     # An upper bound on the price: a chain starting at the earliest slot, one wholly past the horizon,
     # or last call's chain re-priced. Every chain costs at least delta (t_O + 1) - a (prices >= 0).
     ub = delta * (max(big + k, e) + o) - a
-    from_e = np.arange(e, e + o)
-    ub = min(ub, _chain_price(j, from_e, 0, best, count, k, requests, sizes, prices, forms))
+    ub = min(ub, _chain_price(j, np.arange(e, e + o), best, count, k, requests, sizes, prices, forms))
     if use_prev and prev[offset[j]] >= e:
-        ub = min(ub, _chain_price(j, prev, offset[j], best, count, k, requests, sizes, prices, forms))
+        last = prev[offset[j] : offset[j] + o]
+        ub = min(ub, _chain_price(j, last, best, count, k, requests, sizes, prices, forms))
     width = max(int(np.floor((a + ub) / delta - e - o + BAND_TOL)) + 1, 1)
 
     f = np.empty(width)
