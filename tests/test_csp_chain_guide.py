@@ -67,6 +67,8 @@ def test_the_guide_at_the_lagrangians_multipliers_splits_the_gap():
     # No time for its one pricing: no guide rather than an overrun.
     assert ChainGuide.from_lagrangian(inst, lag, Deadline.after(1e-9)) is None
     assert ChainGuide.from_lagrangian(inst, lag, Deadline.never()) is not None
+    # The split is total latency's: a Lagrangian of the first-token objective gives no guide.
+    assert ChainGuide.from_lagrangian(inst, lag, objective="sum-ttft") is None
 
 
 def test_the_guide_refuses_an_incomplete_schedule():

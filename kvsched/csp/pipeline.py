@@ -288,8 +288,8 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         try:
             found_stats, lag = _lagrangian(log, objective, best, lagrangian)
             stats.update(found_stats)
-            if lag is not None and objective == "total-latency":
-                guide = ChainGuide.from_lagrangian(log.instance, lag, deadline)
+            if lag is not None:
+                guide = ChainGuide.from_lagrangian(log.instance, lag, deadline, objective)
         except KeyboardInterrupt:  # Ctrl-C: keep the best schedule and the bounds found so far
             stats["interrupted"] = "during the Lagrangian"
         if _proven(log, best.value):

@@ -21,7 +21,7 @@ keeps the ops' KV and their one token each), so a reduced cost there is approxim
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -54,18 +54,32 @@ class ChainGuide:
     y: np.ndarray
     z: np.ndarray
     price: np.ndarray
+    #: Each op's KV in blocks, request by request (the instance's, read once for every schedule).
+    weights: np.ndarray = field(init=False)
+
+    def __post_init__(self) -> None:
+        data = self.data
+        weights = [
+            op_weights(int(i), int(o), data.block) for i, o in zip(data.prompt, data.output, strict=True)
+        ]
+        object.__setattr__(self, "weights", np.concatenate(weights))
 
     @classmethod
     def from_lagrangian(
-        cls, instance: Instance, lag: ChainLagrangian, deadline: Deadline | None = None
+        cls,
+        instance: Instance,
+        lag: ChainLagrangian,
+        deadline: Deadline | None = None,
+        objective: str = "total-latency",
     ) -> ChainGuide | None:
-        """The guide at the Lagrangian's best multipliers, priced once on single slots.
+        """The guide at the Lagrangian's best multipliers (``lag`` bounds ``objective``), priced once on
+        single slots.
 
-        None for an objective other than total latency, or where that pricing is predicted to take more
-        than :data:`PRICING_SHARE` of what is left of ``deadline`` (at 10k requests the best point is often a
-        block level's, whose bands on single slots are wide).
+        None for an objective other than total latency (the split above is total latency's), or where that
+        pricing is predicted to take more than :data:`PRICING_SHARE` of what is left of ``deadline`` (at 10k
+        requests the best point is often a block level's, whose bands on single slots are wide).
         """
-        data = ChainData.from_instance(instance)
+        data = ChainData.from_instance(instance, objective)
         if data.objective != LATENCY or not lag.y.size:
             return None
         dear = deadline is not None and deadline.bounded
@@ -82,12 +96,9 @@ class ChainGuide:
             raise ValueError("the guide reads complete schedules only")
         # A batch that starts at s lies in slot floor(s) and lasts one slot.
         slots = np.floor(ends / data.slot - 1.0 + 1e-9).astype(np.int64)
-        weights = np.concatenate(
-            [op_weights(int(i), int(o), data.block) for i, o in zip(data.prompt, data.output, strict=True)]
-        )
         priced = slots < y.size
         cost = np.zeros(len(slots))
-        cost[priced] = weights[priced] * y[slots[priced]]
+        cost[priced] = self.weights[priced] * y[slots[priced]]
         if z.size:
             cost[slots < z.size] += z[slots[slots < z.size]]  # each op's generating token
         last = np.cumsum(data.output) - 1  # each request's last event

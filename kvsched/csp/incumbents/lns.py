@@ -157,7 +157,13 @@ def _try_scales(
     started = time.perf_counter()
     cand = rerun(trial, deadline, name)
     run_s[0] = max(run_s[0], time.perf_counter() - started)
-    if cand.value < value - 1e-9:  # the greedy's own value: replay it before keeping it
+    return _kept(instance, cand, value, cost_model)
+
+
+def _kept(instance: Instance, cand: Incumbent, value: float, cost_model: CostModel) -> Incumbent | None:
+    """``cand`` replayed where its own value is strictly better than ``value``, if the replay is too;
+    else None (a candidate is valued on the greedy's own log, and replayed only before it is kept)."""
+    if cand.value < value - 1e-9:
         cand = confirmed(instance, cand, cost_model)
     return cand if cand.value < value - 1e-9 else None
 
@@ -394,11 +400,9 @@ def improve(
                         break
                     trial = order.copy()
                     trial[lo:hi] = moved
-                    cand = simulate(trial)
+                    cand = _kept(instance, simulate(trial), value, cost_model)
                     evaluations += 1
-                    if cand.value < value - 1e-9:  # the greedy's own value: replay it before keeping it
-                        cand = confirmed(instance, cand, cost_model)
-                    if cand.value < value - 1e-9:
+                    if cand is not None:
                         order, value, improved = trial, cand.value, True
                         if cand.value < best.value:
                             best, accepted = cand, accepted + 1
