@@ -345,6 +345,19 @@ def test_lns_without_a_deadline_searches_key_scales_and_ends():
     assert better.stats["evaluations"] > 0
 
 
+
+def test_lns_kicks_the_best_scales_once_the_windows_end_and_never_worsens():
+    """Where the windows end before the deadline, an iterated local search kicks the best scales: it starts
+    from the windows' result (same seed), so it ends no worse, and it ends on its own without a deadline."""
+    inst = budget_instance(np.random.default_rng(24), 30)
+    start = greedy(inst, "remaining-area", preempt=False, refill_weight=4.0, min_chunk=4, fit_chunk=True)
+    windows = improve(inst, start, window=4, max_passes=1, kick_patience=0)
+    kicked = improve(inst, start, window=4, max_passes=1, kick_patience=5)
+    assert windows.stats["kicks"] == 0 and kicked.stats["kicks"] >= 5
+    assert kicked.value <= windows.value <= start.value
+    assert kicked.value == objective_value(inst, kicked)
+    assert kicked.stats["evaluations"] > windows.stats["evaluations"]
+
 def _loaded_instance(rng: np.random.Generator, n: int) -> Instance:
     """Unit time, no budget (eviction is free), arrivals over time into a KV cache a few requests fill."""
     reqs = [
