@@ -58,17 +58,18 @@ def test_the_guide_at_the_lagrangians_multipliers_splits_the_gap():
     inst = _loaded()
     start = greedy(inst, "remaining-area")
     lag = chain_lagrangian(inst, incumbent=start.trace, deadline=Deadline.after(5.0))
-    guide = ChainGuide.from_lagrangian(inst, lag)
+    guide = ChainGuide.from_lagrangian(lag)
     assert guide is not None
     scores = guide(start.trace)
     assert scores.shape == (len(inst),)
     assert (scores >= -1e-6).all()
     assert scores.sum() <= start.value - lag.value + 1e-6
     # No time for its one pricing: no guide rather than an overrun.
-    assert ChainGuide.from_lagrangian(inst, lag, Deadline.after(1e-9)) is None
-    assert ChainGuide.from_lagrangian(inst, lag, Deadline.never()) is not None
+    assert ChainGuide.from_lagrangian(lag, Deadline.after(1e-9)) is None
+    assert ChainGuide.from_lagrangian(lag, Deadline.never()) is not None
     # The split is total latency's: a Lagrangian of the first-token objective gives no guide.
-    assert ChainGuide.from_lagrangian(inst, lag, objective="sum-ttft") is None
+    ttft = chain_lagrangian(inst, "sum-ttft", incumbent=start.trace, deadline=Deadline.after(2.0))
+    assert ChainGuide.from_lagrangian(ttft) is None
 
 
 def test_the_guide_refuses_an_incomplete_schedule():

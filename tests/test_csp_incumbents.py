@@ -345,7 +345,6 @@ def test_lns_without_a_deadline_searches_key_scales_and_ends():
     assert better.stats["evaluations"] > 0
 
 
-
 def test_lns_kicks_the_best_scales_once_the_windows_end_and_never_worsens():
     """Where the windows end before the deadline, an iterated local search kicks the best scales: it starts
     from the windows' result (same seed), so it ends no worse, and it ends on its own without a deadline."""
@@ -357,6 +356,7 @@ def test_lns_kicks_the_best_scales_once_the_windows_end_and_never_worsens():
     assert kicked.value <= windows.value <= start.value
     assert kicked.value == objective_value(inst, kicked)
     assert kicked.stats["evaluations"] > windows.stats["evaluations"]
+
 
 def _loaded_instance(rng: np.random.Generator, n: int) -> Instance:
     """Unit time, no budget (eviction is free), arrivals over time into a KV cache a few requests fill."""

@@ -289,7 +289,7 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
             found_stats, lag = _lagrangian(log, objective, best, lagrangian)
             stats.update(found_stats)
             if lag is not None:
-                guide = ChainGuide.from_lagrangian(log.instance, lag, deadline, objective)
+                guide = ChainGuide.from_lagrangian(lag, deadline)
         except KeyboardInterrupt:  # Ctrl-C: keep the best schedule and the bounds found so far
             stats["interrupted"] = "during the Lagrangian"
         if _proven(log, best.value):

@@ -359,9 +359,12 @@ class ChainLagrangian:
 
     ``value`` is the best ``L(y, z)`` in the instance's time unit before rounding
     up; ``bound.value`` is the rounded bound. ``history`` holds ``(seconds,
-    bound)`` after each improving iteration (the anytime curve).
+    bound)`` after each improving iteration (the anytime curve). ``data`` is the
+    instance as the relaxation priced it (its objective included), for whoever
+    reads the multipliers again (:class:`~kvsched.csp.bounds.chain_guide.ChainGuide`).
     """
 
+    data: ChainData
     bound: Bound
     value: float
     y: np.ndarray
@@ -493,7 +496,7 @@ def chain_lagrangian(
         # alone converges sooner (measured: Azure code 1k, 347 slot pricings in 7 s against 40 s for the
         # block ladder to a lower value).
         budget = min(deadline.remaining(), SLOT_SECONDS)
-        cheap = deadline.bounded and _predict_slots(data, y) * SLOT_PRICINGS <= budget
+        cheap = deadline.bounded and predict_slots(data, y) * SLOT_PRICINGS <= budget
         spans = () if cheap else block_spans(horizon)
     factor, first_cost, chains = 1.0, (lambda y, z: _predict(data, y, z)), None
     if spans and not deadline.expired():
@@ -557,6 +560,7 @@ def chain_lagrangian(
     if exact.best > best:
         best, best_y, best_z = exact.best, exact.best_y, exact.best_z
     return ChainLagrangian(
+        data=data,
         bound=Bound(max(0.0, data.to_bound(best)), "chain-lagrangian", Scope.ALL),
         value=data.slot * best,
         y=best_y,
@@ -587,7 +591,7 @@ def _predict(data: ChainData, y: np.ndarray, z: np.ndarray) -> float:
     return float(np.sum(data.output * width)) / CELLS_PER_SECOND
 
 
-def _predict_slots(data: ChainData, y: np.ndarray) -> float:
+def predict_slots(data: ChainData, y: np.ndarray) -> float:
     """Seconds a slot pricing at ``y`` may take, from the contiguous-from-earliest bands (``O(n)``)."""
     out = data.output if data.objective == LATENCY else np.ones_like(data.output)
     return float(np.sum(out * _widths(data, y))) / CELLS_PER_SECOND

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from kvsched.csp.bounds._chain_kernels import op_weights
-from kvsched.csp.bounds.chain import LATENCY, ChainData, ChainLagrangian, _predict_slots, evaluate
-from kvsched.instances.model import Instance
+from kvsched.csp.bounds.chain import LATENCY, ChainData, ChainLagrangian, evaluate, predict_slots
 from kvsched.schedule.tokens import generation_events
 from kvsched.schedule.validate import Trace
 from kvsched.stop import Deadline
@@ -67,23 +66,22 @@ class ChainGuide:
     @classmethod
     def from_lagrangian(
         cls,
-        instance: Instance,
         lag: ChainLagrangian,
         deadline: Deadline | None = None,
-        objective: str = "total-latency",
     ) -> ChainGuide | None:
-        """The guide at the Lagrangian's best multipliers (``lag`` bounds ``objective``), priced once on
-        single slots.
+        """The guide at the Lagrangian's best multipliers, priced once on single slots (on the instance
+        as ``lag`` priced it: ``lag.data``).
 
-        None for an objective other than total latency (the split above is total latency's), or where that
+        None where ``lag`` bounds an objective other than total latency (the split above is total
+        latency's), or where that
         pricing is predicted to take more than :data:`PRICING_SHARE` of what is left of ``deadline`` (at 10k
         requests the best point is often a block level's, whose bands on single slots are wide).
         """
-        data = ChainData.from_instance(instance, objective)
+        data = lag.data
         if data.objective != LATENCY or not lag.y.size:
             return None
         dear = deadline is not None and deadline.bounded
-        if dear and _predict_slots(data, lag.y) > PRICING_SHARE * deadline.remaining():  # type: ignore[union-attr]
+        if dear and predict_slots(data, lag.y) > PRICING_SHARE * deadline.remaining():  # type: ignore[union-attr]
             return None
         z = lag.z if data.budget is not None else np.zeros(0)
         return cls(data, lag.y, z, evaluate(data, lag.y, z).price)
