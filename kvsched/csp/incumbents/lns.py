@@ -5,7 +5,9 @@ into a schedule. The neighbourhoods re-order a window of ``window`` consecutive
 requests of the current order (by alternative keys, reversal, adjacent swaps,
 random shuffles) and re-simulate the whole instance; a move is kept only when the
 replayed schedule is strictly better. Windows roll over the order with half
-overlap until the deadline or a pass without improvement.
+overlap until the deadline or a pass without improvement. For a greedy under a moving key, the
+windows re-weight per-request key scales instead (:func:`_scaled_search`), and where every search
+ends before the deadline an iterated local search kicks the best scales (:func:`_kicked_search`).
 
 Why not an exact window re-solve with the batch-indexed model: it has no way to
 freeze the requests outside a window (it takes a constant KV capacity and budget,
