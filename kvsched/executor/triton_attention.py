@@ -38,6 +38,13 @@ import triton.language as tl
 
 
 @triton.jit
+def _store_normalised(Row, heads, stride_qh, d, acc, l_i, mask):
+    """Write one sequence's finished heads: the accumulator over its softmax sum (0 where nothing was read)."""
+    out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
+    tl.store(Row + heads[:, None] * stride_qh + d[None, :], out.to(Row.dtype.element_ty), mask=mask[:, None])
+
+
+@triton.jit
 def _decode_kernel(
     Q,
     K,
@@ -96,24 +103,16 @@ def _decode_kernel(
         acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision=PREC)
         m_i = m_new
     if SPLITS == 1:
-        out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
-        tl.store(
-            Out + i * stride_qn + heads[:, None] * stride_qh + d[None, :],
-            out.to(Out.dtype.element_ty),
-            mask=gmask[:, None],
-        )
+        _store_normalised(Out + i * stride_qn, heads, stride_qh, d, acc, l_i, gmask)
     else:
         keep = gmask
         if PARTITION > 0:
             # A sequence of one partition (or none) is written whole here, and the merge skips it;
             # a program past a sequence's last partition writes nothing, and the merge reads nothing there.
             # (Masks as g < a count: Triton's interpreter turns a vector & a scalar into int32.)
-            out = acc / tl.where(l_i > 0, l_i, 1.0)[:, None]
             whole = (length <= PARTITION) & (s == 0)
-            tl.store(
-                Out + i * stride_qn + heads[:, None] * stride_qh + d[None, :],
-                out.to(Out.dtype.element_ty),
-                mask=(g < tl.where(whole, GROUP, 0))[:, None],
+            _store_normalised(
+                Out + i * stride_qn, heads, stride_qh, d, acc, l_i, g < tl.where(whole, GROUP, 0)
             )
             keep = g < tl.where((length > PARTITION) & (lo < length), GROUP, 0)
         # Partials (n, heads, SPLITS, D) and (n, heads, SPLITS), contiguous.
