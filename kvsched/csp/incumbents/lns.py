@@ -81,6 +81,8 @@ GUIDED_PATIENCE = 12
 KICK_PATIENCE = 30
 #: Spread of the log-normal factors a kick multiplies a stretch of key scales by.
 KICK_SIGMA = 1.0
+#: The descent after a kick re-weights this many kick lengths of the completion order on either side of it.
+KICK_REACH = 2
 _DYNAMIC_RULES = ("remaining-area", "remaining-output")
 
 
@@ -243,11 +245,12 @@ def _scaled_search(
     ``rerun(scale, deadline, name)`` re-makes the incumbent with the scales (:func:`rerunner`). A move multiplies the scales of one window (requests adjacent in completion order; large windows
     first) by a factor of :data:`SCALE_MOVES`, moving them earlier or later while their keys still shrink as they generate;
     it is kept when the replayed schedule is strictly better. ``scale`` is where it starts (the scales
-    that re-make ``best``; default ones). Returns the best incumbent, its scales, and the numbers of
+    that re-make ``best``; default ones). ``order`` may be a stretch of the completion order: the
+    windows then cover that stretch only. Returns the best incumbent, its scales, and the numbers of
     candidates simulated and kept.
     """
-    n = len(instance)
-    scale = np.ones(n, dtype=np.float64) if scale is None else scale.copy()
+    n = len(order)
+    scale = np.ones(len(instance), dtype=np.float64) if scale is None else scale.copy()
     value = best.value
     evaluations = accepted = 0
     name = f"lns({best.name})"
@@ -319,8 +322,12 @@ def _kicked_search(
         run_s[0] = max(run_s[0], time.perf_counter() - started)
         evaluations += 1
         kicked = confirmed(instance, kicked, cost_model)
+        # The descent re-weights windows around the kick only (the rest of the order was a local optimum).
+        around = completion_order(instance, kicked)[
+            max(0, lo - KICK_REACH * size) : lo + (KICK_REACH + 1) * size
+        ]
         cand, cand_scale, evals, _ = _scaled_search(
-            instance, kicked, rerun, deadline, order=completion_order(instance, kicked), window=window,
+            instance, kicked, rerun, deadline, order=around, window=window,
             rng=rng, cost_model=cost_model, max_passes=1, run_s=run_s, scale=trial,
         )  # fmt: skip
         evaluations += evals
