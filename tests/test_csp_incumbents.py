@@ -356,6 +356,10 @@ def test_lns_kicks_the_best_scales_once_the_windows_end_and_never_worsens():
     assert kicked.value <= windows.value <= start.value
     assert kicked.value == objective_value(inst, kicked)
     assert kicked.stats["evaluations"] > windows.stats["evaluations"]
+    # Two requests: a kick's stretch is the whole order (it once drew a stretch longer than the order).
+    pair = budget_instance(np.random.default_rng(0), 2)
+    start = greedy(pair, "remaining-area", preempt=False, refill_weight=4.0, min_chunk=4, fit_chunk=True)
+    assert improve(pair, start, window=4, max_passes=1).value <= start.value
 
 
 def _loaded_instance(rng: np.random.Generator, n: int) -> Instance:

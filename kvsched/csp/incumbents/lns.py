@@ -313,7 +313,7 @@ def _kicked_search(
     while misses < patience and deadline.remaining() > run_s[0]:
         kicks += 1
         order = completion_order(instance, best)
-        size = int(rng.integers(2, max(3, n // 10) + 1))
+        size = min(n, int(rng.integers(2, max(3, n // 10) + 1)))
         lo = int(rng.integers(0, n - size + 1))
         trial = scale.copy()
         trial[order[lo : lo + size]] *= np.exp(rng.normal(0.0, KICK_SIGMA, size))
