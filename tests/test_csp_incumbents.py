@@ -356,6 +356,11 @@ def test_lns_kicks_the_best_scales_once_the_windows_end_and_never_worsens():
     assert kicked.value <= windows.value <= start.value
     assert kicked.value == objective_value(inst, kicked)
     assert kicked.stats["evaluations"] > windows.stats["evaluations"]
+    # Endless patience: the deadline ends the kicks, on time.
+    t0 = time.monotonic()
+    timed = improve(inst, start, Deadline.after(1.0), window=4, max_passes=1, kick_patience=10**9)
+    assert time.monotonic() - t0 < 1.0 + 0.5
+    assert timed.value <= start.value and timed.stats["kicks"] > 0
     # Two requests: a kick's stretch is the whole order (it once drew a stretch longer than the order).
     pair = budget_instance(np.random.default_rng(0), 2)
     start = greedy(pair, "remaining-area", preempt=False, refill_weight=4.0, min_chunk=4, fit_chunk=True)
