@@ -321,7 +321,7 @@ class InferMax(RunOffers):
                 # A stable sort on "not in the first group" (False first) keeps priority order within groups.
                 ranking = (~decode if dec_first else decode).argsort(kind="stable")
                 run, decode, kv = run[ranking], decode[ranking], kv[ranking]
-        return _Build(
+        build = _Build(
             view,
             run,
             kv,
@@ -331,6 +331,28 @@ class InferMax(RunOffers):
             run.size,
             run.size - 1,
         )
+        if num_decodes and self.reserve == "input" and self._block == 1 and self.priority != "none":
+            build.exact = self._decodes_hold_their_reservations(build)
+        return build
+
+    def _decodes_hold_their_reservations(self, build: _Build) -> bool:
+        """Whether every running decode's reservation is exactly its KV m, read off sums (no gather).
+
+        With input reservations on blocks of one token each decode then wants exactly one more. Every
+        running request's reservation covers its KV (``alloc >= m``, ``tests/test_infermax_reservations.py``),
+        so the decodes' are all exact when their excesses sum to 0: the excess of every running request
+        (the reservations' total less the KV held, which only running requests hold) less that of the
+        others, a few prompts or refills in progress (one group of ranks), read one by one.
+        """
+        n, num_decodes = build.order.size, build.num_decodes
+        if n - num_decodes > SMALL:
+            return False
+        others = range(num_decodes, n) if self.priority == "decode" else range(n - num_decodes)
+        excess = self._reserved - build.view.kv_tokens_used
+        alloc, order, kv = self._alloc, build.order, build.kv
+        for rank in others:
+            excess -= alloc.item(order.item(rank)) - kv.item(rank)
+        return excess == 0
 
     def _consider_decodes(self, build: _Build, lo: int, hi: int) -> None:
         """The running decodes at ranks ``lo:hi``: exactly the per-candidate loop, vectorized.
@@ -350,63 +372,87 @@ class InferMax(RunOffers):
         while i < hi and build.tok < self._C:
             seg = i - lo
             cands = order[seg:] if seg else order
-            alloc = self._alloc[cands]
             room = self._C - build.tok  # tokens left: one per decode
-            if nonzero(alloc) == alloc.size:
-                # Every candidate still holds its reservation (none was evicted in this call).
-                ones = False  # need is a mask of the candidates that need one more block
-                if self._block == 1:  # blocks are tokens: the new reservations first, need is their growth
-                    wanted = want[seg:] if seg else want
-                    grown = np.maximum(alloc, wanted)
-                    if self.reserve != "peak":
-                        # A decode wants m + 1 and every reservation covers its request's KV (m <= alloc:
-                        # admission reserves S, a decode m + 1, a run the KV it ends with): a candidate
-                        # needs exactly one more block where want > alloc, else none (a count, not a sum).
-                        need, ones = wanted > alloc, True
-                    else:
-                        need = grown - alloc
-                else:
-                    grown = None
-                    need = (want_blocks[seg:] if seg else want_blocks) - self._blocks_of(alloc)
-                    np.maximum(need, _ZERO, out=need)
-                taken = count(need) if ones else isum(need)
-                if taken <= build.free:  # all fit in memory: only the token budget can stop them
-                    k = room if room < need.size else need.size
-                    if k < need.size:
-                        taken = count(need[:k]) if ones else isum(need[:k])
-                else:
-                    reserved = _accumulate(need, dtype=np.int64)
-                    k = int(reserved.searchsorted(build.free, "right"))
-                    k = room if room < k else k
-                    taken = int(reserved[k - 1]) if k else 0
-                if k:
-                    if grown is not None:  # max(alloc, want), computed above
-                        pos, new = (cands, grown) if k == grown.size else (cands[:k], grown[:k])
-                    elif k == want.size:  # every candidate (seg is 0): no slices
-                        pos, new = cands, np.maximum(alloc, want)
-                    else:
-                        pos, new = cands[:k], np.maximum(alloc[:k], want[seg : seg + k])
-                    self._alloc[pos] = new
-                    self._add_decodes(build, pos, taken, i)  # (ranks i to i + k - 1)
+            if build.exact and (not build.evicted or self.victim == "lowest-priority"):
+                # Each candidate reserved exactly its KV, so each needs one more block (no gather), unless
+                # evicted in this call: evictions take the running requests from the last rank down (every
+                # rank after build.tail; a candidate evicts itself only when none is left after it), so the
+                # live candidates are a prefix. As reading them would: the free blocks and the room stop
+                # within the live ones, or let the whole segment through (an evicted one needs nothing).
+                size = hi - i
+                live = size if not build.evicted else max(0, min(size, build.tail + 1 - i))
+                k = size if build.free >= live else build.free
+                k = room if room < live and room < k else k
+                joined = k if k < live else live
+                if joined:
+                    pos = cands if joined == cands.size else cands[:joined]
+                    self._alloc[pos] = want if joined == want.size else want[seg : seg + joined]  # m + 1
+                    self._add_decodes(build, pos, joined, i if joined == k else -1)  # (ranks i onwards)
             else:
-                alive = alloc > _ZERO  # not evicted earlier in this call
-                need = want_blocks[seg:] - self._blocks_of(alloc)
-                np.maximum(need, _ZERO, out=need)
-                need *= alive  # an evicted candidate needs nothing (and does not join)
-                # Both running sums only grow, so the candidates that fit are a prefix (the ufuncs
-                # directly: np.cumsum and np.flatnonzero add Python layers on every call).
-                k = int(_accumulate(need).searchsorted(build.free, "right"))
-                fit = int(_accumulate(alive, dtype=np.int64).searchsorted(room, "right"))
-                k = fit if fit < k else k
-                take = alive[:k].nonzero()[0]
-                if take.size:
-                    pos = cands[take]
-                    self._alloc[pos] = np.maximum(alloc[take], want[seg:][take])
-                    self._add_decodes(build, pos, isum(need[:k]), i if take.size == k else -1)
+                wanted, wanted_blocks = (want[seg:], want_blocks[seg:]) if seg else (want, want_blocks)
+                k = self._admit_read(build, cands, wanted, wanted_blocks, i, room)
             i += k
             if i < hi:
                 self._consider_running(build, i)
                 i += 1
+
+    def _admit_read(
+        self, build: _Build, cands: np.ndarray, want: np.ndarray, want_blocks: np.ndarray, i: int, room: int
+    ) -> int:
+        """Bulk admission of the decodes ``cands`` (from rank ``i``) on their reservations as read: how many
+        of them were considered (a prefix; those not evicted earlier in this call joined)."""
+        alloc = self._alloc[cands]
+        if nonzero(alloc) == alloc.size:
+            # Every candidate still holds its reservation (none was evicted in this call).
+            ones = False  # need is a mask of the candidates that need one more block
+            if self._block == 1:  # blocks are tokens: the new reservations first, need is their growth
+                grown = np.maximum(alloc, want)
+                if self.reserve != "peak":
+                    # A decode wants m + 1 and every reservation covers its request's KV (m <= alloc:
+                    # admission reserves S, a decode m + 1, a run the KV it ends with): a candidate
+                    # needs exactly one more block where want > alloc, else none (a count, not a sum).
+                    need, ones = want > alloc, True
+                else:
+                    need = grown - alloc
+            else:
+                grown = None
+                need = want_blocks - self._blocks_of(alloc)
+                np.maximum(need, _ZERO, out=need)
+            taken = count(need) if ones else isum(need)
+            if taken <= build.free:  # all fit in memory: only the token budget can stop them
+                k = room if room < need.size else need.size
+                if k < need.size:
+                    taken = count(need[:k]) if ones else isum(need[:k])
+            else:
+                reserved = _accumulate(need, dtype=np.int64)
+                k = int(reserved.searchsorted(build.free, "right"))
+                k = room if room < k else k
+                taken = int(reserved[k - 1]) if k else 0
+            if k:
+                if grown is not None:  # max(alloc, want), computed above
+                    pos, new = (cands, grown) if k == grown.size else (cands[:k], grown[:k])
+                elif k == want.size:  # every candidate: no slices
+                    pos, new = cands, np.maximum(alloc, want)
+                else:
+                    pos, new = cands[:k], np.maximum(alloc[:k], want[:k])
+                self._alloc[pos] = new
+                self._add_decodes(build, pos, taken, i)  # (ranks i to i + k - 1)
+            return k
+        alive = alloc > _ZERO  # not evicted earlier in this call
+        need = want_blocks - self._blocks_of(alloc)
+        np.maximum(need, _ZERO, out=need)
+        need *= alive  # an evicted candidate needs nothing (and does not join)
+        # Both running sums only grow, so the candidates that fit are a prefix (the ufuncs
+        # directly: np.cumsum and np.flatnonzero add Python layers on every call).
+        k = int(_accumulate(need).searchsorted(build.free, "right"))
+        fit = int(_accumulate(alive, dtype=np.int64).searchsorted(room, "right"))
+        k = fit if fit < k else k
+        take = alive[:k].nonzero()[0]
+        if take.size:
+            pos = cands[take]
+            self._alloc[pos] = np.maximum(alloc[take], want[take])
+            self._add_decodes(build, pos, isum(need[:k]), i if take.size == k else -1)
+        return k
 
     def _add_decodes(self, build: _Build, pos: np.ndarray, taken: int, rank: int) -> None:
         """Admit the decodes ``pos``, which reserved ``taken`` more blocks; ``rank`` is the first one's

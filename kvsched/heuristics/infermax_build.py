@@ -60,6 +60,8 @@ class Build:
     # The parts are the ranks 0 to next_rank - 1 of order, in order (-2: they are not), added by
     # add_decodes with nothing one by one before them.
     next_rank: int
+    # Every running decode's reservation was exactly its KV when the call began (set by the policy).
+    exact: bool
 
     def __init__(
         self,
@@ -82,6 +84,7 @@ class Build:
         self.waiting_closed = False
         self.heap = None
         self.next_rank = 0
+        self.exact = False
 
     def add_decodes(self, pos: np.ndarray, ones: np.ndarray, rank: int) -> None:
         """Append decodes of the requests ``pos``; ``ones`` is their tokens (one each); ``rank`` is the
