@@ -5,7 +5,8 @@
 ``alloc >= m`` for every running request, which these tests check at every policy call. With input
 reservations on blocks of one token, the decodes are admitted without reading their reservations when
 their sum says each is exactly its KV (``_decodes_hold_their_reservations``): checked here against the
-reservations read one by one, and the schedules against those of the path that reads them.
+reservations read one by one (and a run's decodes, taken the same way), and the schedules against those
+of the path that reads them.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def test_every_running_request_holds_a_reservation_that_covers_its_kv(name):
 class _Exact(InferMax):
     """InferMax that checks the sums' answer against every running decode's reservation read one by one."""
 
-    checked = 0
+    checked = runs = 0
 
     def _group_running(self, view, run):
         build = super()._group_running(view, run)
@@ -63,6 +64,12 @@ class _Exact(InferMax):
             assert build.exact == bool(np.all(self._alloc[decodes] == view.kv[decodes])), self.name
             _Exact.checked += int(build.exact)
         return build
+
+    def _grow_decodes(self, view, req, limit, ahead=0):
+        if self._decodes_exact:  # (a run's decodes, taken on their reservations without reading them)
+            assert np.all(self._alloc[req] == view.kv[req] + ahead), self.name
+            _Exact.runs += 1
+        return super()._grow_decodes(view, req, limit, ahead)
 
 
 class _Read(InferMax):
@@ -98,7 +105,7 @@ def test_exact_reservations_are_read_off_sums_and_admit_what_reading_them_does(n
 
 
 def test_the_sums_find_exact_reservations():
-    _Exact.checked = 0
-    policy = _as(_Exact, make_policy("sarathi"))
-    simulate(INSTANCES["tight-unit"], policy)
-    assert _Exact.checked > 0
+    _Exact.checked = _Exact.runs = 0
+    for inst in INSTANCES.values():
+        simulate(inst, _as(_Exact, make_policy("sarathi")))
+    assert _Exact.checked > 0 and _Exact.runs > 0

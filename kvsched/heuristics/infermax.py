@@ -255,6 +255,9 @@ class InferMax(RunOffers):
         self._seen = 0
         self._estimate: int | None = None
         self._output: np.ndarray | None = None
+        # Every running decode's reservation is exactly its KV, as of the batches applied (the last call's
+        # build.exact: its batch and the runs after it keep it so, see _grow_decodes).
+        self._decodes_exact = False
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self._block)
@@ -269,6 +272,7 @@ class InferMax(RunOffers):
         self._take_arrivals(view)
         running = self._release_finished(view)
         build = self._group_running(view, running)
+        self._decodes_exact = build.exact
 
         # Step (1): the groups, in priority order.
         n = build.order.size

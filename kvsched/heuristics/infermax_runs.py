@@ -173,9 +173,22 @@ class RunOffers:
         kv = view.kv[req]  # each batch j = 1, 2, ... of the run wants kv + j reserved (a fresh gather)
         if ahead:
             kv += operand(ahead)  # (0-d operands: numpy converts a Python int on every call)
-        alloc = self._alloc[req]
         free = self._capacity - self._reserved
         n = req.size
+        if self._decodes_exact:
+            # Each decode's reservation is exactly its KV (ahead included: the decision reserved m + 1 for
+            # its batch): its decision began with every running decode's so (InferMax._group_running), its
+            # batch reserved each decode's m + 1 and completed a prompt's S, and runs grow them with the KV.
+            # So the linear case below with nothing held beyond the KV, known without reading them.
+            k = free // n
+            k = limit if limit < k else k
+            k = k if k > 0 else 0
+            if k:
+                self._reserved += n * k
+                kv += OPERANDS[k] if k < NUM_OPERANDS else operand(k)
+                self._alloc[req] = kv
+            return k
+        alloc = self._alloc[req]
         linear = held = 0
         if self._block == 1:
             if n <= SMALL:  # the test and the sums on the lists (a few items: cheaper than arrays)
