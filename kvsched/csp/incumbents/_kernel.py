@@ -37,7 +37,11 @@ import numba as nb
 import numpy as np
 from numba.extending import register_jitable
 
-PREFILL, DECODE, REFILL = 0, 1, 2
+from kvsched.schedule.ir import Phase
+
+#: The core's phase codes (the log's ``it[3]`` is read as :class:`~kvsched.schedule.ir.Phase` as is); plain
+#: ints, which numba freezes into the machine code as constants (the knapsack kernel takes these too).
+PREFILL, DECODE, REFILL = int(Phase.PREFILL), int(Phase.DECODE), int(Phase.REFILL)
 #: Rule codes: a static key per request, or one that moves as the request generates.
 STATIC, REMAINING_AREA, REMAINING_OUTPUT = 0, 1, 2
 #: Return codes of :func:`advance`.

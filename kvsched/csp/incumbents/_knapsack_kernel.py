@@ -20,7 +20,8 @@ is legal; the replay proves it.
 
 Array layout (``n`` requests):
 
-* ``ia`` int64 (7, n): prompt I, output O, generated G, KV held (tokens), done, arrival order, phase;
+* ``ia`` int64 (7, n): prompt I, output O, generated G, KV held (tokens), done, arrival order, phase (the
+  core's :class:`~kvsched.schedule.ir.Phase` codes, as ``it[3]``);
 * ``fa`` float64 (4, n): arrival, per-request scale of the key, waiting keys (by list position),
   pinned keys (by list position);
 * ``lim`` int64 (10,): KV blocks, block size, candidates K, DP cells, the KV the knapsack chooses for
@@ -42,12 +43,17 @@ from __future__ import annotations
 import numba as nb
 import numpy as np
 
-from kvsched.csp.incumbents._kernel import insert_waiting, join_arrivals, remaining_area
+from kvsched.csp.incumbents._kernel import (
+    DECODE,
+    PREFILL,
+    REFILL,
+    insert_waiting,
+    join_arrivals,
+    remaining_area,
+)
 
 #: Return codes of :func:`advance`.
 DONE, CHUNK, GROW = 0, 1, 2
-#: Phase codes of ``ia[6]`` and ``it[3]``.
-PREFILL, DECODE, REFILL = 0, 1, 2
 #: An unlimited budget.
 NONE = 1 << 62
 #: ``chosen`` codes of a candidate: not (yet) chosen, chosen, left out (its item does not fit the

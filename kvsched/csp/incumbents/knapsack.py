@@ -61,13 +61,8 @@ from kvsched.csp.objectives import objective_function
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.jit import is_compiled, use_compiled
-from kvsched.schedule.ir import Phase
 from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline
-
-#: Phase of each kernel phase code (:data:`K.PREFILL`, :data:`K.DECODE`, :data:`K.REFILL`).
-_PHASES = np.zeros(3, dtype=np.int8)
-_PHASES[K.PREFILL], _PHASES[K.DECODE], _PHASES[K.REFILL] = Phase.PREFILL, Phase.DECODE, Phase.REFILL
 
 #: Candidates per slot: the best K waiting requests by key, and more while they hold under 1.5 M
 #: between them, up to MAX_CANDIDATES.
@@ -240,7 +235,7 @@ def decide(
         if limits[5] == 0 and deadline.expired():
             limits[5] = 1
     nb, ni, ne = int(sc[3]), int(sc[4]), int(sc[5])
-    phases = _PHASES[it[3, :ni]]
+    phases = it[3, :ni].astype(np.int8)  # (the kernel's codes are the core's Phase codes)
     return BatchLog(
         bf[:nb].copy(),
         np.full(nb, float(cost_model.slot)),
