@@ -34,8 +34,8 @@ batch-by-batch stepping; only their storage and the policy calls are fewer.
 the same rules: :meth:`Stepper.decide` (ask the policy at a time, build the
 batch or the run) and :meth:`Stepper.commit` (apply it). :meth:`Stepper.run` is
 the single-engine loop to completion (what
-:func:`~kvsched.heuristics.simulator.simulate` runs, the two moves inlined with
-the same rules: it runs once per policy call); the multi-engine lock-step run
+:func:`~kvsched.heuristics.simulator.simulate` runs, the two moves in one loop on
+the same helpers, with its reads bound once: it runs once per policy call); the multi-engine lock-step run
 (:mod:`kvsched.heuristics.multiengine`) interleaves ``decide`` and ``commit`` of
 several engines by time, cutting runs at the next dispatch (``horizon``).
 """
@@ -110,28 +110,44 @@ def _stalled(policy: Policy, state: EngineState, now: float) -> KvschedError:
     )
 
 
-def _may_repeat(record: BatchRecord, batch: Batch, num_batches: int, limit: int) -> bool:
-    """Whether a run may repeat ``batch`` (just applied): decodes only, no eviction, nothing completed,
-    and the batch limit not reached."""
-    return (
-        record.num_decodes == record.num_items
-        and not batch.evicted.size
-        and not record.completed.size
-        and num_batches < limit
-    )
+def _batch_wanted(policy: Policy, decision: Decision | None, now: float) -> bool:
+    """Whether ``decision`` (the policy's at ``now``) asks for a batch; ``False``: the policy idles.
+
+    Raises
+    ------
+    KvschedError
+        It evicted without scheduling anything.
+    """
+    if decision is None or not len(decision.requests):
+        if decision is not None and len(decision.evict):
+            raise _evicted_nothing(policy, len(decision.evict), now)
+        return False
+    return True
 
 
-def _chunk_of(record: BatchRecord, batch: Batch) -> int:
-    """The chunk a mixed run may repeat of ``batch`` (just applied, no eviction, nothing completed):
-    its last item's tokens when the others are decodes and that one is a prompt or refill chunk that
-    did not finish (generated nothing); else 0."""
+def _repeat_offer(
+    record: BatchRecord, batch: Batch, steady: Ask | None, chunks: Ask | None
+) -> tuple[Ask, int] | None:
+    """What a run may repeat of ``batch`` (just applied without evictions, below the batch limit): the
+    policy's offer and the chunk's tokens, or ``None``.
+
+    Nothing completed, and either decodes only (``steady``, the policy's ``repeat_decodes``; chunk 0)
+    or decodes then a prompt or refill chunk that did not finish (generated nothing): ``chunks``, its
+    ``repeat_chunks``, with the last item's tokens. An offer the policy did not opt in to is ``None``.
+    """
+    if record.completed.size:
+        return None
+    num_decodes, num_items = record.num_decodes, record.num_items
+    if num_decodes == num_items:
+        return None if steady is None else (steady, 0)
     if (
-        record.num_decodes == record.num_items - 1
-        and record.generated.size == record.num_decodes
+        chunks is not None
+        and num_decodes == num_items - 1
+        and record.generated.size == num_decodes
         and batch.phases[-1] != _DECODE
     ):
-        return int(batch.tokens[-1])
-    return 0
+        return chunks, int(batch.tokens[-1])
+    return None
 
 
 def _follow_batch(state: EngineState, batch: Batch, record: BatchRecord) -> np.ndarray | None:
@@ -361,9 +377,7 @@ class Stepper:
                 return run
         policy = self.policy
         decision = policy.next_batch(view)
-        if decision is None or not len(decision.requests):
-            if decision is not None and len(decision.evict):
-                raise _evicted_nothing(policy, len(decision.evict), now)
+        if not _batch_wanted(policy, decision, now):
             return None
         if self.num_batches >= self.limit:
             raise _eviction_loop(policy, self.limit, self.state)
@@ -393,23 +407,13 @@ class Stepper:
                 decided is not None
                 and decided[1] is entry
                 and not entry.evicted.size  # type: ignore[union-attr]
-                and not rec.completed.size  # type: ignore[union-attr]
                 and self.num_batches < self.limit
             ):
-                if self.steady is not None and _may_repeat(rec, entry, self.num_batches, self.limit):  # type: ignore[arg-type]
-                    self._repeatable = (*decided, self.steady, 0)
-                elif self.chunks is not None:
-                    chunk = _chunk_of(rec, entry)  # type: ignore[arg-type]
-                    if chunk:
-                        self._repeatable = (*decided, self.chunks, chunk)
-            if (
-                self._repeatable is None
-                and self.follow is not None
-                and decided is not None
-                and decided[1] is entry
-                and self.num_batches < self.limit
-            ):
-                self._following = _follow_batch(state, entry, rec)  # type: ignore[arg-type]
+                offer = _repeat_offer(rec, entry, self.steady, self.chunks)  # type: ignore[arg-type]
+                if offer is not None:
+                    self._repeatable = (*decided, *offer)
+                elif self.follow is not None:
+                    self._following = _follow_batch(state, entry, rec)  # type: ignore[arg-type]
         self._decided = None
         self.entries.append(entry)
         self.records.append(record)
@@ -420,8 +424,8 @@ class Stepper:
     def run(self, on_record: Callable[[Record], None] | None = None) -> None:
         """Step until every request completes, idling to the next arrival when the policy waits.
 
-        The rules of :meth:`decide` and :meth:`commit`, inlined (this loop runs once
-        per policy call). ``on_record`` is called with every committed batch's or
+        The moves of :meth:`decide` and :meth:`commit` in one loop, on their helpers (the
+        same rules; the loop binds its reads once, as it runs once per policy call). ``on_record`` is called with every committed batch's or
         run's record (a progress bar).
 
         Raises
@@ -442,7 +446,7 @@ class Stepper:
             state.step_run,
         )
         add_entry, add_record = self.entries.append, self.records.append
-        advance, left_decoding = view._advance, state.left_decoding
+        advance = view._advance
         n = state.n
         num_batches = self.num_batches
         now = 0.0
@@ -463,9 +467,7 @@ class Stepper:
                     following = None
                 if run is None:
                     decision = next_batch(view)
-                    if decision is None or not len(decision.requests):
-                        if decision is not None and len(decision.evict):
-                            raise _evicted_nothing(policy, len(decision.evict), now)
+                    if not _batch_wanted(policy, decision, now):
                         upcoming = view.next_arrival()
                         if upcoming is None:
                             raise _stalled(policy, state, now)
@@ -490,22 +492,10 @@ class Stepper:
                         on_record(record)
                     if num_batches >= limit or batch.evicted.size:
                         continue
-                    # _may_repeat and _chunk_of, inlined (once per policy call).
-                    if not record.completed.size:
-                        num_decodes, num_items = record.num_decodes, record.num_items
-                        if num_decodes == num_items:
-                            if steady is not None:
-                                run = _repeat(state, view, steady, decision, batch.requests)
-                        elif (
-                            chunks is not None
-                            and not asked  # (a refused chunks_ahead is repeat_chunks' answer too)
-                            and num_decodes == num_items - 1
-                            and record.generated.size == num_decodes
-                            and batch.phases[-1] != _DECODE
-                        ):
-                            run = _repeat(
-                                state, view, chunks, decision, batch.requests, None, int(batch.tokens[-1])
-                            )
+                    # (A refused chunks_ahead is repeat_chunks' answer too: no second offer.)
+                    offer = _repeat_offer(record, batch, steady, None if asked else chunks)
+                    if offer is not None:
+                        run = _repeat(state, view, offer[0], decision, batch.requests, None, offer[1])
                     if run is None:
                         # (No offer where the policy declines any: not even the requests left decoding.)
                         if follow is not None and (declines is None or not declines()):
@@ -522,13 +512,8 @@ class Stepper:
                     on_record(run_record)
                     if tail is not None:
                         on_record(tail)
-                # _follow_run, inlined (once per run): after a completion or a finished prompt.
-                if (
-                    follow is not None
-                    and num_batches < limit
-                    and (tail is not None or (run.chunk is None and run_record.completed.size))
-                ):
-                    following = left_decoding()
+                if follow is not None and num_batches < limit:
+                    following = _follow_run(state, run, run_record)
         finally:
             self.num_batches = num_batches
             if collecting:
