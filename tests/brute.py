@@ -43,8 +43,9 @@ def _brute_force(
     holding KV, any 1..unprocessed tokens for any subset of arrived unfinished requests) that
     ``EngineState.check`` accepts. Edge cost: the objective's growth over the edge's time.
 
-    A candidate whose totals break a batch-wide budget (tokens over C, prefill and refill tokens over P,
-    holders over max_running, KV blocks over M), summed from the state's public counters, is not even built:
+    A candidate whose totals (summed from the state's public counters) break a batch-wide budget by the core's
+    own rule (``EngineState.breaks_limits``: tokens over C, prefill and refill tokens over P, holders over
+    max_running, KV blocks over M) is not even built:
     every batch the core rejected in the suite's slowest searches broke one of these, and building, pushing
     and wording (the full check) those rejections was most of the time. Skipping is no verdict of legality:
     every batch kept is still judged by the core, and the kept edges are pushed and popped in the same order
@@ -58,9 +59,7 @@ def _brute_force(
     """
     state0 = EngineState(instance, instance_cost_model(instance))
     n, arrival = state0.n, state0.arrival
-    lim = instance.limits
-    cap_tokens, cap_prefill, cap_running = lim.max_batch_tokens, lim.max_prefill_tokens, lim.max_running
-    block_size, cap_blocks = state0.block_size, state0.kv_block_capacity
+    block_size = state0.block_size
 
     def blocks(tokens: int) -> int:
         return -(-tokens // block_size)
@@ -141,20 +140,16 @@ def _brute_force(
                 ]
                 for i in range(n)
             ]
-            free_blocks = cap_blocks - s.kv_blocks + sum(blocks(kv[i]) for i in ev)
-            free_running = None if cap_running is None else cap_running - s.num_holding + len(ev)
+            # The requests holding KV and the KV blocks held once ``ev`` is evicted.
+            holding = s.num_holding - len(ev)
+            held_blocks = s.kv_blocks - sum(blocks(kv[i]) for i in ev)
             for items in itertools.product(*opts):
                 toks = [k for k, _, _, _ in items]
                 req = [i for i in range(n) if toks[i]]
                 if not req:
                     continue
-                over = (
-                    (cap_tokens is not None and sum(toks) > cap_tokens)
-                    or (cap_prefill is not None and sum(p for _, p, _, _ in items) > cap_prefill)
-                    or (free_running is not None and sum(h for _, _, h, _ in items) > free_running)
-                    or sum(g for _, _, _, g in items) > free_blocks
-                )
-                if over:
+                tokens, prefill, new, grown = map(sum, zip(*items, strict=True))
+                if s.breaks_limits(tokens, prefill, holding + new, held_blocks + grown):
                     if verify_skips is not None:
                         skipped = s.make_batch(t, req, [toks[i] for i in req], list(ev))
                         violations = s.check(skipped)

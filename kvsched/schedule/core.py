@@ -235,6 +235,18 @@ class EngineState(RunSteps):
             self._read = (req, self.num_batches, phases, kv, is_decode, num_decodes)
         return kv, is_decode, num_decodes
 
+    def breaks_limits(self, num_tokens: int, prefill_tokens: int, holding: int, blocks: int) -> bool:
+        """Whether a batch with these totals breaks a batch-wide limit now: ``num_tokens`` over C,
+        ``prefill_tokens`` (prefill and refill) over P, ``holding`` (requests holding KV during it) over
+        ``max_running``, or ``blocks`` (KV blocks held during it) over M."""
+        max_tokens, max_prefill, max_running = self._budgets
+        return (
+            (max_tokens is not None and num_tokens > max_tokens)
+            or (max_prefill is not None and prefill_tokens > max_prefill)
+            or (max_running is not None and holding > max_running)
+            or blocks > self.kv_block_capacity
+        )
+
     def _blocks(self, tokens: np.ndarray) -> np.ndarray:
         if self.block_size == 1:
             return tokens
@@ -436,13 +448,9 @@ class EngineState(RunSteps):
             is_decode = phases == _DECODE_CODE
             num_decodes = count(is_decode)
             num_tokens = isum(tok)
-        max_tokens, max_prefill, max_running = self._budgets
-        if max_tokens is not None and num_tokens > max_tokens:
-            return None
-        if max_prefill is not None and num_decodes < size:
+        prefill_tokens = 0  # (summed only where there is a prefill budget to read it)
+        if self._budgets[1] is not None and num_decodes < size:
             prefill_tokens = num_tokens - isum(tok[is_decode]) if num_decodes else num_tokens
-            if prefill_tokens > max_prefill:
-                return None
         # Whether the decodes are the first num_decodes items; then the other items, a few chunks, are
         # the only ones that may hold no KV (a decode's request holds KV): counted on their list.
         decodes_first = (
@@ -456,10 +464,9 @@ class EngineState(RunSteps):
             new_holders = kv[num_decodes:].tolist().count(0)
         else:
             new_holders = count(kv == _ZERO)
-        if max_running is not None and self.num_holding - ev_count + new_holders > max_running:
-            return None
         grown = num_tokens if self.block_size == 1 else isum(self._blocks(kv + tok) - self._blocks(kv))
-        if self.kv_blocks - ev_blocks + grown > self.kv_block_capacity:
+        holding, blocks = self.num_holding - ev_count + new_holders, self.kv_blocks - ev_blocks + grown
+        if self.breaks_limits(num_tokens, prefill_tokens, holding, blocks):
             return None
         if made is None and self._time_of is not None:
             expected = self._time_of(tok, kv, phases, is_decode, num_decodes, num_tokens)
