@@ -29,7 +29,7 @@ import numpy as np
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.heuristics.checks import check_positive
-from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET, stricter
+from kvsched.heuristics.infermax import effective_budgets
 from kvsched.instances.model import Instance
 from kvsched.schedule.search import last_fitting
 
@@ -184,9 +184,7 @@ class EngineBase:
 
     def reset(self, instance: Instance) -> None:
         lim = instance.limits
-        self._C = stricter(self.token_budget, lim.max_batch_tokens) or DEFAULT_TOKEN_BUDGET
-        self._P = min(lim.max_prefill_tokens or self._C, self._C)
-        self._R = stricter(self.max_running, lim.max_running)
+        self._C, self._P, self._R = effective_budgets(lim, self.token_budget, max_running=self.max_running)
         self._budgets = {"C": self._C, "P": self._P, "max_running": self._R}
         self._capacity_tokens = lim.kv_blocks * lim.block_size
         self._kv = Reservations(len(instance), lim.block_size, lim.kv_blocks)
@@ -620,5 +618,4 @@ __all__ = [
     "VllmV1",
     "check_positive",
     "is_decode",
-    "stricter",
 ]

@@ -61,7 +61,7 @@ from kvsched.heuristics.checks import check_choice, check_positive
 from kvsched.heuristics.infermax_build import Build as _Build
 from kvsched.heuristics.infermax_queue import WaitingQueue
 from kvsched.heuristics.infermax_runs import RunOffers
-from kvsched.instances.model import Instance
+from kvsched.instances.model import Instance, Limits
 from kvsched.schedule.ir import Phase
 
 Priority = Literal["prefill", "decode", "none"]
@@ -88,6 +88,26 @@ def stricter(*limits: int | None) -> int | None:
     """The smallest of the limits that are set (``None`` = unlimited)."""
     given = [int(x) for x in limits if x is not None]
     return min(given) if given else None
+
+
+def effective_budgets(
+    limits: Limits,
+    token_budget: int | None = None,
+    prefill_budget: int | None = None,
+    max_running: int | None = None,
+) -> tuple[int, int, int | None]:
+    """A policy's budgets on an instance of these ``limits``, from its own (``None``: not set).
+
+    C is the stricter of the policy's and the instance's token budgets (:data:`DEFAULT_TOKEN_BUDGET`
+    where neither sets one); P the stricter of the policy's and the instance's prefill budgets, and at
+    most C; ``max_running`` the stricter of the two (``None``: unlimited).
+    """
+    c = stricter(token_budget, limits.max_batch_tokens) or DEFAULT_TOKEN_BUDGET
+    return (
+        c,
+        min(prefill_budget or c, limits.max_prefill_tokens or c, c),
+        stricter(max_running, limits.max_running),
+    )
 
 
 class InferMax(RunOffers):
@@ -230,9 +250,9 @@ class InferMax(RunOffers):
     # ----------------------------------------------------------------- set-up
     def reset(self, instance: Instance) -> None:
         lim = instance.limits
-        self._C = stricter(self.token_budget, lim.max_batch_tokens) or DEFAULT_TOKEN_BUDGET
-        self._P: int = min(self.prefill_budget or self._C, lim.max_prefill_tokens or self._C, self._C)
-        self._R = stricter(self.max_running, lim.max_running)
+        self._C, self._P, self._R = effective_budgets(
+            lim, self.token_budget, self.prefill_budget, self.max_running
+        )
         self._budgets = {"C": self._C, "P": self._P, "max_running": self._R}
         self._block = lim.block_size
         self._capacity = lim.kv_blocks

@@ -21,7 +21,7 @@ from kvsched.costmodel.small import nonzero
 from kvsched.errors import KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.heuristics.checks import check_choice, check_positive
-from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET, stricter
+from kvsched.heuristics.infermax import effective_budgets
 from kvsched.instances.model import Instance
 
 Order = Literal["fcfs", "shortest-prompt", "shortest-remaining"]
@@ -125,9 +125,7 @@ class KFCFS:
                 f"{instance.name!r} carry no predicted_output"
             )
         lim = instance.limits
-        self._C = stricter(self.token_budget, lim.max_batch_tokens) or DEFAULT_TOKEN_BUDGET
-        self._P = min(lim.max_prefill_tokens or self._C, self._C)
-        self._R = lim.max_running
+        self._C, self._P, self._R = effective_budgets(lim, self.token_budget)
         self._budgets = {"C": self._C, "P": self._P, "max_running": self._R}
         self._block = lim.block_size
 

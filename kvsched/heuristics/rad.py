@@ -54,7 +54,7 @@ from kvsched.costmodel.rad import RadTiling
 from kvsched.heuristics.base import Decision, SchedulerView
 from kvsched.heuristics.checks import check_positive
 from kvsched.heuristics.engines import is_decode
-from kvsched.heuristics.infermax import DEFAULT_TOKEN_BUDGET, stricter
+from kvsched.heuristics.infermax import effective_budgets, stricter
 from kvsched.instances.model import Instance
 from kvsched.schedule.search import last_fitting
 
@@ -124,8 +124,8 @@ class RAD:
         self._t_lcm = self.t_lcm or t_lcm
         self._n = self.n or DEFAULT_CYCLE_FACTOR * self._t_col
         lim = instance.limits
-        self._C = lim.max_batch_tokens or DEFAULT_TOKEN_BUDGET
-        self._chunk = min(self._t_lcm, self._C, lim.max_prefill_tokens or self._C)
+        self._C, prefill, _ = effective_budgets(lim)  # (its own cap, below, reads max_running)
+        self._chunk = min(self._t_lcm, prefill)
         self._cap = stricter(self._t_col, lim.max_running, self._C) or self._t_col
         self._effective = {"n": self._n, "t_col": self._t_col, "t_lcm": self._t_lcm, "cap": self._cap}
         self._waiting: deque[int] = deque()  # P, FCFS; evicted requests re-enter at the front
