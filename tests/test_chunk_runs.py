@@ -34,7 +34,7 @@ from kvsched.schedule.metrics import batch_metrics, request_metrics, run_metrics
 from kvsched.schedule.records import RunRecord
 from kvsched.schedule.serving import serving_metrics
 from kvsched.schedule.validate import instance_cost_model, replay, validate
-from tests.test_simulator_equivalence import assert_same_state
+from tests.test_simulator_equivalence import assert_same_record, assert_same_state
 
 _CALIBRATED = TimeModel(*resolve_cost_model("llama-2-7b_a100-80gb_tp1"))
 
@@ -138,12 +138,7 @@ def test_a_mixed_run_does_what_its_batches_do(name, policy):
     slow = replay(inst, plain.schedule)
     assert_same_state(fast.state, slow.state)
     for a, b in zip(fast.records, slow.records, strict=True):
-        for field in ("index", "start", "end", "num_items", "num_tokens", "prefill_tokens", "num_decodes"):
-            assert getattr(a, field) == getattr(b, field), field
-        for field in ("kv_tokens", "kv_blocks", "num_running", "num_evicted"):
-            assert getattr(a, field) == getattr(b, field), field
-        np.testing.assert_array_equal(a.generated, b.generated)
-        np.testing.assert_array_equal(a.completed, b.completed)
+        assert_same_record(a, b)
     assert run_metrics(fast) == run_metrics(slow)
     assert batch_metrics(fast).equals(batch_metrics(slow))
     assert request_metrics(fast).equals(request_metrics(slow))
@@ -280,12 +275,7 @@ def test_a_run_with_a_last_chunk_does_what_its_batches_do(prompt, output):
     assert record.tail is not None and record.repeat == limit - 1
     fast = [*record.records(), record.tail]
     for a, b in zip(fast, slow, strict=True):
-        for field in ("index", "start", "end", "num_items", "num_tokens", "prefill_tokens", "num_decodes"):
-            assert getattr(a, field) == getattr(b, field), field
-        for field in ("kv_tokens", "kv_blocks", "num_running", "num_evicted"):
-            assert getattr(a, field) == getattr(b, field), field
-        np.testing.assert_array_equal(a.generated, b.generated)
-        np.testing.assert_array_equal(a.completed, b.completed)
+        assert_same_record(a, b)
     assert state.first_token[1] == run.end
     assert state.done[1] == (output == 1)
 

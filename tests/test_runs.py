@@ -28,7 +28,7 @@ from kvsched.schedule.io import load_schedule, save_schedule
 from kvsched.schedule.ir import Run, Schedule
 from kvsched.schedule.metrics import batch_metrics, request_metrics, run_metrics
 from kvsched.schedule.validate import replay, validate
-from tests.test_simulator_equivalence import assert_same_state
+from tests.test_simulator_equivalence import assert_same_record, assert_same_state
 
 STEADY = [s.name for s in list_policies() if steady_decodes(make_policy(s.name)) is not None]
 
@@ -109,12 +109,7 @@ def test_coalesced_runs_give_the_same_batches_records_and_state(name, policy):
     assert fast.schedule.num_evictions == plain.schedule.num_evictions == evicted  # runs need no spelling out
     assert fast.schedule.meta == plain.schedule.meta
     for a, b in zip(fast.trace.records, plain.trace.records, strict=True):
-        for field in ("index", "start", "end", "num_items", "num_tokens", "prefill_tokens", "num_decodes"):
-            assert getattr(a, field) == getattr(b, field), field
-        for field in ("kv_tokens", "kv_blocks", "num_running", "num_evicted"):
-            assert getattr(a, field) == getattr(b, field), field
-        np.testing.assert_array_equal(a.generated, b.generated)
-        np.testing.assert_array_equal(a.completed, b.completed)
+        assert_same_record(a, b)
     assert_same_state(fast.trace.state, plain.trace.state)
     # Metrics straight from the runs equal those of the batches.
     assert run_metrics(fast.trace) == run_metrics(plain.trace)

@@ -20,7 +20,7 @@ from kvsched.costmodel import BatchView, InfermaxLinear
 from kvsched.heuristics import SchedulerView, make_policy, simulate
 from kvsched.instances.generators import LogNormal, Poisson, synthetic
 from kvsched.instances.model import Limits, TimeModel
-from kvsched.schedule.core import TIME_TOL, EngineState
+from kvsched.schedule.core import TIME_TOL, BatchRecord, EngineState
 from kvsched.schedule.ir import Phase
 from kvsched.schedule.validate import replay
 from tests.strategies import SETTINGS, legal_schedules
@@ -46,6 +46,16 @@ def derived_phases(state: EngineState) -> np.ndarray:
     ).astype(np.int8)
 
 
+def assert_same_record(a: BatchRecord, b: BatchRecord) -> None:
+    """Two batch records agree: their counts, KV figures and generated and completed requests."""
+    for field in ("index", "start", "end", "num_items", "num_tokens", "prefill_tokens", "num_decodes"):
+        assert getattr(a, field) == getattr(b, field), field
+    for field in ("kv_tokens", "kv_blocks", "num_running", "num_evicted"):
+        assert getattr(a, field) == getattr(b, field), field
+    np.testing.assert_array_equal(a.generated, b.generated)
+    np.testing.assert_array_equal(a.completed, b.completed)
+
+
 def assert_same_state(a: EngineState, b: EngineState) -> None:
     for name in STATE_ARRAYS:
         np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
@@ -63,12 +73,7 @@ def test_step_and_apply_leave_the_same_state_and_records(built):
         made = fast.make_batch(batch.start, batch.requests, batch.tokens, batch.evicted)
         assert made.same_as(batch)
         got, want = fast.step(made), plain.apply(batch)
-        for field in ("index", "start", "end", "num_items", "num_tokens", "prefill_tokens", "num_decodes"):
-            assert getattr(got, field) == getattr(want, field), field
-        for field in ("kv_tokens", "kv_blocks", "num_running", "num_evicted"):
-            assert getattr(got, field) == getattr(want, field), field
-        np.testing.assert_array_equal(got.generated, want.generated)
-        np.testing.assert_array_equal(got.completed, want.completed)
+        assert_same_record(got, want)
         assert_same_state(fast, plain)
         np.testing.assert_array_equal(fast.phase_of(np.arange(fast.n)), derived_phases(fast))
 
