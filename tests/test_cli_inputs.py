@@ -254,3 +254,19 @@ def test_compare_needs_a_policy(files, capsys):
 
 def test_the_output_time_warning_never_says_0_s():
     assert [common._seconds(x) for x in (0.3, 0.012, 8.74, 123.4)] == ["0.3", "0.012", "8.7", "123"]
+
+
+def test_an_export_is_checked_before_the_solve_and_a_missing_one_is_an_error(files, tmp_path, capsys):
+    # The suffix is refused before any work, not after a finished solve.
+    assert main(["solve", str(files[0]), "--time-limit", "5", "--export", str(tmp_path / "m.txt")]) == 2
+    assert "--export: m.txt: the file must end in .mps or .lp" in _one_error_line(capsys)
+    # 20 requests: auto runs the certified pipeline, which builds no MILP. The schedule is still
+    # written; the export asked for is one error line, not a silent success without the file.
+    big, out, lp = tmp_path / "big.json", tmp_path / "s.json", tmp_path / "m.lp"
+    assert main(["generate", "synthetic", "--n", "20", "-o", str(big)]) == 0
+    capsys.readouterr()
+    assert main(["solve", str(big), "--time-limit", "2", "-o", str(out), "--export", str(lp)]) == 2
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if "error" in line]
+    assert len(errors) == 1 and "--export: no model was written to" in errors[0] and "pipeline" in errors[0]
+    assert "Traceback" not in err and out.exists() and not lp.exists()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kvsched.commands.common import (
+    EXIT_ERROR,
     add_cost_args,
     add_limit_args,
     atomic_output,
@@ -270,6 +272,16 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.trace:
         write_trace(args.trace, instance, result.schedule, name=f"{result.formulation}/{result.solver}")
         Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", highlight=False)
+    if args.export and "exported" not in result.stats:
+        # Asked for and not written (the pipeline, or no exact model in time): an error, after the other
+        # outputs, so that a script does not read an old or missing file as this model.
+        why = result.stats.get("auto") or result.stopped or "no exact model was built in time"
+        print(
+            f"kvsched solve: error: --export: no model was written to {args.export}: {why} "
+            "(--formulation time or batch builds one)",
+            file=sys.stderr,
+        )
+        return EXIT_ERROR
     return 0
 
 

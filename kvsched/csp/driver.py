@@ -22,7 +22,14 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from kvsched.csp.backends import RawSolution, SolverOptions, check_solver, export_model, solve_model
+from kvsched.csp.backends import (
+    RawSolution,
+    SolverOptions,
+    check_export_path,
+    check_solver,
+    export_model,
+    solve_model,
+)
 from kvsched.csp.bounds import portfolio
 from kvsched.csp.certificate import Scope, narrower, scope_of
 from kvsched.csp.certify import ModelError, Seen, certify, model_bound, tolerance
@@ -148,7 +155,8 @@ def solve(
         A schedule to start from (used when it lies in the formulation's class
         and beats the formulation's own).
     export
-        Also write the model as ``.mps`` or ``.lp``.
+        Also write the model as ``.mps`` or ``.lp`` (checked first); written only where an exact model
+        is built and passed to the back end, which ``stats["exported"]`` (the path) then says.
     allow_eviction
         ``batch`` only: ``False`` restricts it to eviction-free schedules.
     strengthen
@@ -173,6 +181,8 @@ def solve(
     instance.check_requests()  # before any bound reads a NaN arrival
     options = options or SolverOptions()
     _check_options(options)
+    if export is not None:
+        check_export_path(export)
     if deadline is None:
         deadline = Deadline.after(options.time_limit if time_limit is None else time_limit)
     check_solver(solver)
@@ -367,6 +377,8 @@ def _solve_built(
     )
     run.report(incumbent=value)
     stats = {**built.stats, "upper_bound": upper, "found_by": found_by}
+    if export is not None:  # the caller can tell an export from a solve that built no model to write
+        stats["exported"] = str(export)
     stopped = raw.stopped or ("deadline" if deadline.expired() else "")
     return _finish(run, form, objective, solver, schedule, value, hint_source, raw, stats, stopped)
 

@@ -54,18 +54,28 @@ def solve_model(
     return backend(model, options, deadline)
 
 
-def export_model(model: LinearModel, path: str | Path) -> None:
-    """Write the MILP form (indicators as big-M rows) as .mps or .lp, for Gurobi, CPLEX, ..."""
+def check_export_path(path: str | Path) -> Path:
+    """``path`` as a :class:`Path` if it names a model file (.mps or .lp); else the one :class:`InputError`.
+
+    Checked before the solve (:func:`kvsched.csp.solve`), not when the model is written: a bad name
+    must not cost a finished solve its export.
+    """
     p = Path(path)
     if p.suffix.lower() not in (".mps", ".lp"):
         raise InputError(f"--export: {p.name}: the file must end in .mps or .lp")
-    write_model(model, str(p))
+    return p
+
+
+def export_model(model: LinearModel, path: str | Path) -> None:
+    """Write the MILP form (indicators as big-M rows) as .mps or .lp, for Gurobi, CPLEX, ..."""
+    write_model(model, str(check_export_path(path)))
 
 
 __all__ = [
     "BACKENDS",
     "RawSolution",
     "SolverOptions",
+    "check_export_path",
     "check_solver",
     "export_model",
     "highs_model",
