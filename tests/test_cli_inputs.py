@@ -270,3 +270,32 @@ def test_an_export_is_checked_before_the_solve_and_a_missing_one_is_an_error(fil
     errors = [line for line in err.splitlines() if "error" in line]
     assert len(errors) == 1 and "--export: no model was written to" in errors[0] and "pipeline" in errors[0]
     assert "Traceback" not in err and out.exists() and not lp.exists()
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["solve", "{i}", "--time-limit", "5", "--seed", "-1"], "--seed"),
+        (["calibrate", "--from-replay", "{i}", "--seed", "-1"], "--seed"),
+        (["replay", "{i}", "{s}", "--prompt-seed", "-1"], "--prompt-seed"),
+        (["replay", "{i}", "{s}", "--seed", str(2**64)], "--seed"),
+        (["profile", "-o", "{d}", "--warmup", "-1"], "--warmup"),
+        (["simulate", "{i}", "-p", "vllm", "--engines", "2", "--balancer-seed", "-3"], "--balancer-seed"),
+        (["generate", "synthetic", "--seed", "-1"], "--seed"),
+    ],
+)
+def test_negative_or_huge_seeds_and_warmups_are_one_usage_line(files, tmp_path, capsys, argv, flag):
+    # A negative seed reached numpy's and torch's generators (exit 3, "internal error"); a negative
+    # --warmup ran none and wrote warmup: -1 into the table's metadata.
+    names = {"{i}": str(files[0]), "{s}": str(files[1]), "{d}": str(tmp_path / "p")}
+    with pytest.raises(SystemExit) as exit_:
+        main([names.get(a, a) for a in argv])
+    assert exit_.value.code == 2
+    assert f"argument {flag}:" in _one_error_line(capsys)
+
+
+def test_the_solver_api_refuses_a_negative_seed():
+    from kvsched.csp import SolverOptions, solve
+
+    with pytest.raises(InputError, match=r"options\.seed: must be a whole number >= 0"):
+        solve(evicting_instance(), options=SolverOptions(seed=-1))

@@ -89,6 +89,29 @@ def positive_int(text: str) -> int:
     return value
 
 
+def non_negative_int(text: str) -> int:
+    """An argparse type: a whole number >= 0 (a seed, a count of warm-up rounds)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} must be 0 or more")
+    return value
+
+
+#: The largest seed every consumer takes (torch's manual_seed: a signed 64-bit integer).
+MAX_SEED = 2**63 - 1
+
+
+def seed_int(text: str) -> int:
+    """An argparse type: a seed, a whole number in [0, :data:`MAX_SEED`]."""
+    value = non_negative_int(text)
+    if value > MAX_SEED:
+        raise argparse.ArgumentTypeError(f"{text!r} is larger than {MAX_SEED} (2**63 - 1)")
+    return value
+
+
 def add_limit_args(p: argparse.ArgumentParser, *, default_kv: int | None = None) -> None:
     g = p.add_argument_group("engine limits")
     g.add_argument(

@@ -11,6 +11,7 @@ from kvsched.commands.common import (
     check_output_path,
     check_outputs,
     positive_int,
+    seed_int,
     write_text_atomic,
 )
 from kvsched.errors import InputError
@@ -173,6 +174,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--folds", type=positive_int, default=10, help="k of the k-fold cross-validation (default 10)"
     )
-    p.add_argument("--seed", type=int, default=0, help="seed of the fold assignment (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="seed of the fold assignment (default 0)")
     p.add_argument("--out", "-o", help="coefficient file to write (default ./MODEL_GPU_tpN.json)")
     p.set_defaults(func=cmd_calibrate)

@@ -20,7 +20,9 @@ from kvsched.commands.common import (
     check_output_path,
     check_outputs,
     kv_pairs,
+    non_negative_int,
     positive_int,
+    seed_int,
     write_text_atomic,
 )
 
@@ -268,7 +270,7 @@ def _model_args(p: argparse.ArgumentParser, repeat: int) -> None:
         choices=("float32", "float64", "bfloat16", "float16"),
         help="weights, activations and KV (default float32 on CPU, bfloat16 on CUDA)",
     )
-    g.add_argument("--seed", type=int, default=0, help="seed of the random weights (default 0)")
+    g.add_argument("--seed", type=seed_int, default=0, help="seed of the random weights (default 0)")
     g.add_argument("--threads", type=positive_int, help="CPU threads torch uses (default: torch's)")
     g.add_argument(
         "--repeat",
@@ -276,7 +278,9 @@ def _model_args(p: argparse.ArgumentParser, repeat: int) -> None:
         default=repeat,
         help=f"runs per measurement, median kept (default {repeat})",
     )
-    g.add_argument("--warmup", type=int, default=2, help="warm-up rounds before measuring (default 2)")
+    g.add_argument(
+        "--warmup", type=non_negative_int, default=2, help="warm-up rounds before measuring (default 2)"
+    )
     e = p.add_argument_group("engine (defaults: the fast path on CUDA, the torch references on CPU)")
     e.add_argument(
         "--attention",
@@ -367,7 +371,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=positive_int,
         help="KV pool size in tokens (default the instance's M; smaller shows the pool refusing a schedule)",
     )
-    p.add_argument("--prompt-seed", type=int, default=0, help="seed of the prompt token ids (default 0)")
+    p.add_argument("--prompt-seed", type=seed_int, default=0, help="seed of the prompt token ids (default 0)")
     p.add_argument(
         "--progress", action=argparse.BooleanOptionalAction, default=False, help="progress bar (default off)"
     )

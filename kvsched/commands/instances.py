@@ -18,6 +18,7 @@ from kvsched.commands.common import (
     limits_from_args,
     load_instance_from_args,
     positive_int,
+    seed_int,
     time_model_from_args,
 )
 from kvsched.errors import InputError
@@ -107,7 +108,7 @@ def register(sub: argparse._SubParsersAction) -> None:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         k.add_argument("--n", type=positive_int, default=100, help="number of requests (default 100)")
-        k.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+        k.add_argument("--seed", type=seed_int, default=0, help="random seed (default 0)")
         k.add_argument(
             "--param", action="append", metavar="K=V", help="generator parameter (repeatable; listed below)"
         )

@@ -19,6 +19,7 @@ from kvsched.commands.common import (
     load_instance_from_args,
     param_pairs,
     positive_int,
+    seed_int,
     time_unit,
 )
 from kvsched.commands.outputs import (
@@ -311,7 +312,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         default="known",
         help="how jlot counts outstanding tokens (default: known tokens only)",
     )
-    p.add_argument("--balancer-seed", type=int, default=0, help="seed of the random balancer")
+    p.add_argument("--balancer-seed", type=seed_int, default=0, help="seed of the random balancer")
     p.add_argument(
         "--progress",
         action=argparse.BooleanOptionalAction,

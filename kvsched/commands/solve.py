@@ -20,6 +20,7 @@ from kvsched.commands.common import (
     check_outputs,
     load_instance_from_args,
     positive_int,
+    seed_int,
     solve_deadline,
     time_unit,
 )
@@ -97,7 +98,7 @@ def add_solver_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--gap", type=float, default=0.0, help="relative gap to stop at (default 0: prove optimality)"
     )
-    g.add_argument("--seed", type=int, default=0, help="solver random seed (default 0)")
+    g.add_argument("--seed", type=seed_int, default=0, help="solver random seed (default 0)")
     g.add_argument("--log", action="store_true", help="show the solver's own log")
     g.add_argument(
         "--no-eviction",

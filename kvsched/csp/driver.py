@@ -115,6 +115,9 @@ def _check_options(options: SolverOptions) -> None:
         raise InputError(f"options.threads: must be a whole number >= 1, got {options.threads!r}")
     if not 0 <= options.gap < 1:
         raise InputError(f"options.gap: must be in [0, 1), got {options.gap!r}")
+    seed = options.seed  # the back ends (numpy's generators among them) take only a seed >= 0
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise InputError(f"options.seed: must be a whole number >= 0, got {seed!r}")
 
 
 def solve(
