@@ -299,3 +299,18 @@ def test_the_solver_api_refuses_a_negative_seed():
 
     with pytest.raises(InputError, match=r"options\.seed: must be a whole number >= 0"):
         solve(evicting_instance(), options=SolverOptions(seed=-1))
+
+
+def test_capacity_and_calibrate_refuse_a_tp_that_cannot_be(tmp_path, capsys):
+    # 32 heads over 3 (or 1024) GPUs printed an M for an engine that cannot be built.
+    for tp in ("3", "64"):
+        assert main(["capacity", "--model", "llama-2-7b", "--gpu", "h100-80gb", "--tp", tp]) == 2
+        assert f"32 attention heads cannot be split evenly over {tp} GPUs" in _one_error_line(capsys)
+    # An all-reduce table at tp = 1 was never read, even a path that does not exist: now said.
+    from kvsched.costmodel.calibrate import DATA_DIR
+
+    table = DATA_DIR / "compute" / "h100" / "meta-llama" / "Llama-2-7b-hf" / "mlp.csv"
+    argv = ["calibrate", str(table), "--gpu", "h100-80gb", "-o", str(tmp_path / "c.json")]
+    assert main([*argv, "--all-reduce", str(tmp_path / "nope.csv")]) == 2
+    assert "an all-reduce table is read only with --tp > 1" in _one_error_line(capsys)
+    assert not (tmp_path / "c.json").exists()

@@ -175,6 +175,8 @@ def _non_attention(
 ) -> tuple[np.ndarray, AllReduceProfile | None]:
     y = prof.total(model.layers)
     if tp == 1:
+        if all_reduce is not None:  # ignored without a word, a mistyped or wrong table would go unseen
+            raise InputError(f"--all-reduce: {all_reduce}: an all-reduce table is read only with --tp > 1")
         return y, None
     path = Path(all_reduce) if all_reduce is not None else packaged_allreduce(gpu)
     if path is None:

@@ -78,10 +78,14 @@ def kv_capacity(model: ModelSpec, gpu: GpuSpec, tp: int = 1) -> CapacityReport:
     Raises
     ------
     InputError
-        If ``tp`` < 1 or the weights do not fit in the memory.
+        If ``tp`` < 1, does not divide the attention heads, or the weights do not fit in the memory.
     """
     if tp < 1:
         raise InputError(f"--tp: must be >= 1, got {tp}")
+    if model.heads % tp:  # tensor parallelism gives each GPU an equal share of the attention heads
+        raise InputError(
+            f"--tp: {model.name}'s {model.heads} attention heads cannot be split evenly over {tp} GPUs"
+        )
     memory = tp * gpu.memory_bytes
     weights = model.nominal_params * model.dtype_bytes
     free = memory - weights
