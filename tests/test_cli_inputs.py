@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -314,3 +315,19 @@ def test_capacity_and_calibrate_refuse_a_tp_that_cannot_be(tmp_path, capsys):
     assert main([*argv, "--all-reduce", str(tmp_path / "nope.csv")]) == 2
     assert "an all-reduce table is read only with --tp > 1" in _one_error_line(capsys)
     assert not (tmp_path / "c.json").exists()
+
+
+def test_another_program_s_database_is_refused_and_left_as_it_was(tmp_path, capsys):
+    # Reading one (or an empty file) wrote kvsched's tables into it and printed "0 cells", exit 0.
+    import sqlite3
+
+    other, empty = tmp_path / "other.sqlite", tmp_path / "empty.sqlite"
+    with contextlib.closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE t (x)")
+        conn.commit()
+    empty.write_bytes(b"")
+    before = other.read_bytes()
+    for argv in (["results", str(other)], ["regret", str(other)], ["results", str(empty)]):
+        assert main(argv) == 2
+        assert "not a kvsched results database" in _one_error_line(capsys)
+    assert other.read_bytes() == before and empty.read_bytes() == b""

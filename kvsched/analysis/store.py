@@ -150,7 +150,8 @@ def open_db(path: str | Path, *, create: bool = False) -> Iterator[ResultsDB]:
     """Open a results database (``create=True`` makes a new one when it is missing).
 
     Raises :class:`InputError` (one line) for a missing file when not creating,
-    or a file that is not a kvsched results database.
+    or a file that is not a kvsched results database: another program's SQLite
+    database, or (when not creating) an empty one. Neither is written to.
     """
     path = Path(path)
     if not path.exists() and not create:
@@ -163,6 +164,12 @@ def open_db(path: str | Path, *, create: bool = False) -> Iterator[ResultsDB]:
         raise InputError(f"{path}: cannot open ({exc})") from None
     try:
         try:
+            # Before the schema is written: opening another program's database (or an empty file) to
+            # read must not leave kvsched's tables in it, nor a sweep write its rows there.
+            tables = [t for (t,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            if "cells" not in tables and (tables or not create):
+                other = f"its tables: {', '.join(sorted(tables)[:5])}" if tables else "it is empty"
+                raise InputError(f"{path}: not a kvsched results database ({other})")
             conn.executescript(_SCHEMA)
             cols = {r[1] for r in conn.execute("PRAGMA table_info(cells)")}
             if not set(COLUMNS) - set(ADDED) <= cols:
