@@ -331,3 +331,25 @@ def test_another_program_s_database_is_refused_and_left_as_it_was(tmp_path, caps
         assert main(argv) == 2
         assert "not a kvsched results database" in _one_error_line(capsys)
     assert other.read_bytes() == before and empty.read_bytes() == b""
+
+
+@pytest.mark.parametrize(
+    ("which", "edit", "message"),
+    [
+        (0, lambda d: [], "bad.json: (top level): expected a JSON object, got a list"),
+        (0, lambda d: {**d, "limits": None}, "bad.json: limits: expected a JSON object, got null"),
+        (1, lambda d: {**d, "batches": [3]}, "bad.json: batches.0: expected a JSON object, got a number"),
+        # An InferMax schedule's c.0 is a union member: pydantic's tag dict[constrained-str,...] is not named.
+        (1, lambda d: {"c": [[1, 2]], "p": [[]], "evicted": [[]], "requests": []}, "bad.json: c.0: expected"),
+    ],
+)
+def test_a_field_of_the_wrong_json_type_is_named_in_json_s_words(
+    files, tmp_path, capsys, which, edit, message
+):
+    # pydantic's message named the schema class ("... or instance of InstanceSchema").
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(edit(_doc(files[which]))))
+    argv = ["info", str(bad)] if which == 0 else ["validate", str(files[0]), str(bad)]
+    assert main(argv) == 2
+    err = _one_error_line(capsys)
+    assert message in err and "Schema" not in err and "[" not in err.split(": error: ")[1].split(":")[1]

@@ -52,16 +52,45 @@ MAX_TOKENS = 2**31 - 1
 MAX_TIME = 1e12
 
 
+#: How pydantic names a member of a union in an error's location (``dict[str,int]``, ``constrained-str``):
+#: its own words, not the file's, so they are left out of the field named.
+_UNION_TAGS = (
+    "dict[",
+    "list[",
+    "tuple[",
+    "set[",
+    "function-",
+    "constrained-",
+    "nullable[",
+    "union[",
+    "tagged-union[",
+)
+#: JSON's names for the Python values a document's fields can hold.
+_JSON_TYPES = {
+    dict: "an object",
+    list: "a list",
+    str: "a string",
+    bool: "true or false",
+    int: "a number",
+    float: "a number",
+}
+
+
 def format_validation_error(source: str, exc: ValidationError) -> str:
     """One line naming the first offending field, e.g. ``f.json: requests.3.prompt: ...``."""
     errors = exc.errors()
     err = errors[0]
-    loc = ".".join(str(p) for p in err["loc"]) or "(top level)"
+    parts = [p for p in err["loc"] if not (isinstance(p, str) and p.startswith(_UNION_TAGS))]
+    loc = ".".join(str(p) for p in parts) or "(top level)"
     msg = err["msg"]
     if err["type"] == "extra_forbidden":
         msg = "unknown field"
     elif err["type"] == "missing":
         msg = "required field is missing"
+    elif err["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        # pydantic's own message names the schema class ("... or instance of InstanceSchema").
+        got = "null" if err.get("input") is None else _JSON_TYPES.get(type(err.get("input")), "another value")
+        msg = f"expected a JSON object, got {got}"
     more = f" (and {len(errors) - 1} more error{'s' * (len(errors) > 2)})" if len(errors) > 1 else ""
     return f"{source}: {loc}: {msg}{more}"
 
