@@ -59,6 +59,8 @@ def test_out_of_range_and_coerced_values_are_refused(files, capsys, field, value
     ("content", "message"),
     [
         (b"\xff\xfe{}", "not UTF-8 text (byte 0xff at offset 0)"),
+        # A results database given where a document belongs (e.g. kvsched plot cdf results.sqlite).
+        (b"SQLite format 3\x00\x10\x00\xf8" + b"\x00" * 100, "an SQLite database (a results database?)"),
         (b"[" * 100_000 + b"]" * 100_000, "JSON nested too deeply"),
         (b'{"schema_version": 1, "x": ' + b"9" * 5000 + b"}", "not valid JSON"),
     ],

@@ -104,6 +104,10 @@ def read_text(path: Path) -> str:
     except IsADirectoryError:
         raise InputError(f"{path}: is a folder, not a file") from None
     except UnicodeDecodeError as exc:
+        if exc.object.startswith(b"SQLite format 3\x00"):  # a results database where a document belongs
+            raise InputError(
+                f"{path}: an SQLite database (a results database?), not a JSON or CSV file"
+            ) from None
         raise InputError(
             f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
         ) from None
