@@ -355,3 +355,13 @@ def test_a_field_of_the_wrong_json_type_is_named_in_json_s_words(
     assert main(argv) == 2
     err = _one_error_line(capsys)
     assert message in err and "Schema" not in err and "[" not in err.split(": error: ")[1].split(":")[1]
+
+
+def test_an_instance_is_not_written_under_a_name_read_back_as_a_trace(tmp_path, capsys):
+    # generate -o i.csv wrote JSON that `kvsched info i.csv` then read as a CSV trace ("missing column").
+    out = tmp_path / "i.csv"
+    assert main(["generate", "synthetic", "--n", "3", "-o", str(out)]) == 2
+    assert "a .csv file is read as a trace; use .json" in _one_error_line(capsys)
+    assert not out.exists()
+    with pytest.raises(InputError, match=r"use \.json"):
+        save_instance(evicting_instance(), tmp_path / "x.CSV")

@@ -27,7 +27,7 @@ from kvsched.instances.model import TimeModel
 
 def cmd_generate(args: argparse.Namespace) -> int:
     from kvsched.instances.generators import generate, parse_params
-    from kvsched.instances.io import check_instance, save_instance
+    from kvsched.instances.io import check_instance, check_instance_path, save_instance
 
     params = parse_params(args.kind, args.param or [])
     limits = limits_from_args(args)
@@ -35,6 +35,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise InputError("--kv-capacity is required")
     time_model = time_model_from_args(args, TimeModel("unit")) or TimeModel("unit")
     check_outputs(args, ["out"])
+    if args.out:
+        check_instance_path(args.out)
     instance = generate(args.kind, n=args.n, seed=args.seed, limits=limits, time_model=time_model, **params)
     # What loading the file back would check (ranges, cost-model parameters), before it is written.
     check_instance(instance, f"generate {args.kind}")

@@ -352,11 +352,25 @@ def instance_to_dict(instance: Instance) -> dict[str, Any]:
     }
 
 
+def check_instance_path(path: str | Path, what: str = "--out") -> Path:
+    """``path`` as a :class:`Path` if an instance file may be written there; else the one :class:`InputError`.
+
+    A ``.csv`` name is refused: :func:`load_instance` reads such a file as a CSV trace, so the JSON
+    written there could not be read back.
+    """
+    p = Path(path)
+    if p.suffix.lower() == ".csv":
+        raise InputError(
+            f"{what}: {p.name}: an instance is written as JSON, and a .csv file is read as a trace; use .json"
+        )
+    return p
+
+
 def save_instance(instance: Instance, path: str | Path) -> None:
     """Write ``instance`` as a JSON instance file (a path that cannot be written is an :class:`InputError`)."""
     import json
 
-    p = Path(path)
+    p = check_instance_path(path, "save_instance")
     text = json.dumps(instance_to_dict(instance), indent=1) + "\n"
     try:
         p.write_text(text, encoding="utf-8")
