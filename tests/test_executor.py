@@ -266,6 +266,10 @@ def test_replay_command_writes_the_table_and_checks_the_oracle(torch, files, cap
     assert meta["model"] == "tiny" and meta["torch"] == torch.__version__
     assert set(meta["summary"]) == {"n", "mean", "p50", "p90", "max"}
     assert "mean_latency" in meta["end_to_end"]
+    # The note on a slot-valued cost model is one line, not cut at rich's 80 columns in a log.
+    assert main([*argv, "--warmup", "0", "--cost-model", "unit"]) == 0
+    notes = [line for line in capsys.readouterr().err.splitlines() if "note:" in line]
+    assert len(notes) == 1 and notes[0].startswith("kvsched replay: note:") and notes[0].endswith("seconds")
 
 
 def test_fewer_layers_scale_the_measured_time(torch):

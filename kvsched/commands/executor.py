@@ -110,10 +110,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     if predict.name == "unit":
         err.print(
-            "note: the cost model is 'unit' (one slot a batch), not seconds; pass --cost-model with a "
-            "calibrated coefficient set to compare predictions with measured seconds",
+            "kvsched replay: note: the cost model is 'unit' (one slot a batch), not seconds; pass --cost-model "
+            "with a calibrated coefficient set to compare predictions with measured seconds",
             markup=False,
             highlight=False,
+            soft_wrap=True,  # one line, as every note and error: not cut at 80 columns in a log
         )
     result = replay_on_model(
         model,

@@ -212,9 +212,10 @@ def _simulate_engines(instance, args: argparse.Namespace, slo=None) -> int:  # t
     )
     if not all(result.consistent):
         Console(stderr=True).print(
-            f"note: {args.policy} reads its whole instance up front, so the engine states the balancer saw "
-            "differ from the reported runs (see kvsched.heuristics.multiengine)",
+            f"kvsched simulate: note: {args.policy} reads its whole instance up front, so the engine states the "
+            "balancer saw differ from the reported runs (see kvsched.heuristics.multiengine)",
             highlight=False,
+            soft_wrap=True,
         )
     if args.out:
         out = Path(args.out)
