@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -250,13 +251,42 @@ def _anytime_source(args: argparse.Namespace) -> tuple[Any, ...]:
     except (OSError, json.JSONDecodeError):
         doc = None
     if isinstance(doc, dict) and "anytime" in doc:
-        points = [list(p) for p in doc["anytime"]]
-        if doc.get("objective") is not None and doc.get("runtime") is not None:
-            points.append([doc["runtime"], doc["objective"], doc.get("best_bound")])
-        return (points,)
+        points = doc["anytime"]
+        if doc.get("objective") is not None and doc.get("runtime") is not None and isinstance(points, list):
+            points = [*points, [doc["runtime"], doc["objective"], doc.get("best_bound")]]
+        return (_anytime_rows(points, path),)
     instance = load_instance_from_args(args.instance, args)
     res = _solve(instance, args)
     return (res,)
+
+
+def _anytime_rows(points: Any, path: Path) -> list[list[float | None]]:
+    """The ``[time, incumbent, bound]`` rows of a ``kvsched solve --json`` document, checked.
+
+    A hand-edited or foreign document is one :class:`InputError` naming the row (``anytime.3``, the
+    last row being the result's own runtime, objective and best_bound), not a failure in pandas.
+    """
+
+    def number(v: Any, *, null: bool) -> bool:
+        if v is None:
+            return null
+        return isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v)
+
+    if not isinstance(points, list):
+        raise InputError(f"{path}: anytime: expected a list of [time, incumbent, bound] rows")
+    for k, row in enumerate(points):
+        if not (
+            isinstance(row, list)
+            and len(row) == 3
+            and number(row[0], null=False)
+            and row[0] >= 0
+            and all(number(v, null=True) for v in row[1:])
+        ):
+            raise InputError(
+                f"{path}: anytime.{k}: expected [time >= 0, incumbent, bound] (numbers; the last two may be "
+                f"null), got {json.dumps(row)[:80]}"
+            )
+    return points
 
 
 # ----------------------------------------------------------------------------- report
