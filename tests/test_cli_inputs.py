@@ -365,3 +365,31 @@ def test_an_instance_is_not_written_under_a_name_read_back_as_a_trace(tmp_path, 
     assert not out.exists()
     with pytest.raises(InputError, match=r"use \.json"):
         save_instance(evicting_instance(), tmp_path / "x.CSV")
+
+
+@pytest.mark.parametrize(
+    ("anytime", "message"),
+    [
+        ("x", "anytime: expected a list of [time, incumbent, bound] rows"),
+        ([[0.1, "x", 2.0]], "anytime.0: expected [time >= 0, incumbent, bound]"),
+        ([{"t": 1}], "anytime.0: expected"),
+        ([[1]], "anytime.0: expected"),
+    ],
+)
+def test_plot_anytime_names_the_bad_row_of_a_result_document(tmp_path, capsys, anytime, message):
+    # A hand-edited --json document failed in pandas: exit 3, "internal error" (or, [[1]], a figure).
+    doc = tmp_path / "r.json"
+    doc.write_text(json.dumps({"status": "optimal", "objective": 3.0, "runtime": 0.5, "anytime": anytime}))
+    assert main(["plot", "anytime", str(doc), "-o", str(tmp_path / "a.png")]) == 2
+    assert message in _one_error_line(capsys)
+    assert not (tmp_path / "a.png").exists()
+
+
+def test_a_coefficient_file_without_params_is_refused(files, tmp_path, capsys):
+    # It built the model with every coefficient 0: batches that take no time, metrics of 0 s.
+    coef = tmp_path / "c.json"
+    coef.write_text(
+        json.dumps({"schema_version": 1, "kind": "kvsched.cost-coefficients", "name": "calibrated"})
+    )
+    assert main(["simulate", str(files[0]), "-p", "vllm", "--cost-model", str(coef)]) == 2
+    assert "c.json: params: required field is missing" in _one_error_line(capsys)

@@ -48,7 +48,9 @@ def parse_coefficients(doc: Any, source: str) -> CoefficientFile:
     unknown = set(doc) - {"schema_version", "kind", "name", "params", "meta"}
     if unknown:
         raise InputError(f"{source}: unknown field {sorted(unknown)[0]!r}")
-    name, params = doc.get("name"), doc.get("params", {})
+    if "params" not in doc:  # without it, every coefficient would default to 0: zero-time batches
+        raise InputError(f"{source}: params: required field is missing")
+    name, params = doc.get("name"), doc["params"]
     if not isinstance(name, str):
         raise InputError(f"{source}: name: expected a cost-model name")
     if not isinstance(params, dict):
