@@ -393,3 +393,10 @@ def test_a_coefficient_file_without_params_is_refused(files, tmp_path, capsys):
     )
     assert main(["simulate", str(files[0]), "-p", "vllm", "--cost-model", str(coef)]) == 2
     assert "c.json: params: required field is missing" in _one_error_line(capsys)
+
+
+@pytest.mark.parametrize("command", ["solve", "compare"])
+def test_a_thread_count_no_back_end_can_start_is_refused_before_the_work(files, capsys, command):
+    # --threads 100000: HiGHS hung starting them, or aborted the process (SIGABRT) with no error line.
+    assert main([command, str(files[0]), "--time-limit", "5", "--threads", "100000"]) == 2
+    assert "options.threads: must be a whole number in 1..1024, got 100000" in _one_error_line(capsys)

@@ -32,6 +32,7 @@ import pandas as pd
 
 from kvsched.csp import BACKENDS, FORMULATIONS, Result, Scope, SolverOptions, SolveStatus, solve
 from kvsched.csp.bounds import portfolio
+from kvsched.csp.driver import check_options
 from kvsched.csp.formulations import FORMULATIONS as EXACT_FORMULATIONS
 from kvsched.csp.formulations import make_formulation
 from kvsched.csp.objectives import OBJECTIVES
@@ -180,10 +181,7 @@ def _check_solver(
     (``auto``, which takes every instance) has no formulation object to build.
     """
     check_time_limit(options.time_limit, "time_limit")
-    if isinstance(options.threads, bool) or not isinstance(options.threads, int) or options.threads < 1:
-        raise InputError(f"threads: must be a whole number >= 1, got {options.threads!r}")
-    if not 0 <= options.gap < 1:
-        raise InputError(f"gap: must be in [0, 1), got {options.gap!r}")
+    check_options(options)  # the solve's own checks (threads, gap, seed), before any policy runs
     stray = sorted(set(solve_options) - set(SOLVE_OPTIONS))
     if stray:
         raise InputError(

@@ -107,12 +107,18 @@ def _fallback(
     return None
 
 
-def _check_options(options: SolverOptions) -> None:
+#: The most solver threads accepted: far above any machine's cores, far below what a back end can start.
+MAX_THREADS = 1024
+
+
+def check_options(options: SolverOptions) -> None:
     """A bad option is one :class:`InputError` naming it, before any work (as :func:`kvsched.compare` does)."""
     if not isinstance(options, SolverOptions):
         raise InputError(f"options: expected kvsched.SolverOptions(...), got {type(options).__name__}")
-    if isinstance(options.threads, bool) or not isinstance(options.threads, int) or options.threads < 1:
-        raise InputError(f"options.threads: must be a whole number >= 1, got {options.threads!r}")
+    threads = options.threads
+    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
+        # 100,000 threads: HiGHS hung starting them, or aborted the process (SIGABRT) without a word.
+        raise InputError(f"options.threads: must be a whole number in 1..{MAX_THREADS}, got {threads!r}")
     if not 0 <= options.gap < 1:
         raise InputError(f"options.gap: must be in [0, 1), got {options.gap!r}")
     seed = options.seed  # the back ends (numpy's generators among them) take only a seed >= 0
@@ -183,7 +189,7 @@ def solve(
     expect_instance(instance)
     instance.check_requests()  # before any bound reads a NaN arrival
     options = options or SolverOptions()
-    _check_options(options)
+    check_options(options)
     if export is not None:
         check_export_path(export)
     if deadline is None:
