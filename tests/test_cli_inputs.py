@@ -400,3 +400,11 @@ def test_a_thread_count_no_back_end_can_start_is_refused_before_the_work(files, 
     # --threads 100000: HiGHS hung starting them, or aborted the process (SIGABRT) with no error line.
     assert main([command, str(files[0]), "--time-limit", "5", "--threads", "100000"]) == 2
     assert "options.threads: must be a whole number in 1..1024, got 100000" in _one_error_line(capsys)
+
+
+def test_replay_and_profile_refuse_a_thread_count_torch_cannot_start(files, tmp_path, capsys):
+    # torch.set_num_threads(100000) crashed the process (segmentation fault); refused before torch loads.
+    assert main(["replay", str(files[0]), str(files[1]), "--threads", "100000"]) == 2
+    assert "--threads: must be in 1..1024, got 100000" in _one_error_line(capsys)
+    assert main(["profile", "-o", str(tmp_path / "p"), "--threads", "5000"]) == 2
+    assert "--threads: must be in 1..1024, got 5000" in _one_error_line(capsys)
