@@ -408,3 +408,20 @@ def test_replay_and_profile_refuse_a_thread_count_torch_cannot_start(files, tmp_
     assert "--threads: must be in 1..1024, got 100000" in _one_error_line(capsys)
     assert main(["profile", "-o", str(tmp_path / "p"), "--threads", "5000"]) == 2
     assert "--threads: must be in 1..1024, got 5000" in _one_error_line(capsys)
+
+
+def test_a_kv_pool_the_machine_cannot_hold_is_one_line(files, tmp_path, capsys):
+    # torch's allocator error ("DefaultCPUAllocator: can't allocate memory") was exit 3, internal error.
+    pytest.importorskip("torch")
+    argv = [
+        "replay",
+        str(files[0]),
+        str(files[1]),
+        "-o",
+        str(tmp_path / "m.csv"),
+        "--pool-capacity",
+        str(10**12),
+    ]
+    assert main(argv) == 2
+    err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
+    assert len(err) == 1 and "KV pool: 1,000,000,000,000 tokens" in err[0] and "cannot be allocated" in err[0]

@@ -26,6 +26,7 @@ import pandas as pd
 import torch
 
 from kvsched.costmodel import BatchView, CostModel
+from kvsched.errors import InputError
 from kvsched.executor.batch import ItemWork
 from kvsched.executor.device import Timer, environment, synchronize
 from kvsched.executor.engine import Engine, EngineOptions, engine_options
@@ -69,17 +70,23 @@ def prompt_ids(instance: Instance, vocab: int, seed: int = 0) -> list[np.ndarray
 
 
 def new_pool(model: Decoder, capacity: int, block_size: int, layers: int | None = None) -> KVPool:
-    """An empty KV pool for ``model`` (all its layers unless ``layers`` says fewer)."""
+    """An empty KV pool for ``model`` (all its layers unless ``layers`` says fewer).
+
+    A pool the device cannot hold is one :class:`InputError` with its size (torch's allocator error
+    reached the user as an internal error).
+    """
     s = model.cfg.shape
-    return KVPool(
-        capacity,
-        block_size,
-        model.cfg.layers if layers is None else layers,
-        s.kv_heads,
-        s.head_dim,
-        model.dtype,
-        model.device,
-    )
+    layers = model.cfg.layers if layers is None else layers
+    try:
+        return KVPool(capacity, block_size, layers, s.kv_heads, s.head_dim, model.dtype, model.device)
+    except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
+            raise
+        size = 2 * capacity * layers * s.kv_heads * s.head_dim * torch.finfo(model.dtype).bits // 8
+        raise InputError(
+            f"KV pool: {capacity:,} tokens ({size / 1e9:,.1f} GB on {model.device}) cannot be allocated; "
+            "give a smaller --pool-capacity (replay) or --pool-tokens (profile)"
+        ) from None
 
 
 def warm_up(model: Decoder, rounds: int, options: EngineOptions | None = None) -> None:
