@@ -102,8 +102,11 @@ def test_jlr_choices_are_the_least_loaded_engine_in_the_reported_runs(policy):
 
 def test_bad_balancer_input_is_one_clear_error():
     inst = online(5)
-    with pytest.raises(InputError, match="engines must be a positive integer"):
+    with pytest.raises(InputError, match=r"engines must be a whole number in 1\.\.10,000, got 0"):
         simulate_engines(inst, "sarathi", engines=0)
+    # 10^8 engines built their states for minutes before the first request was dispatched.
+    with pytest.raises(InputError, match="got 100000000"):
+        simulate_engines(inst, "sarathi", engines=10**8)
     with pytest.raises(InputError, match="balancer must be one of random, jlr, jlot"):
         simulate_engines(inst, "sarathi", engines=2, balancer="power-of-two")  # type: ignore[arg-type]
     with pytest.raises(InputError, match="lengths=predicted: some requests carry no predicted_output"):

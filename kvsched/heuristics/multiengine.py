@@ -294,6 +294,10 @@ def sub_instance(instance: Instance, positions: list[int], engine: int) -> Insta
     )
 
 
+#: The most engines behind one balancer: far above any deployment, and built in seconds.
+MAX_ENGINES = 10_000
+
+
 def simulate_engines(
     instance: Instance,
     policy: str,
@@ -334,8 +338,9 @@ def simulate_engines(
     InputError
         For a bad number of engines, balancer or lengths (or predictions missing for ``lengths="predicted"``).
     """
-    if not isinstance(engines, int) or isinstance(engines, bool) or engines < 1:
-        raise InputError(f"engines must be a positive integer, got {engines!r}")
+    if not isinstance(engines, int) or isinstance(engines, bool) or not 1 <= engines <= MAX_ENGINES:
+        # 10^8 engines: the command built their states for minutes (each engine costs ~0.3 ms).
+        raise InputError(f"engines must be a whole number in 1..{MAX_ENGINES:,}, got {engines!r}")
     if balancer not in BALANCERS:
         raise InputError(f"balancer must be one of {', '.join(BALANCERS)}; got {balancer!r}")
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
