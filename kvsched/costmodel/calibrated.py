@@ -132,7 +132,9 @@ class CalibratedCost:
         object.__setattr__(self, "_token_memo", {})
         # The token term is piecewise linear: checking 1 token and just past each knot covers every piece.
         probe = np.concatenate([[1.0], knots + 1.0])
-        if np.any(self.non_attention(probe) < 0):
+        with np.errstate(all="ignore"):  # an overflow (inf) is refused per instance (schedule.data)
+            loads = self.non_attention(probe)
+        if np.any(loads < 0):
             raise ValueError("cost model calibrated: the token term is negative for some token load")
 
     # ------------------------------------------------------------ parameters

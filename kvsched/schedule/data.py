@@ -24,7 +24,10 @@ from typing import TypeVar
 import numpy as np
 
 from kvsched.costmodel import CostModel, make_cost_model
+from kvsched.costmodel.base import BatchView
+from kvsched.errors import InputError
 from kvsched.instances.model import Instance
+from kvsched.schedule.ir import Phase
 
 #: A token count, or an integer array of them (:meth:`ProblemData.blocks` keeps the kind).
 IntOrArray = TypeVar("IntOrArray", int, np.ndarray)
@@ -139,7 +142,7 @@ class ProblemData:
             max_prefill_tokens=lim.max_prefill_tokens,
             max_running=lim.max_running,
             work=int(prompt.sum() + output.sum()),
-            cost_model=make_cost_model(tm.name, tm.params),
+            cost_model=_finite_times(instance, tm.name, tm.params),
         )
 
     def blocks(self, tokens: IntOrArray) -> IntOrArray:
@@ -150,4 +153,44 @@ class ProblemData:
 _CACHE: OrderedDict[int, ProblemData] = OrderedDict()
 
 
-__all__ = ["CACHE_SIZE", "ProblemData"]
+#: The longest a batch may take, in the instance's time unit (seconds or slots): 1e12 s is 31,700 years, so
+#: only a coefficient in the wrong unit or an overflow reaches it, and a million such batches still sum finitely.
+LONGEST_BATCH = 1e12
+
+
+def _finite_times(instance: Instance, name: str, params: dict[str, float]) -> CostModel:
+    """The cost model ``name`` with ``params``, refused where a batch of ``instance`` could take longer than
+    :data:`LONGEST_BATCH`.
+
+    A finite coefficient can still overflow (1e308 s a token, a KV slope in the wrong unit), and then every
+    duration, makespan and bound is inf or nan and would be reported as a number. The largest batches the
+    limits allow are the test: one prompt chunk of the most tokens on the rest of the KV, many decodes
+    reading half of it, and one decode reading all of it (the models' terms grow with tokens, items and KV).
+    """
+    with np.errstate(all="ignore"):  # an overflow in a model's tables is this check's to report
+        model = make_cost_model(name, params)
+    lim = instance.limits
+    kv = lim.kv_blocks * lim.block_size
+    most = max(1, min(kv, lim.max_batch_tokens or kv))
+    # Decodes that read half the KV between them (the other half is theirs to hold; at most 4,096 of them, so
+    # the probe stays small at any M), and one that reads it all.
+    many = max(1, min(most, lim.max_running or most, kv // 2, 4096))
+    views = [BatchView(np.array([most]), np.array([kv - most]), np.array([int(Phase.PREFILL)]))]
+    for decodes, context in ((many, max(0, kv // (2 * many))), (1, kv - 1)):
+        views.append(
+            BatchView(
+                np.ones(decodes, np.int64), np.full(decodes, context), np.full(decodes, int(Phase.DECODE))
+            )
+        )
+    for view in views:
+        with np.errstate(all="ignore"):  # an overflow is this check's answer, not a warning to print
+            took = float(model.batch_time(view))
+        if not took <= LONGEST_BATCH:  # also nan
+            raise InputError(
+                f"cost model {model.name}: a batch of this instance would take {took:g} time units, more than "
+                f"{LONGEST_BATCH:g}: a coefficient is out of range (too large for its unit)"
+            )
+    return model
+
+
+__all__ = ["CACHE_SIZE", "LONGEST_BATCH", "ProblemData"]
