@@ -142,7 +142,7 @@ class ProblemData:
             max_prefill_tokens=lim.max_prefill_tokens,
             max_running=lim.max_running,
             work=int(prompt.sum() + output.sum()),
-            cost_model=_finite_times(instance, tm.name, tm.params),
+            cost_model=_checked_cost_model(instance, tm.name, tm.params),
         )
 
     def blocks(self, tokens: IntOrArray) -> IntOrArray:
@@ -158,7 +158,7 @@ _CACHE: OrderedDict[int, ProblemData] = OrderedDict()
 LONGEST_BATCH = 1e12
 
 
-def _finite_times(instance: Instance, name: str, params: dict[str, float]) -> CostModel:
+def _checked_cost_model(instance: Instance, name: str, params: dict[str, float]) -> CostModel:
     """The cost model ``name`` with ``params``, refused where a batch of ``instance`` could take longer than
     :data:`LONGEST_BATCH`.
 
