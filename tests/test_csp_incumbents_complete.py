@@ -108,6 +108,7 @@ def test_replay_checks_what_then_makes():
 
 def test_best_incumbent_cuts_only_its_first_run(one_batch_chunks, monkeypatch):
     monkeypatch.setattr(greedy_module, "must_stop", lambda stop, finish: True)
+    monkeypatch.setattr(greedy_module, "PROBE_BATCHES", 1)  # a tiny run's sample: probed at its first batch
     inst = random_instance(np.random.default_rng(8), 12)
     best = best_incumbent(inst, deadline=Deadline.after(30.0), first_deadline=Deadline.after(30.0))
     first = next(iter(best.stats["tried"]))
@@ -137,3 +138,29 @@ def test_the_exact_formulations_first_schedule_is_cut_too(one_batch_chunks, monk
     result = driver.solve(inst, formulation="time", options=SolverOptions(time_limit=20.0))
     assert stops and stops[0] is not None and stops[0].bounded  # the solve's own deadline is handed on
     assert replay(inst, result.schedule).state.all_done
+
+
+class _Steady(Deadline):
+    """A bounded deadline that never passes and always has ``left`` seconds to go (no clock involved)."""
+
+    def __init__(self, left: float) -> None:
+        object.__setattr__(self, "end", 1e18)
+        object.__setattr__(self, "limit", left)
+        self.__dict__["left"] = left
+
+    def remaining(self) -> float:
+        return self.__dict__["left"]
+
+
+def test_a_run_that_fits_is_not_cut_on_a_first_batch_sample():
+    # Under a seconds-based model the kernel hands back every batch for timing, so the cut's first check
+    # comes after one batch. A probe of that one item costs a replay's fixed overhead (about 0.2 ms), and
+    # priced per item for every request left (150 items each) it once cut 10k A100 requests after their first
+    # batch with a minute to go (the whole run took 2 s). Here: 400 requests and a steady 2 s left, which that
+    # one-item estimate (about 15 s) says cannot be met, and the run needs a fraction of it.
+    rng = np.random.default_rng(5)
+    reqs = [(int(rng.integers(20, 200)), int(rng.integers(5, 60)), float(k) * 0.01) for k in range(400)]
+    inst = make_instance(reqs, 4000, 256, 256, time_model="infermax-linear")
+    inc = greedy(inst, stop=_Steady(2.0))
+    assert "cut_for_time" not in inc.stats
+    assert inc.value == greedy(inst).value
