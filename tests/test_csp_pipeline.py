@@ -33,6 +33,44 @@ def test_a_pipeline_that_runs_out_of_work_says_so_not_gap():
     assert result.stopped == "converged"
 
 
+def test_a_pipeline_whose_stages_are_priced_out_says_deadline_not_converged(monkeypatch):
+    """A stage left out because its next step would not fit is not a stage out of work: 100k requests had a
+    60 s solve end at 22 s as "converged" with a 75% gap, its Lagrangian and local search priced out."""
+    from kvsched.csp import pipeline
+
+    # The Lagrangian needs twice the best schedule's replay: make that replay look too long to fit.
+    real = pipeline._lagrangian
+
+    def priced_out(log, objective, best, deadline):
+        slow = type(best)(
+            best.name, best.schedule, best.value, best.objective, {**best.stats, "replay_s": 1e6}
+        )
+        return real(log, objective, slow, deadline)
+
+    monkeypatch.setattr(pipeline, "_lagrangian", priced_out)
+    result = solve(
+        _congested(),
+        formulation="auto",
+        options=SolverOptions(time_limit=20.0),
+        deadline=Deadline.after(20.0),
+    )
+    assert result.stats["lagrangian"] == "not run: no time left"
+    assert "lagrangian" in result.stats["out_of_time"]
+    assert result.status == SolveStatus.FEASIBLE and result.gap > 0
+    assert result.stopped == "deadline"
+
+
+def test_a_local_search_that_runs_out_of_moves_is_not_out_of_time():
+    from kvsched.csp.incumbents import best_incumbent, improve
+
+    inst = _congested(20)
+    start = best_incumbent(inst, deadline=Deadline.after(10.0))
+    better = improve(inst, start, Deadline.after(30.0), kick_patience=2)
+    assert better.stats["out_of_time"] is False
+    stopped = improve(inst, start, Deadline.after(1e-6))
+    assert stopped.stats["out_of_time"] is True
+
+
 def test_a_local_search_incumbent_comes_with_its_replay():
     """The command reports from the result's trace inside the limit; an incumbent the local search found
     once came without it, and replaying a 10k schedule for its metrics took 4.9 s past a 60 s limit."""

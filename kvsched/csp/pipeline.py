@@ -135,11 +135,12 @@ def _lagrangian(
     if not isinstance(instance_cost_model(log.instance), UnitCost) or objective == "makespan":
         return {}, None
     if deadline.remaining() < 2 * float(best.stats.get("replay_s", 0.0)):
-        return {"lagrangian": "not run: no time left"}, None
+        return {"lagrangian": "not run: no time left", "out_of_time": ["lagrangian"]}, None
     if not use_compiled(compiled_kernels(objective), deadline):
         return {
             "lagrangian": f"not run: its kernels are not compiled yet, and compiling them (about "
-            f"{COMPILE_SECONDS:.0f} s, once) does not fit in the time left (kvsched warmup compiles them)"
+            f"{COMPILE_SECONDS:.0f} s, once) does not fit in the time left (kvsched warmup compiles them)",
+            "out_of_time": ["lagrangian"],
         }, None
     # The best schedule's replay warm-starts the multipliers (y_t = requests in system / M) and is kept
     # for the result, so nothing is replayed twice.
@@ -165,11 +166,12 @@ def _seconds_lagrangian(log: SolveLog, best: Incumbent, deadline: Deadline) -> d
     share of the stage's time."""
     stats = _batch_count(log, deadline.share(BATCH_COUNT_SHARE))
     if deadline.remaining() < 2 * float(best.stats.get("replay_s", 0.0)):
-        return {**stats, "seconds_lagrangian": "not run: no time left"}
+        return {**stats, "seconds_lagrangian": "not run: no time left", "out_of_time": ["seconds lagrangian"]}
     if not use_compiled(seconds_kernels(), deadline):
         return {
             **stats,
             "seconds_lagrangian": "not run: its kernels are not compiled yet (kvsched warmup compiles them)",
+            "out_of_time": ["seconds lagrangian"],
         }
     if log.trace_of(best.value) is None:
         log.evaluate(best.schedule, best.name)
@@ -305,6 +307,8 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         except KeyboardInterrupt:
             better = best
             stats["interrupted"] = "during the local search"
+        if better.stats.get("out_of_time"):
+            stats["out_of_time"] = [*stats.get("out_of_time", []), "local search"]
         if better.value < best.value:
             log.record(better.value, better.name, scope_of(better.schedule))
             # The local search's replay is the result's: the command then reports from it inside the
@@ -330,9 +334,12 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         bounds=tuple(log.bounds),
         # Before the deadline the stages have run out of work (the local search found no improving move and
         # the Lagrangian stalled or converged), unless a policy made the first schedule because no greedy
-        # run fitted; the pipeline takes no gap target, so "gap" would mislead.
+        # run fitted, or a stage was left out or stopped because its next step would not fit
+        # (``stats["out_of_time"]``: 100k requests had a 60 s solve end at 22 s as "converged" with a 75% gap,
+        # the Lagrangian and the local search priced out); the pipeline takes no gap target, so "gap" would
+        # mislead.
         stopped=""
         if status == SolveStatus.OPTIMAL
-        else ("deadline" if deadline.expired() or short_of_time else "converged"),
+        else ("deadline" if deadline.expired() or short_of_time or stats.get("out_of_time") else "converged"),
         trace=log.trace_of(best.value),
     )

@@ -389,7 +389,8 @@ def improve(
     meta says so) and no ``keys`` are given, half the time first goes to windows of per-request scales
     on that rule's key (:func:`_scaled_search`, re-made by the incumbent's own producer and mode), the
     rest to the static orders.
-    ``stats`` counts the candidates simulated (``evaluations``) and kept (``accepted``).
+    ``stats`` counts the candidates simulated (``evaluations``) and kept (``accepted``), and says whether
+    the search stopped because its next candidate would not fit before ``deadline`` (``out_of_time``).
     """
     deadline = deadline or Deadline.never()
     cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
@@ -509,5 +510,7 @@ def improve(
             best, accepted = kicked, accepted + kept
     stats = dict(best.stats)
     stats.update(evaluations=evaluations, accepted=accepted, kicks=kicks, start=incumbent.value)
+    # Whether the search stopped because its next candidate would not fit, rather than for want of moves.
+    stats["out_of_time"] = bool(n >= 2 and not fits())
     name = best.name if best is incumbent else f"lns({incumbent.name})"
     return Incumbent(name, best.schedule, best.value, best.objective, stats, best.trace)
