@@ -98,6 +98,8 @@ def _bad(path: str, value: Any) -> dict[str, Any]:
         (_bad("policies", [{"name": "sarathi", "params": {"bogus": 1}}]), "policies.0"),
         (_bad("policies", ["sarathi", "sarathi"]), "policies"),
         (_bad("solver.time_limit", -5), "solver.time_limit"),
+        # 100,000 threads hang or abort HiGHS: refused with the spec, not in every cell at run time.
+        (_bad("solver.threads", 100_000), "solver.threads"),
         (_bad("solver.name", "gurobi"), "solver.name"),
         (_bad("solver.warm_start", ["nope"]), "solver.warm_start.0"),
         (_bad("objective", "speed"), "objective"),

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from kvsched.errors import InputError
 from kvsched.instances.io import read_text
+from kvsched.threads import MAX_THREADS
 
 OBJECTIVES = ("total-latency", "makespan", "sum-ttft")
 SOLVERS = ("highs", "cbc", "cpsat")
@@ -155,7 +156,7 @@ class SolverSpec(_Model):
     name: Literal["highs", "cbc", "cpsat"] = "highs"
     formulation: Literal["auto", "time", "batch"] = "auto"
     time_limit: float = Field(10.0, gt=0, allow_inf_nan=False)
-    threads: int = Field(1, gt=0)
+    threads: int = Field(1, gt=0, le=MAX_THREADS)
     gap: float = Field(0.0, ge=0, lt=1)
     seed: int = 0
     warm_start: list[str] = Field(default_factory=list)

@@ -36,6 +36,7 @@ from kvsched.commands.warmup import note_cold_kernels
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
 from kvsched.stop import Deadline, check_time_limit
+from kvsched.threads import check_threads
 
 SOLVERS = ("highs", "cbc", "cpsat")
 OBJECTIVES = ("total-latency", "makespan", "sum-ttft")
@@ -62,6 +63,7 @@ def solver_options(args: argparse.Namespace):  # -> SolverOptions
     from kvsched.csp import SolverOptions
 
     check_time_limit(args.time_limit)
+    check_threads(args.threads)
     if not 0 <= args.gap < 1:
         raise InputError("--gap: must be in [0, 1)")
     return SolverOptions(

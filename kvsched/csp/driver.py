@@ -45,6 +45,7 @@ from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline
+from kvsched.threads import check_threads
 
 FORMULATIONS = ("auto", "time", "batch")
 #: ``auto`` runs the exact batch-indexed model up to this many requests (it proves ShareGPT draws of
@@ -107,18 +108,11 @@ def _fallback(
     return None
 
 
-#: The most solver threads accepted: far above any machine's cores, far below what a back end can start.
-MAX_THREADS = 1024
-
-
 def check_options(options: SolverOptions) -> None:
     """A bad option is one :class:`InputError` naming it, before any work (as :func:`kvsched.compare` does)."""
     if not isinstance(options, SolverOptions):
         raise InputError(f"options: expected kvsched.SolverOptions(...), got {type(options).__name__}")
-    threads = options.threads
-    if isinstance(threads, bool) or not isinstance(threads, int) or not 1 <= threads <= MAX_THREADS:
-        # 100,000 threads: HiGHS hung starting them, or aborted the process (SIGABRT) without a word.
-        raise InputError(f"options.threads: must be a whole number in 1..{MAX_THREADS}, got {threads!r}")
+    check_threads(options.threads, "options.threads")
     if not 0 <= options.gap < 1:
         raise InputError(f"options.gap: must be in [0, 1), got {options.gap!r}")
     seed = options.seed  # the back ends (numpy's generators among them) take only a seed >= 0
