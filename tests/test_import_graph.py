@@ -1,7 +1,7 @@
 """The package's layering, checked on the source: imports only go down, and csp/ has no circle.
 
 cli -> commands -> analysis -> csp -> heuristics | executor -> schedule -> instances -> costmodel
--> (stop, jit, highs) -> errors. Function-local imports count too: a lazy import that goes back up is
+-> (stop, threads, jit, highs) -> errors. Function-local imports count too: a lazy import that goes back up is
 still a circle (imports for type hints only, under ``if TYPE_CHECKING:``, do not). ``kvsched/__init__.py`` (the public API, loaded lazily) is the one exception.
 """
 
@@ -24,6 +24,7 @@ LAYERS = {
     "instances": 3,
     "costmodel": 2,
     "stop": 1,
+    "threads": 1,
     "jit": 1,
     "lazy": 1,
     "highs": 1,
