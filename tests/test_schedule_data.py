@@ -50,3 +50,22 @@ def test_the_command_says_it_in_one_line_without_warnings(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2
     assert len(err) == 1 and "cost model infermax-linear" in err[0] and "out of range" in err[0]
+
+
+def test_a_cost_model_whose_batches_take_no_time_is_refused(tmp_path, capsys):
+    # `calibrated` leaves absent terms at zero by design (its files list the nonzero ones), so a file with
+    # "params": {} made every batch take 0 s: makespan 0, and every rate and seconds bound divided by nothing.
+    inst = _instance("calibrated")
+    with pytest.raises(InputError, match=r"cost model calibrated: a batch of one prefill token would take 0"):
+        ProblemData.build(inst)
+    coef = tmp_path / "c.json"
+    coef.write_text(
+        '{"schema_version": 1, "kind": "kvsched.cost-coefficients", "name": "calibrated", "params": {}}'
+    )
+    path = tmp_path / "inst.json"
+    save_instance(_instance("unit"), path)
+    assert main(["simulate", str(path), "--policy", "sarathi", "--cost-model", str(coef)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "take some time" in err[0]
+    # One term is enough: a per-token slope alone gives every batch a positive time.
+    assert ProblemData.build(_instance("calibrated", a1=1e-5)).cost_model.name == "calibrated"

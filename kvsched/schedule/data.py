@@ -190,6 +190,18 @@ def _checked_cost_model(instance: Instance, name: str, params: dict[str, float])
                 f"cost model {model.name}: a batch of this instance would take {took:g} time units, more than "
                 f"{LONGEST_BATCH:g}: a coefficient is out of range (too large for its unit)"
             )
+    # The smallest batches: one prompt token, one decode reading one KV token. A model whose every term is
+    # absent (a coefficient file with "params": {} for `calibrated`, whose absent terms are zero by design)
+    # runs them in no time, and then makespans are 0 and every rate and seconds bound divides by nothing.
+    for kind, context in ((Phase.PREFILL, 0), (Phase.DECODE, 1)):
+        view = BatchView(np.ones(1, np.int64), np.array([context]), np.array([int(kind)]))
+        took = float(model.batch_time(view))
+        if not took > 0.0:
+            raise InputError(
+                f"cost model {model.name}: a batch of one {kind.name.lower()} token would take {took:g} time "
+                "units: a batch must take some time (the model has no fixed part and no per-token term; "
+                "a coefficient is missing)"
+            )
     return model
 
 
