@@ -164,6 +164,7 @@ class Master:
         self.seen: set[tuple[int, int]] = set()  # (request, hash of its slots): no column twice
         self.first = (horizon if profile else 0) + self.n  # chain columns start after R and the tails
         self.keys: list[tuple[int, int]] = []  # of the chain columns, in order
+        self.slots: list[np.ndarray] = []  # each chain column's op slots (for its primal: chain_alpha.py)
         self.nz: list[int] = []
         # The zero-price tail: every op (and prompt batch) past the horizon, no memory rows.
         npre = np.diff(data.pre_offset)
@@ -225,6 +226,7 @@ class Master:
                 continue
             self.seen.add(key)
             self.keys.append(key)
+            self.slots.append(chains[int(data.offset[j]) : int(data.offset[j]) + int(data.output[j])].copy())
             keep_cost.append(c)
             keep_req.append(j)
             keep_idx.append(r)
@@ -249,6 +251,7 @@ class Master:
             for i in out:
                 self.seen.discard(self.keys[i])
             self.keys = [k for i, k in enumerate(self.keys) if i not in gone]
+            self.slots = [k for i, k in enumerate(self.slots) if i not in gone]
             self.nnz -= int(np.sum(np.array(self.nz)[out]))
             self.nz = [k for i, k in enumerate(self.nz) if i not in gone]
             self.cols -= out.size
@@ -400,6 +403,7 @@ def colgen(
         "seconds": time.perf_counter() - tic,
         "master_s": master.seconds,
         "seeded_s": seeded,
+        "lp": master,  # the last restricted master, solved: its primal is the chains' mixture
     }
 
 
