@@ -103,6 +103,8 @@ def _bad(path: str, value: Any) -> dict[str, Any]:
         (_bad("solver.name", "gurobi"), "solver.name"),
         (_bad("solver.warm_start", ["nope"]), "solver.warm_start.0"),
         (_bad("objective", "speed"), "objective"),
+        (_bad("name", ""), "name"),  # names the sweep's progress line and report: an empty one names nothing
+        (_bad("name", "   "), "name"),
         (tiny(tpyo=1), "tpyo"),
         (_bad("instances.0.file", "x.json"), "instances.0"),
     ],
@@ -126,6 +128,23 @@ def test_cli_reports_a_bad_spec_in_one_line(tmp_path, capsys):
     assert main(["sweep", str(broken)]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "not valid YAML" in err
+
+
+def test_a_key_given_twice_is_refused_not_overwritten(tmp_path, capsys):
+    # PyYAML keeps the last of two equal keys without a word: two policies: lists ran only the second.
+    text = yaml.safe_dump(tiny())
+    twice = tmp_path / "twice.yaml"
+    twice.write_text(text + "policies: [sarathi]\n")
+    with pytest.raises(
+        InputError, match=r"twice.yaml: policies: given twice in one mapping \(line \d+, column 1\)"
+    ):
+        load_spec(twice)
+    nested = tmp_path / "nested.yaml"
+    nested.write_text("name: x\ninstances:\n  - generator: synthetic\n    n: 4\n    n: 5\npolicies: [vllm]\n")
+    assert main(["sweep", str(nested), "--db", str(tmp_path / "r.sqlite")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and "n: given twice in one mapping (line 5, column 5)" in err
+    assert not (tmp_path / "r.sqlite").exists()
 
 
 def test_the_example_spec_is_valid_and_expands_to_its_grid():

@@ -165,7 +165,8 @@ class SolverSpec(_Model):
 class SweepSpec(_Model):
     """A whole sweep (the YAML file's top level)."""
 
-    name: str = "sweep"
+    # Names the sweep in its progress line and report: an empty or blank one names nothing.
+    name: str = Field("sweep", min_length=1, pattern=r"\S")
     objective: Literal["total-latency", "makespan", "sum-ttft"] = "total-latency"
     instances: list[InstanceBlock] = Field(min_length=1)
     policies: list[PolicyEntry] = Field(min_length=1)
@@ -348,12 +349,31 @@ def parse_spec(data: Any, source: str = "spec", base: Path | None = None) -> Swe
     return spec
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, refusing a key given twice in one mapping (PyYAML keeps the last silently, so a
+    spec with two ``policies:`` ran only the second list)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                mark = key_node.start_mark
+                raise InputError(
+                    f"{key}: given twice in one mapping (line {mark.line + 1}, column {mark.column + 1})"
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def load_spec(path: str | Path) -> SweepSpec:
     """Read and validate a YAML sweep spec."""
     path = Path(path)
     text = read_text(path)
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader: no arbitrary objects
+    except InputError as exc:
+        raise InputError(f"{path}: {exc}") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
