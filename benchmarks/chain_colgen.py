@@ -329,15 +329,17 @@ def colgen(
     resolve: str = "simplex",
     profile: bool = True,
     drop: float | None = None,
+    master: Master | None = None,
 ) -> dict:
     """Wentges-smoothed column generation from the seed ``y0``: best L(y), master value, counts.
 
     ``traces``: schedules whose chains seed the pool (each a feasible point of the master, so its value
-    starts at most at the best of them).
+    starts at most at the best of them). ``master``: an empty master over ``y0.size`` slots to fill (a
+    caller that wants the pool afterwards, e.g. ``chain_price_branch.py``); by default a new one.
     """
     tic = time.perf_counter()
     horizon = y0.size
-    master = Master(data, horizon, profile)
+    master = Master(data, horizon, profile) if master is None else master
     master.resolve = resolve
     zero = np.zeros(data.n, dtype=np.int64)
     for trace in traces:
