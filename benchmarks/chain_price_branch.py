@@ -240,9 +240,11 @@ def dive(data: ChainData, pool: Pool, y0: np.ndarray, upper: float, args: argpar
     re-solved with pricing by ``chain_colgen.colgen``'s own loop on the same pool (:meth:`Pool.add`
     prices no fixed request). The fractional request takes, of its whole chains, the one of largest
     lambda (then cheapest) that fits the KV the fixed chains leave in every slot, so the master stays
-    feasible (the unfixed requests keep their tails); with none that fits, the dive has failed.
+    feasible (the unfixed requests keep their tails); with none that fits, :func:`reinsert` makes one
+    (its earliest-finishing chain in that KV: a repair, not a priced column).
     """
     fixed: dict[int, int] = {}
+    repaired = 0
     left = np.full(pool.horizon, float(data.capacity))  # KV the fixed chains leave per slot
     deadline = Deadline.after(args.dive)
     tic = time.perf_counter()
@@ -270,10 +272,17 @@ def dive(data: ChainData, pool: Pool, y0: np.ndarray, upper: float, args: argpar
         j = max(frac, key=lambda i: best[i])
         mine = [k for k in np.flatnonzero(req == j) if pool.slots[k].size == data.output[j]]
         fits = [k for k in mine if np.all(pool.kv[k] <= left[pool.slots[k]] + 1e-9)]
-        if not fits:
-            print(f"    dive: request {j} has no whole chain that fits", flush=True)
-            return {"chains": None, "fixed": len(fixed), "seconds": time.perf_counter() - tic}
-        fix(j, int(min(fits, key=lambda k: (-lam[k], pool.cost[k]))))
+        if fits:
+            fix(j, int(min(fits, key=lambda k: (-lam[k], pool.cost[k]))))
+        else:  # repair: its earliest-finishing chain in the KV left, as a new column
+            new = reinsert(data, np.array([pool.horizon - 1]), j, left)
+            if new is None:
+                print(f"    dive: request {j} fits nowhere below H'", flush=True)
+                return {"chains": None, "fixed": len(fixed), "seconds": time.perf_counter() - tic}
+            w = chain_milp._weights(data, j)
+            pool._add([float(new[-1] + 1 - data.arrival[j])], [j], [new], [w])
+            fix(j, len(pool.request) - 1)
+            repaired += 1
         cg = chain_colgen.colgen(
             data, y0, upper, deadline, (0.9, 0.6, 0.3), args.tol, 0.01, [], "ipm", master=pool
         )
@@ -284,6 +293,7 @@ def dive(data: ChainData, pool: Pool, y0: np.ndarray, upper: float, args: argpar
     if len(fixed) < data.n:
         return {"chains": None, "fixed": len(fixed), "seconds": time.perf_counter() - tic}
     chains = [pool.slots[fixed[j]] for j in range(data.n)]
+    print(f"    dive: {repaired} requests repaired by reinsertion", flush=True)
     return {"chains": chains, "fixed": len(fixed), "seconds": time.perf_counter() - tic}
 
 
