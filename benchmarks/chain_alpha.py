@@ -54,14 +54,12 @@ from kvsched.csp.incumbents.base import Incumbent
 from kvsched.csp.incumbents.greedy import greedy
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
-from kvsched.instances.io import load_instance
 from kvsched.instances.model import Instance
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline
 
 sys.path.insert(0, str(Path(__file__).parent))
 import chain_colgen
-import regret_scale
 
 CASES = ("azure-code-100-rho1", "azure-code-1k-rho1")
 ALPHAS = (0.2, 0.5, 0.8)
@@ -185,8 +183,7 @@ def load() -> str:
 
 
 def run_case(name: str, folder: Path, args) -> None:
-    known = {c.name: c for c in regret_scale.cases([100, 1000], [1.0])}
-    inst = load_instance(regret_scale.generate(known[name], folder))
+    inst = chain_colgen.case_instance(name, folder)
     data = ChainData.from_instance(inst)
     saved = folder / f"{name}.lagrangian-{args.lagrangian:g}.npz"
     if not saved.exists():

@@ -59,6 +59,7 @@ from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.highs import new_highs
 from kvsched.instances.io import load_instance
+from kvsched.instances.model import Instance
 from kvsched.schedule.io import load_schedule
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline
@@ -409,6 +410,13 @@ def colgen(
     }
 
 
+def case_instance(name: str, folder: Path) -> Instance:
+    """The ``regret_scale`` row ``name`` (a unit-time Poisson case at 100 or 1,000 requests, memory load 1),
+    made in ``folder`` if it is not there yet: the instances every chain diagnostic here runs on."""
+    known = {c.name: c for c in regret_scale.cases([100, 1000], [1.0])}
+    return load_instance(regret_scale.generate(known[name], folder))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -433,10 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     folder = Path(args.folder)
     folder.mkdir(parents=True, exist_ok=True)
-    known = {c.name: c for c in regret_scale.cases([100, 1000], [1.0])}
     rows = []
     for name in args.cases.split(","):
-        inst = load_instance(regret_scale.generate(known[name], folder))
+        inst = case_instance(name, folder)
         data = ChainData.from_instance(inst)
         if data.budget is not None or data.objective != LATENCY:
             raise SystemExit(f"{name}: this diagnostic covers unit time without a token budget")

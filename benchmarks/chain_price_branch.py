@@ -57,7 +57,7 @@ from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.highs import new_highs, use_highs_threads
-from kvsched.instances.io import load_instance, save_instance
+from kvsched.instances.io import save_instance
 from kvsched.instances.model import Instance
 from kvsched.schedule.validate import Trace, instance_cost_model, replay
 from kvsched.stop import Deadline
@@ -65,7 +65,6 @@ from kvsched.stop import Deadline
 sys.path.insert(0, str(Path(__file__).parent))
 import chain_colgen
 import chain_milp
-import regret_scale
 
 #: Source name on the decoded schedules.
 SOURCE = "chain-price-branch"
@@ -473,10 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     folder = Path(args.folder)
     folder.mkdir(parents=True, exist_ok=True)
-    known = {c.name: c for c in regret_scale.cases([100, 1000], [1.0])}
     rows = []
     for case in args.cases.split(","):
-        instance = load_instance(regret_scale.generate(known[case], folder))
+        instance = chain_colgen.case_instance(case, folder)
         name = case
         if args.prefix and args.prefix < len(instance):
             instance, name = chain_milp.prefix(instance, args.prefix), f"{case}-p{args.prefix}"
