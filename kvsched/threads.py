@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from kvsched.errors import InputError
 
-#: The most solver threads accepted: far above any machine's cores, far below what a back end can start
-#: (100,000 threads: HiGHS hung starting them, or aborted the process with SIGABRT without a word).
+#: The most threads accepted (solvers, and torch in the executor's commands): far above any machine's cores,
+#: far below what a library can start (100,000 threads: HiGHS hung starting them or aborted the process with
+#: SIGABRT without a word; torch crashed with a segmentation fault).
 MAX_THREADS = 1024
 
 

@@ -408,9 +408,9 @@ def test_a_thread_count_no_back_end_can_start_is_refused_before_the_work(files, 
 def test_replay_and_profile_refuse_a_thread_count_torch_cannot_start(files, tmp_path, capsys):
     # torch.set_num_threads(100000) crashed the process (segmentation fault); refused before torch loads.
     assert main(["replay", str(files[0]), str(files[1]), "--threads", "100000"]) == 2
-    assert "--threads: must be in 1..1024, got 100000" in _one_error_line(capsys)
+    assert "--threads: must be a whole number in 1..1024, got 100000" in _one_error_line(capsys)
     assert main(["profile", "-o", str(tmp_path / "p"), "--threads", "5000"]) == 2
-    assert "--threads: must be in 1..1024, got 5000" in _one_error_line(capsys)
+    assert "--threads: must be a whole number in 1..1024, got 5000" in _one_error_line(capsys)
 
 
 def test_a_kv_pool_the_machine_cannot_hold_is_one_line(files, tmp_path, capsys):

@@ -25,7 +25,7 @@ from kvsched.commands.common import (
     seed_int,
     write_text_atomic,
 )
-from kvsched.errors import InputError
+from kvsched.threads import check_threads
 
 #: dtypes for which the oracle must hold exactly.
 EXACT_DTYPES = ("float32", "float64")
@@ -45,15 +45,11 @@ def _prediction_model(args: argparse.Namespace, instance: Any) -> tuple[Any, str
     return make_cost_model(name, params), args.cost_model
 
 
-#: The most CPU threads passed to torch: --threads 100000 crashed the process (segmentation fault).
-MAX_TORCH_THREADS = 1024
-
-
 def _model(args: argparse.Namespace) -> Any:
     from kvsched.executor.device import require_torch, resolve_device, resolve_dtype
 
-    if args.threads and args.threads > MAX_TORCH_THREADS:  # before torch loads: refused at once
-        raise InputError(f"--threads: must be in 1..{MAX_TORCH_THREADS}, got {args.threads}")
+    if args.threads:  # before torch loads: --threads 100000 crashed torch (segmentation fault)
+        check_threads(args.threads)
     torch = require_torch()
     from kvsched.executor.model import Decoder, decoder_config
 
