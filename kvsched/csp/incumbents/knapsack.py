@@ -39,7 +39,7 @@ code -8.1 / -7.0 / -9.1%, Azure conversations -2.4 / -4.3 / -2.7%, ShareGPT +0.1
 Where a long queue drains at the rate the memory is used (memory load 1, 10k requests), the share of M
 that goes unused decides the latency: there an item's value w / key^p with p < 1 (``ratio_power``) keeps
 M fuller at some cost in rank, and :func:`~kvsched.csp.incumbents.best.best_incumbent` runs such
-configurations (:class:`KnapsackConfig`) first (docs/regret_scale.md, *The schedules at 10k*).
+configurations (:class:`KnapsackConfig`) first (docs/regret_scale-probes.md, *The schedules at 10k*).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ schedule it keeps. It is a correct, usable tool (tests/test_csp_incumbents_windo
 but it is not run here or by the pipeline: on the pipeline's final schedules
 of the three unit-time 1k rows of docs/regret_scale.md it found nothing in
 30 s (nor did 30 s more of :func:`improve`); at memory load 1 the frozen rest
-leaves no slack to trade (docs/regret_scale.md, *Exact windows*).
+leaves no slack to trade (docs/regret_scale-probes.md, *Exact windows*).
 """
 
 from __future__ import annotations
@@ -440,7 +440,7 @@ def improve(
         # The incumbent is a greedy under a moving key: search per-request scales of that key first,
         # with half the time (its schedules start where the incumbent is; a static order starts far off).
         if guide is not None:
-            # Measured on Azure code 1k (unit, no budget; docs/regret_scale.md): from the greedy's 36,702,
+            # Measured on Azure code 1k (unit, no budget; docs/regret_scale-probes.md): from the greedy's 36,702,
             # 20 guided candidates reach 36,111 where the windows' best in 900 s is 36,199.
             best, scale, evals, kept = _guided_search(
                 instance, best, dynamic, deadline.share(GUIDED_SHARE), guide=guide, cost_model=cost_model,

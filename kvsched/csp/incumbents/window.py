@@ -33,7 +33,7 @@ with offsets, their size adapting to what CP-SAT proves within ``solve_s``, unti
 each, a small group of requests whose lives overlap is re-solved over their whole lives
 (:func:`_group`), where a time window cannot hold a request's life.
 
-Measured (docs/regret_scale.md, *Exact windows*): on the pipeline's schedules of the unit-time 1k rows it
+Measured (docs/regret_scale-probes.md, *Exact windows*): on the pipeline's schedules of the unit-time 1k rows it
 finds nothing in 30 s, and from weaker starts far less than :func:`~kvsched.csp.incumbents.lns.improve`:
 at memory load 1 the frozen rest leaves a window about the KV its members hold, slot by slot, and the
 members' ops hold different KV, so they can seldom trade slots. The pipeline does not run it.
