@@ -139,6 +139,17 @@ def test_policies_command_prints_whole_descriptions(capsys):
         assert paper.arxiv in out and str(paper.year) in out
 
 
+def test_generate_defaults_to_what_the_command_line_uses():
+    inst = kvsched.generate("sharegpt", n=4)
+    assert len(inst) == 4
+    assert inst.limits == kvsched.Limits(100_000)
+    assert inst.time_model == kvsched.TimeModel("unit")
+    assert inst.requests == kvsched.generate("sharegpt", n=4, seed=0).requests
+    assert (
+        kvsched.generate("sharegpt", n=2, time_model="infermax-linear").time_model.name == "infermax-linear"
+    )
+
+
 def test_the_instances_package_exports_its_nouns():
     from kvsched.instances import Instance, Limits, Request, TimeModel, load_instance, save_instance
 
@@ -169,6 +180,31 @@ def test_the_instances_package_exports_its_nouns():
             r"^options: expected kvsched.SolverOptions",
         ),
         (lambda inst: kvsched.save_instance(inst, Path(__file__).parent), r"is a folder, not a file$"),
+        (
+            lambda inst: kvsched.solve(inst, options=kvsched.SolverOptions(time_limit=-1)),
+            r"^options.time_limit: -1 must be a positive",
+        ),
+        (lambda inst: kvsched.solve(inst, time_limit=float("nan")), r"^time_limit: nan must be"),
+        (lambda inst: kvsched.validate(inst, None), r"^schedule: expected a kvsched Schedule, got NoneType$"),
+        (
+            lambda inst: kvsched.validate(inst, kvsched.simulate(inst, kvsched.make_policy("vllm"))),
+            r"got SimResult \(pass its .schedule\)$",
+        ),
+        (lambda inst: kvsched.plot_gantt(inst, None), r"^schedule: expected a kvsched Schedule"),
+        (
+            lambda inst: kvsched.serving_metrics(kvsched.simulate(inst, kvsched.make_policy("vllm"))),
+            r"^traces: expected a Trace .* got SimResult \(pass its .trace\)$",
+        ),
+        (
+            lambda inst: kvsched.request_metrics(kvsched.simulate(inst, kvsched.make_policy("vllm"))),
+            r"^trace: expected a Trace",
+        ),
+        (lambda inst: kvsched.batch_metrics(None), r"^trace: expected a Trace .* got NoneType$"),
+        (lambda inst: kvsched.generate("sharegpt", n=3, limits={"kv_capacity": 5}), r"limits: expected"),
+        (
+            lambda inst: kvsched.generate("sharegpt", n=3, time_model=5),
+            r"time_model: expected kvsched.TimeModel",
+        ),
     ],
 )
 def test_wrong_arguments_raise_input_error_naming_them(call, message):
@@ -192,6 +228,7 @@ def test_a_python_built_instance_with_an_impossible_request_is_one_input_error(b
     good = tuple(kvsched.Request(f"r{k}", float(k), 4, 2) for k in range(3))
     inst = kvsched.Instance((*good, bad), kvsched.Limits(100), kvsched.TimeModel("unit"))
     for call in (
+        lambda: kvsched.lower_bounds(inst),
         lambda: kvsched.simulate(inst, kvsched.make_policy("vllm")),
         lambda: kvsched.solve(inst, options=kvsched.SolverOptions(time_limit=5, threads=1)),
         lambda: kvsched.compare(inst, policies=["vllm"], solver=None),

@@ -18,7 +18,6 @@ from kvsched.stop import Deadline
 EXIT_INVALID = 1  # the schedule is illegal
 EXIT_ERROR = 2  # bad input
 EXIT_INTERNAL = 3  # a bug in kvsched
-DEFAULT_KV_CAPACITY = 100_000
 #: The engine-limit flags and the :class:`Limits` field each one overrides.
 LIMIT_FLAGS = {
     "kv_capacity": "--kv-capacity",

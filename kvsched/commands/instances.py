@@ -9,7 +9,6 @@ from rich.console import Console
 from rich.table import Table
 
 from kvsched.commands.common import (
-    DEFAULT_KV_CAPACITY,
     add_cost_args,
     add_limit_args,
     atomic_output,
@@ -22,7 +21,7 @@ from kvsched.commands.common import (
     time_model_from_args,
 )
 from kvsched.errors import InputError
-from kvsched.instances.model import TimeModel
+from kvsched.instances.model import DEFAULT_KV_CAPACITY, TimeModel
 
 
 def cmd_generate(args: argparse.Namespace) -> int:

@@ -44,7 +44,7 @@ from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import replay
-from kvsched.stop import Deadline
+from kvsched.stop import Deadline, check_time_limit
 from kvsched.threads import check_threads
 
 FORMULATIONS = ("auto", "time", "batch")
@@ -113,6 +113,8 @@ def check_options(options: SolverOptions) -> None:
     if not isinstance(options, SolverOptions):
         raise InputError(f"options: expected kvsched.SolverOptions(...), got {type(options).__name__}")
     check_threads(options.threads, "options.threads")
+    if options.time_limit is not None:
+        check_time_limit(options.time_limit, "options.time_limit")
     if not 0 <= options.gap < 1:
         raise InputError(f"options.gap: must be in [0, 1), got {options.gap!r}")
     seed = options.seed  # the back ends (numpy's generators among them) take only a seed >= 0
@@ -187,7 +189,9 @@ def solve(
     if export is not None:
         check_export_path(export)
     if deadline is None:
-        deadline = Deadline.after(options.time_limit if time_limit is None else time_limit)
+        # Under the API's own name (Deadline.after would say --time-limit, the CLI's).
+        seconds = options.time_limit if time_limit is None else check_time_limit(time_limit, "time_limit")
+        deadline = Deadline.after(seconds)
     check_solver(solver)
     check_replayable(instance, deadline)
     run = SolveLog(instance, objective, progress)

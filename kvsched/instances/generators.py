@@ -51,7 +51,7 @@ from kvsched.instances.laws import (
     streams,
 )
 from kvsched.instances.laws import require as _require
-from kvsched.instances.model import Instance, Limits, TimeModel
+from kvsched.instances.model import DEFAULT_KV_CAPACITY, Instance, Limits, TimeModel
 
 __all__ = [
     "GENERATORS",
@@ -619,7 +619,13 @@ def parse_params(kind: str, pairs: Sequence[str]) -> dict[str, Any]:
 
 
 def generate(
-    kind: str, *, n: int, seed: int, limits: Limits, time_model: TimeModel, **params: Any
+    kind: str,
+    *,
+    n: int,
+    seed: int = 0,
+    limits: Limits | None = None,
+    time_model: TimeModel | str | None = None,
+    **params: Any,
 ) -> Instance:
     """Build an instance of a registered generator from flat parameters.
 
@@ -629,9 +635,11 @@ def generate(
         A key of :data:`GENERATORS`: ``synthetic``, ``infermax-grid``,
         ``infermax-mix`` or ``sharegpt``.
     n, seed
-        Number of requests and random seed.
+        Number of requests and random seed (default 0, as ``kvsched generate``).
     limits, time_model
-        Copied into the instance.
+        Copied into the instance; by default, as ``kvsched generate``: M =
+        :data:`~kvsched.instances.model.DEFAULT_KV_CAPACITY` and no other limit, unit time. A time
+        model may also be given by its cost model's name (``"infermax-linear"``).
     **params
         Flat parameters, typed or as strings (see ``GENERATORS[kind].keys``).
 
@@ -641,6 +649,12 @@ def generate(
         Requests ``r0, r1, ...`` in arrival order; ``meta`` records kind, n,
         seed and the parameters used, defaults included.
     """
+    limits = Limits(kv_capacity=DEFAULT_KV_CAPACITY) if limits is None else limits
+    time_model = TimeModel() if time_model is None else time_model
+    if isinstance(time_model, str):  # a cost model's name, as on the command line
+        time_model = TimeModel(time_model)
+    if not isinstance(limits, Limits):
+        raise InputError(f"{kind}: limits: expected kvsched.Limits(...), got {type(limits).__name__}")
     spec, _, kwargs = _read(kind, params)
     # An unknown cost-model parameter fails here, not when the written file is next read.
     from kvsched.instances.io import check_time_model  # here: the CLI's parser imports this module

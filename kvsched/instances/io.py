@@ -262,6 +262,8 @@ def check_time_model(time_model: TimeModel, source: str) -> None:
     """Build the cost model ``time_model`` names once: an unknown name or parameter is an :class:`InputError`."""
     from kvsched.costmodel import make_cost_model
 
+    if not isinstance(time_model, TimeModel):
+        raise InputError(f"{source}: expected kvsched.TimeModel(...), got {type(time_model).__name__}")
     try:
         make_cost_model(time_model.name, time_model.params)
     except InputError as exc:

@@ -81,6 +81,11 @@ def new_requests(
     return requests
 
 
+#: KV capacity M where none is given (``kvsched generate``, :func:`~kvsched.instances.generators.generate`):
+#: InferMax's default, seed 003 Sec. 4.1.
+DEFAULT_KV_CAPACITY = 100_000
+
+
 @dataclass(frozen=True, slots=True)
 class Limits:
     """Engine limits.

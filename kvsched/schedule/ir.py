@@ -24,6 +24,8 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from kvsched.errors import InputError
+
 
 class Phase(IntEnum):
     """What an item does to its request.
@@ -439,3 +441,15 @@ class Schedule:
 
     def same_as(self, other: Schedule, tol: float = 1e-9) -> bool:
         return len(self) == len(other) and all(a.same_as(b, tol) for a, b in zip(self, other, strict=True))
+
+
+def expect_schedule(value: object, name: str = "schedule") -> Schedule:
+    """``value`` if it is a :class:`Schedule`, else one :class:`~kvsched.errors.InputError` naming
+    ``name`` (what the API's replaying entry points raise for a wrong argument, not an AttributeError
+    from deep inside)."""
+    if not isinstance(value, Schedule):
+        hint = ""
+        if isinstance(getattr(value, "schedule", None), Schedule):
+            hint = " (pass its .schedule)"
+        raise InputError(f"{name}: expected a kvsched Schedule, got {type(value).__name__}{hint}")
+    return value

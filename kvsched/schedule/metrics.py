@@ -28,7 +28,7 @@ from rich.table import Table
 from kvsched.schedule.core import TIME_TOL, BatchRecord
 from kvsched.schedule.records import RunRecord
 from kvsched.schedule.tokens import BatchClock, TokenStats, linear_quantiles, tbt_quantiles, token_stats
-from kvsched.schedule.validate import Trace
+from kvsched.schedule.validate import Trace, expect_trace
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -221,6 +221,7 @@ def request_metrics(trace: Trace, *, stats: TokenStats | None = None) -> pd.Data
     ``stats`` is :func:`~kvsched.schedule.tokens.token_stats` of ``trace`` where
     the caller has it already.
     """
+    expect_trace(trace)
     return request_frame(trace, request_columns(trace, stats))
 
 
@@ -233,6 +234,7 @@ def batch_metrics(trace: Trace) -> pd.DataFrame:
     kv_util (KV blocks held x block size / M: the fraction of the cache in
     use), num_running (requests holding KV), num_evicted, num_generated.
     """
+    expect_trace(trace)
     import pandas as pd
 
     cols = _batch_columns(trace)
@@ -495,6 +497,7 @@ def run_metrics(
     ``trace`` and ``clock`` its :class:`~kvsched.schedule.tokens.BatchClock`,
     where the caller has them already.
     """
+    expect_trace(trace)
     clock = BatchClock.of(trace) if clock is None else clock
     req = request_columns(trace, token_stats(trace, clock)) if requests is None else request_arrays(requests)
     bat = _batch_totals(trace, clock)
@@ -656,4 +659,5 @@ def print_summary(
     metrics: RunMetrics | None = None,
 ) -> None:
     """Print :func:`summary_table` to ``console`` (a new stdout console by default)."""
+    expect_trace(trace)
     (console or Console()).print(summary_table(trace, title=title, unit=unit, metrics=metrics))

@@ -46,7 +46,7 @@ from kvsched.schedule.tokens import (
     quantile_positions,
     token_stats,
 )
-from kvsched.schedule.validate import Trace
+from kvsched.schedule.validate import Trace, expect_trace
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -300,7 +300,9 @@ class ServingMetrics:
 def _as_traces(traces: Trace | Iterable[Trace | None]) -> list[Trace]:
     if isinstance(traces, Trace):
         return [traces]
-    out = [t for t in traces if t is not None]
+    if not isinstance(traces, Iterable):
+        expect_trace(traces, "traces")  # raises, with a hint for a run's result
+    out = [expect_trace(t, "traces[]") for t in traces if t is not None]
     if not out:
         raise InputError("serving metrics: no trace to measure")
     return out

@@ -13,10 +13,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kvsched.costmodel import CostModel
-from kvsched.instances.model import Instance
+from kvsched.errors import InputError
+from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.core import BatchRecord, EngineState, ScheduleError, Violation
 from kvsched.schedule.data import ProblemData
-from kvsched.schedule.ir import Batch, Run, Schedule
+from kvsched.schedule.ir import Batch, Run, Schedule, expect_schedule
 from kvsched.schedule.records import RunRecord, expand_records
 
 
@@ -48,6 +49,17 @@ class Trace:
     @property
     def num_batches(self) -> int:
         return sum(e.repeat if type(e) is RunRecord else 1 for e in self.entries)
+
+
+def expect_trace(value: object, name: str = "trace") -> Trace:
+    """``value`` if it is a :class:`Trace`, else one :class:`~kvsched.errors.InputError` naming ``name``
+    (a simulation's or a solve's result is the common mistake: its ``.trace`` is the trace)."""
+    if not isinstance(value, Trace):
+        hint = " (pass its .trace)" if isinstance(getattr(value, "trace", None), Trace) else ""
+        raise InputError(
+            f"{name}: expected a Trace (kvsched.validate or a run's .trace), got {type(value).__name__}{hint}"
+        )
+    return value
 
 
 def instance_cost_model(instance: Instance) -> CostModel:
@@ -83,6 +95,8 @@ def replay(
         schedule's own before the next is asked for (a producer may read the state as it goes, e.g.
         :func:`~kvsched.csp.incumbents.complete.reserved_batches`). The caller keeps what it yields.
     """
+    expect_instance(instance)
+    expect_schedule(schedule)
     if cost_model is None and check_durations:
         cost_model = instance_cost_model(instance)
     state = EngineState(instance, cost_model if check_durations else None)

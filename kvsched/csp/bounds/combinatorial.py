@@ -30,7 +30,7 @@ import numpy as np
 
 from kvsched.costmodel import UnitCost
 from kvsched.errors import InputError
-from kvsched.instances.model import Instance
+from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.validate import instance_cost_model
 
 
@@ -54,6 +54,7 @@ class LowerBounds:
 
 def lower_bounds(instance: Instance) -> LowerBounds:
     """Lower bounds for ``instance`` (unit time model only)."""
+    expect_instance(instance).check_requests()  # (an impossible field: one error, not a wrong bound)
     cost = instance_cost_model(instance)
     if not isinstance(cost, UnitCost):
         raise InputError(f"combinatorial bounds need the unit time model, not {cost.name!r}")

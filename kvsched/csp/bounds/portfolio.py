@@ -24,7 +24,7 @@ from kvsched.csp.bounds.seconds import SecondsBounds, Tokens, seconds_bounds
 from kvsched.csp.bounds.separable import separable_forms, tau_max
 from kvsched.csp.certificate import Bound, Scope
 from kvsched.csp.objectives import objective_function
-from kvsched.instances.model import Instance
+from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline, DeadlineReached
 
@@ -141,6 +141,8 @@ def portfolio(instance: Instance, objective: str, deadline: Deadline | None = No
         Stages not started by then are skipped (the first one always runs: it takes milliseconds).
     """
     objective_function(objective)  # one clear error for an unknown name
+    # A request built in Python with a zero length or a NaN arrival is one error here, not a wrong bound.
+    expect_instance(instance).check_requests()
     deadline = deadline or Deadline.never()
     if not instance.requests:
         return [Bound(0.0, "empty")]
