@@ -18,6 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from kvsched.instances import EXAMPLES_DIR
 from kvsched.lazy import lazy_names
 
 
@@ -110,9 +111,6 @@ _EXPORTS: dict[str, str] = {
     "save_figure": "kvsched.analysis.plots",
     "instance_report": "kvsched.analysis.report",
 }
-
-#: The bundled example instances (``kvsched/instances/examples``).
-EXAMPLES_DIR = Path(__file__).resolve().parent / "instances" / "examples"
 
 
 def example(name: str) -> Path:

@@ -202,6 +202,30 @@ def test_the_instances_package_exports_its_nouns():
         (lambda inst: kvsched.batch_metrics(None), r"^trace: expected a Trace .* got NoneType$"),
         (lambda inst: kvsched.generate("sharegpt", n=3, limits={"kv_capacity": 5}), r"limits: expected"),
         (
+            lambda inst: kvsched.save_schedule(
+                inst, kvsched.simulate(inst, kvsched.make_policy("vllm")).schedule, "x"
+            ),
+            r"^schedule: expected a kvsched Schedule, got Instance$",
+        ),
+        (
+            lambda inst: kvsched.retime(
+                inst, kvsched.simulate(inst, kvsched.make_policy("vllm")).schedule, "unit"
+            ),
+            r"^timing: expected a cost model or one duration per batch, got str$",
+        ),
+        (lambda inst: kvsched.save_figure(None, "x.png"), r"^fig: expected a matplotlib Figure"),
+        (
+            lambda inst: kvsched.simulate(
+                kvsched.Instance(inst.requests, kvsched.Limits(8, max_batch_tokens=-1)),
+                kvsched.make_policy("vllm"),
+            ),
+            r"^limits.max_batch_tokens: must be a whole number >= 1 \(or None: unlimited\), got -1$",
+        ),
+        (
+            lambda inst: kvsched.solve(kvsched.Instance(inst.requests, kvsched.Limits(8, block_size=16))),
+            r"^limits.block_size: 16 is larger than kv_capacity 8$",
+        ),
+        (
             lambda inst: kvsched.generate("sharegpt", n=3, time_model=5),
             r"time_model: expected kvsched.TimeModel",
         ),
@@ -235,3 +259,26 @@ def test_a_python_built_instance_with_an_impossible_request_is_one_input_error(b
     ):
         with pytest.raises(InputError, match=message):
             call()
+
+
+def test_the_api_writers_never_overwrite_an_input(tmp_path):
+    inst = load_instance(kvsched.example("figure15"))
+    run = kvsched.simulate(inst, kvsched.make_policy("vllm"))
+    copy = tmp_path / "inst.json"
+    kvsched.save_instance(inst, copy)
+    before = copy.read_bytes()
+    for write in (
+        lambda path: kvsched.save_schedule(run.schedule, inst, path),
+        lambda path: kvsched.write_chrome_trace(inst, run.schedule, path),
+        lambda path: kvsched.save_figure(kvsched.plot_gantt(inst, run.schedule), path),
+    ):
+        with pytest.raises(InputError, match=r"is a kvsched instance file; refusing to overwrite it$"):
+            write(copy)
+        with pytest.raises(InputError, match=r"is in kvsched's bundled examples; write elsewhere$"):
+            write(kvsched.EXAMPLES_DIR / "out.json")
+    with pytest.raises(InputError, match="bundled examples"):
+        kvsched.save_instance(inst, kvsched.example("figure15"))
+    assert copy.read_bytes() == before
+    assert not (kvsched.EXAMPLES_DIR / "out.json").exists()
+    kvsched.save_schedule(run.schedule, inst, tmp_path / "s.json")  # an ordinary output is written
+    assert kvsched.load_schedule(tmp_path / "s.json", inst).same_as(run.schedule)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from kvsched.costmodel import CostModel, make_cost_model
+from kvsched.errors import InputError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.generators import Poisson, Uniform, synthetic
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
@@ -166,7 +167,7 @@ def test_empty_batch_starts_at_the_previous_end_and_bad_counts_raise() -> None:
     padded = Schedule((schedule.batches[0], empty, *schedule.batches[1:]), {})
     out = retime(instance, padded, np.ones(len(padded)))
     assert out.batches[1].start == out.batches[0].end
-    with pytest.raises(ValueError, match="durations for"):
+    with pytest.raises(InputError, match=r"^timing: \d+ durations for \d+ batches$"):
         retime(instance, schedule, np.ones(len(schedule) + 1))
 
 

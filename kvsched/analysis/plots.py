@@ -28,6 +28,7 @@ from matplotlib.patches import Patch
 from kvsched.csp.certificate import Scope
 from kvsched.csp.result import AnytimePoint, Result
 from kvsched.errors import InputError
+from kvsched.instances.io import check_not_input
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Phase, Schedule
 from kvsched.schedule.metrics import batch_metrics, request_metrics
@@ -382,7 +383,9 @@ def plot_regret_vs_size(frame: pd.DataFrame, *, against: str | None = None, titl
 # ----------------------------------------------------------------------------- output
 def save_figure(fig: Figure, path: str | Path) -> Path:
     """Write ``fig`` as PNG, SVG or PDF (by the suffix of ``path``)."""
-    path = Path(path)
+    if not isinstance(fig, Figure):
+        raise InputError(f"fig: expected a matplotlib Figure (kvsched.plot_*), got {type(fig).__name__}")
+    path = check_not_input(path, "save_figure")
     if path.suffix.lower() not in FORMATS:
         raise InputError(f"--out: {path}: use a .png, .svg or .pdf file name")
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -5,7 +5,12 @@ The nouns a script needs are here (``from kvsched.instances import load_instance
 (the file schemas pull in pydantic).
 """
 
+from pathlib import Path
+
 from kvsched.lazy import lazy_names
+
+#: The bundled example instances: inputs, never written by kvsched (``kvsched.example(name)``).
+EXAMPLES_DIR = Path(__file__).resolve().parent / "examples"
 
 _WHERE = {
     "Instance": "kvsched.instances.model",

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvsched.errors import InputError
+from kvsched.instances import EXAMPLES_DIR
 from kvsched.instances.model import Instance, Limits, Request, TimeModel, new_requests
 
 if TYPE_CHECKING:
@@ -354,6 +355,28 @@ def instance_to_dict(instance: Instance) -> dict[str, Any]:
     }
 
 
+def check_not_input(path: str | Path, what: str) -> Path:
+    """``path`` as a :class:`Path` unless writing an output there would destroy an input; else one
+    :class:`InputError`.
+
+    The commands refuse their own inputs by name (``commands.common.check_outputs``); the API's writers
+    do not know what was read, so they refuse what is certainly an input: a bundled example, and a
+    kvsched instance file (its first bytes name the instance format) for an output of another kind
+    (a schedule, a trace, a figure).
+    """
+    p = Path(path)
+    try:
+        if p.resolve().parent == EXAMPLES_DIR:
+            raise InputError(f"{what}: {p} is in kvsched's bundled examples; write elsewhere")
+        with p.open("rb") as fh:
+            head = fh.read(256)
+    except OSError:
+        return p  # absent or unreadable: the write itself will say
+    if f'"kind": "{INSTANCE_KIND}"'.encode() in head or f'"kind":"{INSTANCE_KIND}"'.encode() in head:
+        raise InputError(f"{what}: {p} is a kvsched instance file; refusing to overwrite it")
+    return p
+
+
 def check_instance_path(path: str | Path, what: str = "--out") -> Path:
     """``path`` as a :class:`Path` if an instance file may be written there; else the one :class:`InputError`.
 
@@ -373,6 +396,8 @@ def save_instance(instance: Instance, path: str | Path) -> None:
     import json
 
     p = check_instance_path(path, "save_instance")
+    if p.resolve().parent == EXAMPLES_DIR:
+        raise InputError(f"save_instance: {p} is in kvsched's bundled examples; write elsewhere")
     text = json.dumps(instance_to_dict(instance), indent=1) + "\n"
     try:
         p.write_text(text, encoding="utf-8")

@@ -118,6 +118,23 @@ class Limits:
         """Number of whole KV blocks that fit in ``kv_capacity``."""
         return self.kv_capacity // self.block_size
 
+    def check(self) -> None:
+        """Raise :class:`~kvsched.errors.InputError` naming the first impossible field (what a file's
+        schema refuses: a capacity, block size or budget that is not a whole number >= 1, blocks
+        larger than the capacity)."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None and f.name not in ("kv_capacity", "block_size"):
+                continue  # an unlimited budget
+            number = isinstance(value, (int, float)) or hasattr(value, "__index__")  # numpy integers too
+            if isinstance(value, bool) or not number or not 1 <= value < math.inf or value != int(value):
+                none = "" if f.name in ("kv_capacity", "block_size") else " (or None: unlimited)"
+                raise InputError(f"limits.{f.name}: must be a whole number >= 1{none}, got {value!r}")
+        if self.block_size > self.kv_capacity:
+            raise InputError(
+                f"limits.block_size: {self.block_size} is larger than kv_capacity {self.kv_capacity}"
+            )
+
     def blocks_for(self, tokens: int) -> int:
         """Blocks needed to hold ``tokens`` KV tokens."""
         return -(-tokens // self.block_size)
@@ -162,8 +179,12 @@ class Instance:
         here (every entry point calls :meth:`check_feasible`): whole prompt and output lengths of
         at least 1, a finite arrival of at least 0, and ids that are unique. One pass over the
         fields first (about 20 ms at 100,000 requests; strict on ``int``, so a numpy integer takes
-        the loop below, which accepts any whole number and names the first fault).
+        the loop below, which accepts any whole number and names the first fault). The limits are
+        checked first (:meth:`Limits.check`).
         """
+        if not isinstance(self.limits, Limits):
+            raise InputError(f"limits: expected kvsched.Limits(...), got {type(self.limits).__name__}")
+        self.limits.check()
         reqs = self.requests
         if all(
             type(r.prompt) is int and type(r.output) is int and r.prompt >= 1 and r.output >= 1

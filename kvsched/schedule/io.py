@@ -42,12 +42,13 @@ from kvsched.errors import InputError
 from kvsched.instances.io import (
     MAX_TIME,
     MAX_TOKENS,
+    check_not_input,
     format_validation_error,
     instance_fingerprint,
     read_json,
 )
-from kvsched.instances.model import Instance, Limits, Request, TimeModel
-from kvsched.schedule.ir import Batch, Phase, Schedule
+from kvsched.instances.model import Instance, Limits, Request, TimeModel, expect_instance
+from kvsched.schedule.ir import Batch, Phase, Schedule, expect_schedule
 from kvsched.schedule.retime import retime
 
 SCHEMA_VERSION = 1
@@ -172,6 +173,9 @@ def save_schedule(schedule: Schedule, instance: Instance, path: str | Path) -> N
     A ``.npz`` path gets the columnar format instead (:mod:`kvsched.schedule.columnar`),
     which keeps coalesced runs; JSON spells every batch out.
     """
+    expect_schedule(schedule)
+    expect_instance(instance)
+    check_not_input(path, "save_schedule")
     if Path(path).suffix.lower() == ".npz":
         from kvsched.schedule.columnar import save_columnar
 

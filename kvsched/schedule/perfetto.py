@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from kvsched.instances.io import check_not_input
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL, EngineState
 from kvsched.schedule.ir import Phase, Run, Schedule
@@ -259,7 +260,7 @@ def write_chrome_trace(
     instance: Instance, schedule: Schedule, path: str | Path, *, name: str = "", unit: str | None = None
 ) -> Path:
     """Write :func:`chrome_trace` to ``path`` (compact JSON); returns the path."""
-    p = Path(path)
+    p = check_not_input(path, "write_chrome_trace")
     doc = chrome_trace(instance, schedule, name=name, unit=unit)
     p.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
     return p

@@ -19,9 +19,10 @@ from collections.abc import Sequence
 import numpy as np
 
 from kvsched.costmodel import CostModel
-from kvsched.instances.model import Instance
+from kvsched.errors import InputError
+from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.core import EngineState
-from kvsched.schedule.ir import Batch, Schedule
+from kvsched.schedule.ir import Batch, Schedule, expect_schedule
 from kvsched.stop import Deadline
 
 #: A bounded deadline is read once every this many batches.
@@ -62,21 +63,28 @@ def retime(
 
     Raises
     ------
-    ValueError
-        When the number of durations differs from the number of batches.
+    InputError
+        When ``timing`` is neither a cost model nor numbers, or the number of durations differs
+        from the number of batches.
     DeadlineReached
         ``deadline`` passed before the last batch.
     """
-    count = len(schedule)
+    expect_instance(instance)
+    count = len(expect_schedule(schedule))
     # Duck-typed like the core: any object with batch_time is a cost model (the protocol also names `name`).
     if hasattr(timing, "batch_time"):
         cost_model: CostModel | None = timing  # type: ignore[assignment]
         durations = None
     else:
         cost_model = None
-        durations = np.asarray(timing, dtype=np.float64).reshape(-1)
+        try:
+            durations = np.asarray(timing, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise InputError(
+                f"timing: expected a cost model or one duration per batch, got {type(timing).__name__}"
+            ) from None
         if durations.size != count:
-            raise ValueError(f"{durations.size} durations for {count} batches")
+            raise InputError(f"timing: {durations.size} durations for {count} batches")
     state = EngineState(instance, cost_model) if cost_model is not None or check else None
     arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     out = []
