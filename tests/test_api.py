@@ -215,6 +215,27 @@ def test_the_instances_package_exports_its_nouns():
         ),
         (lambda inst: kvsched.save_figure(None, "x.png"), r"^fig: expected a matplotlib Figure"),
         (
+            lambda inst: kvsched.compare(inst, ["vllm"], solver=None, slo="ttft=1"),
+            r"^slo: expected kvsched.SLO\(.*got str \(kvsched.parse_slo\('ttft=1', unit\) reads that form\)$",
+        ),
+        (
+            lambda inst: kvsched.simulate(inst, kvsched.make_policy("vllm"), cost_model="unit"),
+            r"^cost_model: expected a cost model",
+        ),
+        (
+            lambda inst: kvsched.simulate(inst, kvsched.make_policy("vllm"), deadline=5),
+            r"^deadline: expected",
+        ),
+        (
+            lambda inst: kvsched.solve(inst, warm_start="vllm"),
+            r"^warm_start: expected a kvsched Schedule, got str$",
+        ),
+        (
+            lambda inst: kvsched.plot_kv(inst, []),
+            r"^schedules: expected a mapping of names to schedules, got list$",
+        ),
+        (lambda inst: kvsched.plot_anytime(None), r"^source: expected a solve's Result"),
+        (
             lambda inst: kvsched.simulate(
                 kvsched.Instance(inst.requests, kvsched.Limits(8, max_batch_tokens=-1)),
                 kvsched.make_policy("vllm"),

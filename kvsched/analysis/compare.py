@@ -41,7 +41,7 @@ from kvsched.heuristics import POLICIES, Policy, make_policy, simulate
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.metrics import RunMetrics, request_columns, run_metrics
-from kvsched.schedule.serving import SLO, ServingMetrics, serving_metrics
+from kvsched.schedule.serving import SLO, ServingMetrics, expect_slo, serving_metrics
 from kvsched.schedule.tokens import BatchClock, token_stats
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline, check_time_limit
@@ -255,6 +255,7 @@ def compare(
     """
     _check_arguments(objective, solver, formulation)
     expect_instance(instance)
+    expect_slo(slo)
     instance.check_requests()  # an impossible request is one error, not a failed row per policy
     measure = OBJECTIVES[objective]
     built = _policies(policy_names(policies), policy_params or {})

@@ -131,12 +131,24 @@ def token_gaps(trace: Trace) -> np.ndarray:
     return np.diff(times)[same]
 
 
+def _expect_named(schedules: object) -> None:
+    """One :class:`InputError` for what is not a mapping of names to schedules."""
+    if not isinstance(schedules, Mapping):
+        raise InputError(
+            f"schedules: expected a mapping of names to schedules, got {type(schedules).__name__}"
+        )
+
+
 def anytime_points(source: Result | Iterable[Any]) -> pd.DataFrame:
     """A solver's progress as columns ``time``, ``incumbent``, ``bound``.
 
     ``source`` is a :class:`~kvsched.csp.Result` (its final objective and
     bound close the curve at its runtime) or ``[[time, incumbent, bound], ...]``.
     """
+    if not isinstance(source, Result | Iterable):
+        raise InputError(
+            f"source: expected a solve's Result or its anytime points, got {type(source).__name__}"
+        )
     if isinstance(source, Result):
         rows = [(p.time, p.incumbent, p.bound) for p in source.anytime]
         if source.objective is not None:
@@ -224,6 +236,7 @@ def _legend(fig: Figure, ax: Axes, loc: str = "lower right") -> None:
 
 def plot_kv(instance: Instance, schedules: Mapping[str, Schedule], *, title: str = "") -> Figure:
     """KV usage over time of several schedules (each replayed), against M."""
+    _expect_named(schedules)
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax = fig.subplots()
     for name, schedule in schedules.items():
@@ -240,6 +253,7 @@ def plot_kv(instance: Instance, schedules: Mapping[str, Schedule], *, title: str
 
 def plot_cdfs(instance: Instance, schedules: Mapping[str, Schedule], *, title: str = "") -> Figure:
     """Empirical CDFs of TTFT (per request) and TBT (per token gap) of several schedules."""
+    _expect_named(schedules)
     fig = Figure(figsize=(10, 4), layout="constrained")
     left, right = fig.subplots(1, 2)
     for name, schedule in schedules.items():

@@ -42,7 +42,7 @@ from kvsched.csp.run import Progress, SolveLog, check_replayable, with_meta
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance, expect_instance
-from kvsched.schedule.ir import Schedule
+from kvsched.schedule.ir import Schedule, expect_schedule
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline, check_time_limit
 from kvsched.threads import check_threads
@@ -186,6 +186,8 @@ def solve(
     instance.check_requests()  # before any bound reads a NaN arrival
     options = options or SolverOptions()
     check_options(options)
+    if warm_start is not None:
+        expect_schedule(warm_start, "warm_start")  # (a policy's: simulate it and pass its .schedule)
     if export is not None:
         check_export_path(export)
     if deadline is None:

@@ -111,6 +111,14 @@ def simulate(
         )
     if not isinstance(policy, Policy):
         raise InputError(f"policy: expected a Policy (kvsched.make_policy), got {type(policy).__name__}")
+    if cost_model is not None and not hasattr(cost_model, "batch_time"):  # duck-typed, as the core reads it
+        raise InputError(
+            f"cost_model: expected a cost model (kvsched.make_cost_model), got {type(cost_model).__name__}"
+        )
+    if deadline is not None and not isinstance(deadline, Deadline):
+        raise InputError(
+            f"deadline: expected a kvsched.Deadline (Deadline.after(seconds)), got {type(deadline).__name__}"
+        )
     instance.check_feasible()
     cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
     wall = time.perf_counter()

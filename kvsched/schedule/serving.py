@@ -297,6 +297,16 @@ class ServingMetrics:
         return out
 
 
+def expect_slo(value: object, name: str = "slo") -> SLO | None:
+    """``value`` if it is an :class:`SLO` or ``None``, else one :class:`~kvsched.errors.InputError`."""
+    if value is None or isinstance(value, SLO):
+        return value
+    hint = f" (kvsched.parse_slo({value!r}, unit) reads that form)" if isinstance(value, str) else ""
+    raise InputError(
+        f"{name}: expected kvsched.SLO(ttft=..., tpot=..., e2el=...), got {type(value).__name__}{hint}"
+    )
+
+
 def _as_traces(traces: Trace | Iterable[Trace | None]) -> list[Trace]:
     if isinstance(traces, Trace):
         return [traces]
@@ -353,6 +363,7 @@ def serving_metrics(
         :func:`~kvsched.schedule.tokens.token_stats` of each trace where the caller has them already.
     """
     found = _as_traces(traces)
+    expect_slo(slo)
     tokens = (
         [token_stats(t) for t in found] if stats is None else list(stats)
     )  # request_metrics reads them too
