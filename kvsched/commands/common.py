@@ -334,15 +334,18 @@ def time_unit(instance: Instance) -> str:
 #: Seconds every command keeps for its output, whatever the instance's size (tables, the result document).
 OUTPUT_SECONDS = 0.3
 #: Seconds per output token of the instance for each output (the metrics read the per-token events, the
-#: JSON schedule and the Perfetto trace spell every token out). Measured on 2 loaded cores: the summary table
-#: 0.7 s at 3.4 M tokens (10k ShareGPT) and 11.5 s at 34.5 M (100k); the serving metrics of ``--json``
-#: 0.45 s and 8.7 s more; a JSON schedule 6.8 s, a ``.npz`` one 0.4 s, a Perfetto trace 4.9 s at 3.4 M.
+#: JSON schedule and the Perfetto trace spell every token out): high estimates, the most per token measured
+#: on 2 cores at load 5 (2026-11-28; ShareGPT with Poisson arrivals, 10k and 100k requests, 3.4 M and
+#: 34.5 M tokens; the solve's schedule and vllm's). The summary table (it computes the metrics) 0.7-1.4e-7;
+#: ``--json`` reuses them, 0.5-0.8e-9 more; a JSON schedule 2.1-3.3e-6, a ``.npz`` one 0.6-3.0e-7, a
+#: Perfetto trace 2.6-4.5e-6. (The figures before, 3.5e-7 for the summary and 2.6e-7 for ``--json``, were
+#: taken before their metrics were shared and kept 21 s of a 100k solve's limit for 3.5 s of output.)
 OUTPUT_SECONDS_PER_TOKEN = {
-    "summary": 3.5e-7,
-    "json": 2.6e-7,
-    "schedule.json": 2.0e-6,
-    "schedule.npz": 1.5e-7,
-    "trace": 1.5e-6,
+    "summary": 1.5e-7,
+    "json": 1e-8,
+    "schedule.json": 3.5e-6,
+    "schedule.npz": 3.0e-7,
+    "trace": 4.5e-6,
 }
 #: The solve keeps at least this share of the limit: beyond it the output overruns (and the command says so).
 OUTPUT_SHARE = 0.5

@@ -177,6 +177,27 @@ def _outputs(args: argparse.Namespace) -> list[str]:
     return outputs
 
 
+def _note_late(deadline: Deadline, seconds: dict[str, float]) -> None:
+    """Say on stderr when the command ended past its limit (beyond ``max(1 s, 5%)``), and where the time went.
+
+    The solve always returns a schedule, so a limit below what the instance's first schedule takes (at 100k
+    requests several seconds, finished against reserved peaks) or below its output cannot be met; the
+    command says so rather than leave a script to find out from the clock.
+    """
+    late = time.monotonic() - deadline.end
+    if not deadline.bounded or late <= max(1.0, 0.05 * deadline.limit):
+        return
+    solved = seconds["solved"]
+    if solved > deadline.limit:
+        why = f"the solve returned at {solved:.1f} s: its first schedule, which every solve returns, took that long"
+    else:
+        why = f"the output took {late + deadline.limit - solved:.1f} s after the solve"
+    print(
+        f"kvsched solve: note: ended {late:.1f} s past --time-limit {deadline.limit:g} ({why})",
+        file=sys.stderr,
+    )
+
+
 def cmd_solve(args: argparse.Namespace) -> int:
     from kvsched.csp import SolveStatus, solve
     from kvsched.heuristics import make_policy, simulate
@@ -275,6 +296,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.trace:
         write_trace(args.trace, instance, result.schedule, name=f"{result.formulation}/{result.solver}")
         Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", highlight=False)
+    _note_late(deadline, seconds)
     if args.export and "exported" not in result.stats:
         # Asked for and not written (the pipeline, or no exact model in time): an error, after the other
         # outputs, so that a script does not read an old or missing file as this model.
