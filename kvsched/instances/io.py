@@ -39,10 +39,13 @@ from kvsched.instances import EXAMPLES_DIR
 from kvsched.instances.model import Instance, Limits, Request, TimeModel, new_requests
 
 if TYPE_CHECKING:
-    import pandas as pd
-    from pydantic import ValidationError
+    from typing import TypeVar
 
-    from kvsched.instances.schema import InstanceSchema
+    import pandas as pd
+    from pydantic import BaseModel, ValidationError
+
+    #: A pydantic document schema (what :func:`validated` returns an instance of).
+    SchemaT = TypeVar("SchemaT", bound=BaseModel)
 
 SCHEMA_VERSION = 1
 INSTANCE_KIND = "kvsched.instance"
@@ -208,14 +211,16 @@ def requests_in_bulk(raw: Any) -> tuple[Request, ...] | None:
     )
 
 
-def _validated(data: Any, source: str) -> InstanceSchema:
-    """``data`` through the schema, or one :class:`InputError` naming the first faulty field."""
-    from pydantic import ValidationError
+def validated(schema: type[SchemaT], data: Any, source: str) -> SchemaT:
+    """``data`` through ``schema``, or one :class:`InputError` naming the first faulty field.
 
-    from kvsched.instances.schema import InstanceSchema
+    Shared by the instance and schedule readers (:mod:`kvsched.schedule.io`), so every document
+    reports a fault, or one nested too deeply for the validator, in the same words.
+    """
+    from pydantic import ValidationError  # here, not at the top: loading a CSV trace need not import it
 
     try:
-        return InstanceSchema.model_validate(data)
+        return schema.model_validate(data)
     except ValidationError as exc:
         raise InputError(format_validation_error(source, exc)) from None
     except RecursionError:
@@ -246,7 +251,7 @@ def instance_from_dict(data: Any, source: str = "instance") -> Instance:
         except (ValidationError, RecursionError):
             doc = None  # the whole document through the schema below names the fault, counted as ever
     if doc is None:
-        doc = _validated(data, source)
+        doc = validated(InstanceSchema, data, source)
         requests = tuple(Request(**r.model_dump()) for r in doc.requests)
     instance = Instance(
         requests=requests,

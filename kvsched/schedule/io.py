@@ -43,9 +43,9 @@ from kvsched.instances.io import (
     MAX_TIME,
     MAX_TOKENS,
     check_not_input,
-    format_validation_error,
     instance_fingerprint,
     read_json,
+    validated,
 )
 from kvsched.instances.model import Instance, Limits, Request, TimeModel, expect_instance
 from kvsched.schedule.ir import Batch, Phase, Schedule, expect_schedule
@@ -117,12 +117,7 @@ def schedule_from_dict(data: Any, instance: Instance, source: str = "schedule") 
     """Validate a parsed schedule document against ``instance`` and build the IR."""
     if isinstance(data, dict) and data.get("schema_version", SCHEMA_VERSION) != SCHEMA_VERSION:
         raise InputError(f"{source}: schema_version: {data['schema_version']!r} is not supported")
-    try:
-        doc = ScheduleSchema.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(format_validation_error(source, exc)) from None
-    except RecursionError:
-        raise InputError(f"{source}: nested too deeply") from None
+    doc = validated(ScheduleSchema, data, source)
     check_fingerprint(doc.meta, instance, source)
     index = instance.index_of()
 
@@ -263,12 +258,7 @@ def from_infermax(
     Phases are derived by the semantic core and the document's ``p`` sets are
     checked against them. Legality is not checked here: validate the result.
     """
-    try:
-        doc = InfermaxSchema.model_validate(data)
-    except ValidationError as exc:
-        raise InputError(format_validation_error(source, exc)) from None
-    except RecursionError:
-        raise InputError(f"{source}: nested too deeply") from None
+    doc = validated(InfermaxSchema, data, source)
     n_batches = len(doc.c)
     for key, lst in (("p", doc.p), ("evicted", doc.evicted)):
         if lst is not None and len(lst) != n_batches:
