@@ -240,6 +240,22 @@ def new_decision(requests: Sequence[int], tokens: Sequence[int], evict: Sequence
     return decision
 
 
+def check_whole_prompt_fits(name: str, view: SchedulerView, r: int, c: int, p: int, flag: str = "") -> None:
+    """Fail clearly where request ``r``, the next of a policy ``name`` that runs whole prompts and refills,
+    needs more tokens than the budgets C and P allow: it could never run (a stall, not a wait).
+
+    The engine policies (:mod:`kvsched.heuristics.engines`) and
+    :class:`~kvsched.heuristics.infermax.InferMax` stall so; ``flag`` names the option that makes the
+    policy run whole prompts, where one does.
+    """
+    need = int(view.unprocessed(r))
+    if need > min(c, p):
+        raise KvschedError(
+            f"policy {name!r} cannot run request {r}: it processes whole prompts and refills{flag} "
+            f"but this one has {need} tokens, more than the budget (C = {c}, P = {p})"
+        )
+
+
 @runtime_checkable
 class Policy(Protocol):
     """A scheduler: sees the state, returns the next batch.

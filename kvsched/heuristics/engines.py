@@ -26,8 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from kvsched.errors import KvschedError
-from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.heuristics.base import Decision, SchedulerView, check_whole_prompt_fits
 from kvsched.heuristics.checks import check_positive
 from kvsched.heuristics.infermax import effective_budgets
 from kvsched.instances.model import Instance
@@ -339,13 +338,7 @@ class EngineBase:
         """Fail clearly when a whole-prompt policy can never run the head of the queue."""
         if self._running or not self._waiting or not self._whole_prompts():
             return
-        r = self._waiting[0]
-        need = int(view.unprocessed(r))
-        if need > min(self._C, self._P):
-            raise KvschedError(
-                f"policy {self.name!r} cannot run request {r}: it processes whole prompts and refills "
-                f"but this one has {need} tokens, more than the budget (C = {self._C}, P = {self._P})"
-            )
+        check_whole_prompt_fits(self.name, view, self._waiting[0], self._C, self._P)
 
     def _whole_prompts(self) -> bool:
         return False

@@ -55,8 +55,7 @@ from typing import Any, Literal
 import numpy as np
 
 from kvsched.costmodel.small import SMALL, count, isum, nonzero
-from kvsched.errors import KvschedError
-from kvsched.heuristics.base import Decision, SchedulerView, new_decision
+from kvsched.heuristics.base import Decision, SchedulerView, check_whole_prompt_fits, new_decision
 from kvsched.heuristics.checks import check_choice, check_positive
 from kvsched.heuristics.infermax_build import Build as _Build
 from kvsched.heuristics.infermax_queue import WaitingQueue
@@ -609,14 +608,7 @@ class InferMax(RunOffers):
         """Fail clearly when nothing runs because a waiting request can never fit the budgets."""
         if self._running.size or not self._waiting or self.chunked:
             return
-        r = self._waiting[0]
-        need = int(view.unprocessed(r))
-        if need > min(self._C, self._P):
-            raise KvschedError(
-                f"policy {self.name!r} cannot run request {r}: it processes whole prompts and refills "
-                f"(chunked=False) but this one has {need} tokens, more than the budget "
-                f"(C = {self._C}, P = {self._P})"
-            )
+        check_whole_prompt_fits(self.name, view, self._waiting[0], self._C, self._P, " (chunked=False)")
 
     def _want(self, cand: int, waiting: bool, decode: bool, known: int, kv: int, alloc: int) -> int:
         """KV tokens ``cand`` must have reserved to run its next item (``known`` = S)."""
