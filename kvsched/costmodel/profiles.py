@@ -16,6 +16,7 @@ All times returned by this module are in seconds.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,12 +88,18 @@ def _shown(value: object) -> str:
     return repr(item() if callable(item) else value)
 
 
+def require_columns(df: pd.DataFrame, columns: Iterable[str], path: Path, hint: str = "") -> None:
+    """One :class:`InputError` naming the first of ``columns`` that ``df`` lacks (``hint`` follows it)."""
+    for col in columns:
+        if col not in df.columns:
+            raise InputError(f"{path}: missing column {col!r}{hint}")
+
+
 def numeric_column(
     df: pd.DataFrame, col: str, path: Path, *, positive: bool = False, integer: bool = False
 ) -> np.ndarray:
     """Column ``col`` as float64, or one error naming the column and the first bad line."""
-    if col not in df.columns:
-        raise InputError(f"{path}: missing column {col!r}")
+    require_columns(df, (col,), path)
     values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values) | (values <= 0 if positive else values < 0)
     if integer:
@@ -154,9 +161,7 @@ def load_compute(path: str | Path, tp: int = 1) -> ComputeProfile:
     df = read_table(p)
     if table_kind(df) != "compute":
         raise InputError(f"{p}: not a compute profiling table (no column {_median('mlp_up_proj')!r})")
-    for op in REQUIRED_OPS:
-        if _median(op) not in df.columns:
-            raise InputError(f"{p}: missing column {_median(op)!r}")
+    require_columns(df, map(_median, REQUIRED_OPS), p)
     tokens = numeric_column(df, "num_tokens", p, positive=True, integer=True)
     tps = numeric_column(df, "num_tensor_parallel_workers", p, positive=True, integer=True)
     keep = tps == tp
@@ -225,9 +230,7 @@ def load_attention(path: str | Path, tp: int = 1) -> AttentionProfile:
     """Read and validate an attention table, keeping the rows at degree ``tp`` (may be none)."""
     p = Path(path)
     df = read_table(p)
-    for col in ATTENTION_COLUMNS:
-        if col not in df.columns:
-            raise InputError(f"{p}: missing column {col!r} (not an attention profiling table?)")
+    require_columns(df, ATTENTION_COLUMNS, p, " (not an attention profiling table?)")
     tps = numeric_column(df, "num_tensor_parallel_workers", p, positive=True, integer=True)
     batch = numeric_column(df, "batch_size", p, integer=True)
     chunk = numeric_column(df, "prefill_chunk_size", p, integer=True)
@@ -283,9 +286,7 @@ def load_allreduce(path: str | Path, workers: int) -> AllReduceProfile:
     """Read and validate an all-reduce table, keeping single-node rows for ``workers`` GPUs."""
     p = Path(path)
     df = read_table(p)
-    for col in ALLREDUCE_COLUMNS:
-        if col not in df.columns:
-            raise InputError(f"{p}: missing column {col!r} (not an all-reduce profiling table?)")
+    require_columns(df, ALLREDUCE_COLUMNS, p, " (not an all-reduce profiling table?)")
     n = numeric_column(df, "num_workers", p, positive=True, integer=True)
     size = numeric_column(df, "size", p, positive=True)
     ms = numeric_column(df, ALLREDUCE_COLUMNS[0], p)
