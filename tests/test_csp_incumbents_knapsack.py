@@ -205,10 +205,9 @@ def test_the_best_pinned_request_evicts_the_worst_where_it_gets_no_kv(kernel):
     # against 39) evicts the other and ends its prompt with 2 tokens. Driven on the kernel's arrays:
     # the state cannot be reached from the start with one pinned request at a time.
     from kvsched.csp.incumbents import _knapsack_kernel as K
+    from kvsched.csp.incumbents._kernel import PREFILL
 
-    ia = np.array(
-        [[12, 12], [2, 3], [0, 0], [10, 10], [0, 0], [0, 1], [K.PREFILL, K.PREFILL]], dtype=np.int64
-    )
+    ia = np.array([[12, 12], [2, 3], [0, 0], [10, 10], [0, 0], [0, 1], [PREFILL, PREFILL]], dtype=np.int64)
     fa = np.zeros((4, 2))
     fa[1] = 1.0
     lim = np.array([20, 1, 64, 1024, 5, 0, 512, 4, 4, 4], dtype=np.int64)
@@ -224,7 +223,7 @@ def test_the_best_pinned_request_evicts_the_worst_where_it_gets_no_kv(kernel):
     )
     assert getattr(K, kernel)(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, 1) == K.CHUNK
     assert ev[: bi[1, 1]].tolist() == [1]
-    assert it[:, : bi[0, 1]].T.tolist() == [[0, 2, 10, K.PREFILL]]
+    assert it[:, : bi[0, 1]].T.tolist() == [[0, 2, 10, PREFILL]]
     assert getattr(K, kernel)(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, 100) == K.DONE
     assert ia[4].tolist() == [1, 1] and ia[2].tolist() == [2, 3]
 

@@ -45,10 +45,10 @@ import numpy as np
 
 from kvsched.csp.incumbents._kernel import (
     DECODE,
-    PREFILL,
-    REFILL,
+    evict,
     insert_waiting,
     join_arrivals,
+    process_item,
     remaining_area,
 )
 
@@ -189,8 +189,7 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
                         free += (held[rr] + bs - 1) // bs
                         ev[nev] = rr
                         nev += 1
-                        held[rr] = 0
-                        phase[rr] = REFILL if gen[rr] > 0 else PREFILL
+                        evict(rr, gen, held, phase)
                         inpin[rr] = False
                         pend[plen] = rr
                         plen += 1
@@ -307,8 +306,7 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
             else:
                 ev[nev] = r
                 nev += 1
-                held[r] = 0
-                phase[r] = REFILL if gen[r] > 0 else PREFILL
+                evict(r, gen, held, phase)
                 if hold_w > 0.0:
                     # Its waiting key held a bonus for the KV it held: a candidate is keyed again below,
                     # any other leaves the waiting list to be keyed again.
@@ -341,13 +339,7 @@ def advance(ia, fa, lim, sc, clock, ib, bf, bi, it, ev, max_batches):
             r = run[c]
             it[0, nit], it[1, nit], it[2, nit], it[3, nit] = r, rtok[r], held[r], phase[r]
             nit += 1
-            held[r] += rtok[r]
-            if held[r] == prompt[r] + gen[r]:
-                gen[r] += 1
-                phase[r] = DECODE
-                if gen[r] >= output[r]:
-                    held[r] = 0
-                    done[r] = 1
+            process_item(r, rtok[r], prompt, output, gen, held, phase, done)
         # Pinned requests stay pinned while a chunk of their prompt or refill is left; once it is done
         # they hold KV and wait again. Run candidates that started a chunk join them; other run
         # requests hold KV.

@@ -170,7 +170,7 @@ def decide(
             [K.advance_jit], deadline, interpreted_seconds=PY_SECONDS_PER_SLOT * n * 8
         )  # about 8 slots a request at memory load 1
     lim = instance.limits
-    ia = np.zeros((7, n), dtype=np.int64)  # phase (row 6) starts at K.PREFILL = 0
+    ia = np.zeros((7, n), dtype=np.int64)  # phase (row 6) starts at PREFILL = 0
     ia[0] = [r.prompt for r in instance.requests]
     ia[1] = [r.output for r in instance.requests]
     fa = np.zeros((4, n), dtype=np.float64)
