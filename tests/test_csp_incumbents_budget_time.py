@@ -79,14 +79,24 @@ def test_the_first_knapsack_configuration_runs_where_three_greedy_runs_do_not_fi
     assert first in late.stats["skipped"] and second in late.stats["skipped"]
 
 
-def test_with_the_first_replay_deferred_the_first_configuration_needs_only_time_left(monkeypatch):
-    """A replay is due at the end whichever schedule wins: its estimate does not keep the knapsack out."""
+def test_with_the_first_replay_deferred_the_first_configuration_needs_only_its_own_run(monkeypatch):
+    """A replay is due at the end whichever schedule wins: its estimate does not keep the knapsack out,
+    a low estimate of the knapsack's own run (KNAPSACK_PER_RUN greedy runs) does."""
     monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
     configs = (KnapsackConfig(0.5, 0.2), KnapsackConfig(1.0, 0.1))
     monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", configs)
-    _spy_first_run(monkeypatch, decide_s=1e6)  # its deferred replay is priced far beyond the deadline
+    first = configs[0].name(True)
     inst = budget_instance(np.random.default_rng(8), 20)
+    # A greedy run priced at 150 s: the knapsack's (450 s) fits the 600 s, with the replay (300 s) it would not.
+    _spy_first_run(monkeypatch, decide_s=150.0, build_s=0.0)
     got = best_incumbent(inst, deadline=Deadline.after(600.0), policies=())
-    first, second = (c.name(True) for c in configs)
-    assert first in got.stats["tried"] and second in got.stats["skipped"]
+    assert first in got.stats["tried"]
+    assert got.trace is not None and got.value == objective_value(inst, got)
+    # At 250 s a run (100k requests: the knapsack's 54 s against the greedy's 13 s) it is priced out too.
+    monkeypatch.undo()
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", configs)
+    _spy_first_run(monkeypatch, decide_s=250.0, build_s=0.0)
+    got = best_incumbent(inst, deadline=Deadline.after(600.0), policies=())
+    assert first in got.stats["skipped"] and first not in got.stats["tried"]
     assert got.trace is not None and got.value == objective_value(inst, got)

@@ -41,8 +41,10 @@ def test_a_pipeline_whose_stages_are_priced_out_says_deadline_not_converged(monk
     60 s solve end at 22 s as "converged" with a 75% gap, its Lagrangian and local search priced out."""
     from kvsched.csp import pipeline
 
-    # The Lagrangian needs twice the best schedule's replay: make that replay look too long to fit.
+    # The Lagrangian needs twice the best schedule's replay, or LAGRANGIAN_MIN_SECONDS where the replay is
+    # kept: make both look too long to fit.
     real = pipeline._lagrangian
+    monkeypatch.setattr(pipeline, "LAGRANGIAN_MIN_SECONDS", 1e6)
 
     def priced_out(log, objective, best, deadline):
         slow = type(best)(
@@ -61,6 +63,26 @@ def test_a_pipeline_whose_stages_are_priced_out_says_deadline_not_converged(monk
     assert "lagrangian" in result.stats["out_of_time"]
     assert result.status == SolveStatus.FEASIBLE and result.gap > 0
     assert result.stopped == "deadline"
+
+
+def test_a_kept_replay_lets_the_lagrangian_run_however_long_the_replay_took(monkeypatch):
+    """At 100k requests the best schedule's replay took 12 s and the Lagrangian was priced out of the 20 s
+    left, though that replay was kept and its first pricings take about a second."""
+    from kvsched.csp import pipeline
+
+    real = pipeline._lagrangian
+
+    def slow_replay(log, objective, best, deadline):
+        assert log.trace_of(best.value) is not None  # the incumbents stage keeps the best one's replay
+        slow = type(best)(
+            best.name, best.schedule, best.value, best.objective, {**best.stats, "replay_s": 1e6}
+        )
+        return real(log, objective, slow, deadline)
+
+    monkeypatch.setattr(pipeline, "_lagrangian", slow_replay)
+    result = solve(_congested(), formulation="auto", deadline=Deadline.after(20.0))
+    assert result.stats.get("lagrangian_iterations", 0) > 0
+    assert "lagrangian" not in result.stats.get("out_of_time", [])
 
 
 def test_a_local_search_that_runs_out_of_moves_is_not_out_of_time():

@@ -218,6 +218,13 @@ KNAPSACK_LARGE_CONFIGS: tuple[KnapsackConfig, ...] = (
 #: many times the run's decisions and build, a high estimate: 1.5 / 1.8 / 1.8 at 10k requests (Azure
 #: conversations / Azure code / ShareGPT, C = P = 2048, load 4.5-5 on 2 cores).
 REPLAY_PER_RUN = 2.0
+#: Where the first variant's replay is deferred, the first knapsack configuration runs only if this many
+#: times that variant's decisions and build are left, a low estimate of its run (measured at memory load 1,
+#: greedy alone, its decisions and build against the first large configuration's run: Azure code 10k 1.2 /
+#: 1.6 without / with the budget, ShareGPT 10k about 5, ShareGPT 100k 4.1: 54 s against 13 s). Without it
+#: the knapsack ran at 100k requests until the stage's end, was cut and finished against reserved peaks
+#: (9.6e7 against the greedy's 7.29e7), and left the chain Lagrangian no time.
+KNAPSACK_PER_RUN = 3.0
 #: A policy simulation is priced at this many times the greedy's build and replay (it steps the core too).
 POLICY_COST_FACTOR = 4.0
 #: The policy whose schedule comes first where, under a seconds-based cost model, a greedy run would not
@@ -327,8 +334,12 @@ def best_incumbent(
             # The first configuration runs wherever a replay still fits (the best single one at its size:
             # priced at three greedy runs it was skipped under load at 10k requests and the next one ran in
             # its place, cut short), or, where the first variant's replay was deferred (one is due at the
-            # end whichever wins), while any time is left; the others as time allows.
-            first_fits = fits(0.0) if best.trace is not None else not deadline.expired()
+            # end whichever wins), where a low estimate of its run fits (KNAPSACK_PER_RUN); the others as
+            # time allows.
+            if best.trace is not None:
+                first_fits = fits(0.0)
+            else:  # (the deferred replay is due whichever wins: not added)
+                first_fits = deadline.remaining() >= KNAPSACK_PER_RUN * run_cost
             if not (first_fits if k == 0 else fits(1.5 * knapsack_cost)):
                 skipped.append(config.name(kind == "budget"))
                 continue
