@@ -360,6 +360,13 @@ def instance_to_dict(instance: Instance) -> dict[str, Any]:
     }
 
 
+def _not_an_example(p: Path, what: str) -> Path:
+    """``p`` unless it lies in the bundled examples (inputs every user shares); else one :class:`InputError`."""
+    if p.resolve().parent == EXAMPLES_DIR:
+        raise InputError(f"{what}: {p} is in kvsched's bundled examples; write elsewhere")
+    return p
+
+
 def check_not_input(path: str | Path, what: str) -> Path:
     """``path`` as a :class:`Path` unless writing an output there would destroy an input; else one
     :class:`InputError`.
@@ -369,10 +376,8 @@ def check_not_input(path: str | Path, what: str) -> Path:
     kvsched instance file (its first bytes name the instance format) for an output of another kind
     (a schedule, a trace, a figure).
     """
-    p = Path(path)
+    p = _not_an_example(Path(path), what)
     try:
-        if p.resolve().parent == EXAMPLES_DIR:
-            raise InputError(f"{what}: {p} is in kvsched's bundled examples; write elsewhere")
         with p.open("rb") as fh:
             head = fh.read(256)
     except OSError:
@@ -400,9 +405,7 @@ def save_instance(instance: Instance, path: str | Path) -> None:
     """Write ``instance`` as a JSON instance file (a path that cannot be written is an :class:`InputError`)."""
     import json
 
-    p = check_instance_path(path, "save_instance")
-    if p.resolve().parent == EXAMPLES_DIR:
-        raise InputError(f"save_instance: {p} is in kvsched's bundled examples; write elsewhere")
+    p = _not_an_example(check_instance_path(path, "save_instance"), "save_instance")
     text = json.dumps(instance_to_dict(instance), indent=1) + "\n"
     try:
         p.write_text(text, encoding="utf-8")
