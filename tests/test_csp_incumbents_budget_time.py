@@ -87,16 +87,16 @@ def test_with_the_first_replay_deferred_the_first_configuration_needs_only_its_o
     monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", configs)
     first = configs[0].name(True)
     inst = budget_instance(np.random.default_rng(8), 20)
-    # A greedy run priced at 150 s: the knapsack's (450 s) fits the 600 s, with the replay (300 s) it would not.
-    _spy_first_run(monkeypatch, decide_s=150.0, build_s=0.0)
+    # A greedy run priced at 200 s: the knapsack's (400 s) fits the 600 s, with the replay (400 s) it would not.
+    _spy_first_run(monkeypatch, decide_s=200.0, build_s=0.0)
     got = best_incumbent(inst, deadline=Deadline.after(600.0), policies=())
     assert first in got.stats["tried"]
     assert got.trace is not None and got.value == objective_value(inst, got)
-    # At 250 s a run (100k requests: the knapsack's 54 s against the greedy's 13 s) it is priced out too.
+    # At 350 s a run (100k requests: the knapsack's 54 s against the greedy's 13 s) it is priced out too.
     monkeypatch.undo()
     monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
     monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", configs)
-    _spy_first_run(monkeypatch, decide_s=250.0, build_s=0.0)
+    _spy_first_run(monkeypatch, decide_s=350.0, build_s=0.0)
     got = best_incumbent(inst, deadline=Deadline.after(600.0), policies=())
     assert first in got.stats["skipped"] and first not in got.stats["tried"]
     assert got.trace is not None and got.value == objective_value(inst, got)

@@ -223,8 +223,10 @@ REPLAY_PER_RUN = 2.0
 #: greedy alone, its decisions and build against the first large configuration's run: Azure code 10k 1.2 /
 #: 1.6 without / with the budget, ShareGPT 10k about 5, ShareGPT 100k 4.1: 54 s against 13 s). Without it
 #: the knapsack ran at 100k requests until the stage's end, was cut and finished against reserved peaks
-#: (9.6e7 against the greedy's 7.29e7), and left the chain Lagrangian no time.
-KNAPSACK_PER_RUN = 3.0
+#: (9.6e7 against the greedy's 7.29e7), and left the chain Lagrangian no time. 2, below most of those
+#: ratios: at 10k a skip costs more than a run cut short (Azure code 10k with the budget: its configurations
+#: 681k-700k against the greedy variants' 800k-1.1M in a 60 s solve).
+KNAPSACK_PER_RUN = 2.0
 #: A policy simulation is priced at this many times the greedy's build and replay (it steps the core too).
 POLICY_COST_FACTOR = 4.0
 #: The policy whose schedule comes first where, under a seconds-based cost model, a greedy run would not
