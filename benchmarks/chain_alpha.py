@@ -35,7 +35,6 @@ average is printed with every row, and the arms run one after the other in one p
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -185,15 +184,7 @@ def load() -> str:
 def run_case(name: str, folder: Path, args) -> None:
     inst = chain_colgen.case_instance(name, folder)
     data = ChainData.from_instance(inst)
-    saved = folder / f"{name}.lagrangian-{args.lagrangian:g}.npz"
-    if not saved.exists():
-        from kvsched.csp.bounds import chain_lagrangian
-
-        lag = chain_lagrangian(inst, deadline=Deadline.after(args.lagrangian))
-        np.savez(
-            saved, y=lag.y, value=lag.value, seconds=lag.seconds, its=lag.iterations, upper=lag.incumbent
-        )
-    lag = np.load(saved)
+    lag = chain_colgen.cached_lagrangian(inst, name, folder, args.lagrangian)
     cache = folder / f"{name}.primal.npz"
     if not cache.exists():
         traces = []
@@ -263,16 +254,7 @@ def run_case(name: str, folder: Path, args) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument(
-        "--folder", required=True, help="where the regret_scale instances are (made if absent)"
-    )
-    parser.add_argument("--cases", default=",".join(CASES), help="regret_scale case names")
-    parser.add_argument("--lagrangian", type=float, default=60.0, help="seconds of chain_lagrangian first")
-    parser.add_argument("--limit", type=float, default=500.0, help="seconds of column generation")
-    parser.add_argument("--seed", type=float, default=30.0, help="seconds of seeding ascent (inside --limit)")
+    parser = chain_colgen.colgen_arguments(__doc__, CASES, 500.0)
     parser.add_argument("--seconds", type=float, default=25.0, help="local search per start")
     parser.add_argument(
         "--ergodic", type=float, default=20.0, help="seconds of subgradient for the ergodic keys"

@@ -61,7 +61,7 @@ from kvsched.highs import new_highs
 from kvsched.instances.io import load_instance
 from kvsched.instances.model import Instance
 from kvsched.schedule.io import load_schedule
-from kvsched.schedule.validate import replay
+from kvsched.schedule.validate import Trace, replay
 from kvsched.stop import Deadline
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -417,17 +417,36 @@ def case_instance(name: str, folder: Path) -> Instance:
     return load_instance(regret_scale.generate(known[name], folder))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+def cached_lagrangian(
+    instance: Instance, name: str, folder: Path, seconds: float, incumbent: Trace | None = None
+) -> np.lib.npyio.NpzFile:
+    """``chain_lagrangian`` of ``instance`` for ``seconds``, saved as ``FOLDER/NAME.lagrangian-SECONDS.npz`` and
+    read from there next time (fields y, value, seconds, its, upper), for every chain diagnostic here."""
+    saved = folder / f"{name}.lagrangian-{seconds:g}.npz"
+    if not saved.exists():
+        lag = chain_lagrangian(instance, incumbent=incumbent, deadline=Deadline.after(seconds))
+        np.savez(
+            saved, y=lag.y, value=lag.value, seconds=lag.seconds, its=lag.iterations, upper=lag.incumbent
+        )
+    return np.load(saved)
+
+
+def colgen_arguments(doc: str, cases: tuple[str, ...], limit: float) -> argparse.ArgumentParser:
+    """The command line every column-generation diagnostic here starts from (this script's and
+    ``chain_alpha.py``'s): instance folder, cases, Lagrangian seconds, column generation and seeding seconds."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument(
         "--folder", required=True, help="where the regret_scale instances are (made if absent)"
     )
-    parser.add_argument("--cases", default=",".join(CASES), help="regret_scale case names")
+    parser.add_argument("--cases", default=",".join(cases), help="regret_scale case names")
     parser.add_argument("--lagrangian", type=float, default=60.0, help="seconds of chain_lagrangian first")
-    parser.add_argument("--limit", type=float, default=300.0, help="seconds of column generation")
+    parser.add_argument("--limit", type=float, default=limit, help="seconds of column generation")
     parser.add_argument("--seed", type=float, default=30.0, help="seconds of seeding ascent (inside --limit)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = colgen_arguments(__doc__, CASES, 300.0)
     parser.add_argument("--policies", default=POLICIES, help="policies whose schedules seed the pool")
     parser.add_argument("--resolve", default="ipm", choices=("simplex", "ipm"), help="master re-solves")
     parser.add_argument("--drop", type=float, default=None, help="delete unused columns with rc above this")
@@ -447,13 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         data = ChainData.from_instance(inst)
         if data.budget is not None or data.objective != LATENCY:
             raise SystemExit(f"{name}: this diagnostic covers unit time without a token budget")
-        saved = folder / f"{name}.lagrangian-{args.lagrangian:g}.npz"
-        if not saved.exists():
-            lag = chain_lagrangian(inst, deadline=Deadline.after(args.lagrangian))
-            np.savez(
-                saved, y=lag.y, value=lag.value, seconds=lag.seconds, its=lag.iterations, upper=lag.incumbent
-            )
-        lag = np.load(saved)
+        lag = cached_lagrangian(inst, name, folder, args.lagrangian)
         y0, lag_value, lag_s = lag["y"], float(lag["value"]), float(lag["seconds"])
         print(f"{name}: Lagrangian {lag_value:.3f} in {lag_s:.1f} s, {int(lag['its'])} pricings, "
               f"H = {y0.size}", flush=True)  # fmt: skip

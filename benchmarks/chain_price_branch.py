@@ -49,7 +49,6 @@ from pathlib import Path
 
 import numpy as np
 
-from kvsched.csp.bounds import chain_lagrangian
 from kvsched.csp.bounds.chain import ChainData
 from kvsched.csp.bounds.seconds_lagrangian import incumbent_chains
 from kvsched.csp.incumbents.window import OpPlan, plan_schedule
@@ -380,11 +379,8 @@ def run(instance: Instance, name: str, folder: Path, args: argparse.Namespace) -
     slot = data.slot
     upper = float(OBJECTIVES["total-latency"](trace)) / slot
     start = incumbent_chains(data.release, data.earliest, data.output, data.offset, slot, trace)
-    saved = folder / f"{name}.lagrangian-{args.lagrangian:g}.npz"
-    if not saved.exists():
-        lag = chain_lagrangian(instance, incumbent=trace, deadline=Deadline.after(args.lagrangian))
-        np.savez(saved, y=lag.y, value=lag.value, seconds=lag.seconds)
-    lag = np.load(saved)
+    # (The same cache as chain_colgen.py's: it wrote the fields its readers need, this one fewer once.)
+    lag = chain_colgen.cached_lagrangian(instance, name, folder, args.lagrangian, incumbent=trace)
     last = int(start.max()) if start is not None else 0
     horizon = max(lag["y"].size, last + 1 + args.pad)
     y0 = np.zeros(horizon)
