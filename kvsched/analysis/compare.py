@@ -44,7 +44,7 @@ from kvsched.schedule.metrics import RunMetrics, request_columns, run_metrics
 from kvsched.schedule.serving import SLO, ServingMetrics, expect_slo, serving_metrics
 from kvsched.schedule.tokens import BatchClock, token_stats
 from kvsched.schedule.validate import replay
-from kvsched.stop import Deadline, check_time_limit
+from kvsched.stop import Deadline
 
 #: The regret columns, each named after what it is measured against (see :func:`add_regret`).
 REGRET = "regret_vs_solver"
@@ -180,8 +180,7 @@ def _check_solver(
     it after every policy has run. A name the solve driver resolves itself
     (``auto``, which takes every instance) has no formulation object to build.
     """
-    check_time_limit(options.time_limit, "time_limit")
-    check_options(options)  # the solve's own checks (threads, gap, seed), before any policy runs
+    check_options(options)  # the solve's own checks (time limit, threads, gap, seed), before any policy runs
     stray = sorted(set(solve_options) - set(SOLVE_OPTIONS))
     if stray:
         raise InputError(
