@@ -30,7 +30,7 @@ from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents import _kernel as K
 from kvsched.csp.incumbents.base import Incumbent
 from kvsched.csp.incumbents.complete import ITEMS_PER_REQUEST, reserved_batches
-from kvsched.csp.incumbents.log import BatchLog
+from kvsched.csp.incumbents.log import BatchLog, with_room
 from kvsched.csp.incumbents.rules import rule_keys
 from kvsched.csp.objectives import objective_function
 from kvsched.instances.model import Instance
@@ -373,25 +373,13 @@ def _time_batches(
 def _grow(
     bf: np.ndarray, bi: np.ndarray, it: np.ndarray, ev: np.ndarray, n: int, sc: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """The log buffers the kernel ran out of, doubled (with room for one more batch of every request).
-
-    Only a full buffer grows: at 100,000 requests the item log reaches gigabytes,
-    and copying the others along with it cost seconds.
-    """
-
-    def bigger(arr: np.ndarray, size: int) -> np.ndarray:
-        out = np.zeros((*arr.shape[:-1], size), dtype=arr.dtype)
-        out[..., : arr.shape[-1]] = arr
-        return out
-
+    """The log buffers the kernel ran out of, grown (:func:`~.log.with_room`; room for one more batch of
+    every request)."""
     nbat, nit, nev = int(sc[3]), int(sc[4]), int(sc[5])
-    if nbat + 1 >= bf.shape[1]:
-        cap_b = 2 * bf.shape[1]
-        bf, bi = bigger(bf, cap_b), bigger(bi, cap_b + 1)
-    if nit + n > it.shape[1]:  # the kernel's next batch logs at most n items
-        it = bigger(it, 2 * it.shape[1] + n)
-    if nev + n > ev.shape[0]:  # ... and evicts at most n holders
-        ev = bigger(ev, 2 * ev.shape[0] + n)
+    bf = with_room(bf, nbat + 2)
+    bi = with_room(bi, bf.shape[1] + 1)
+    it = with_room(it, nit + n + 1)  # the kernel's next batch logs at most n items
+    ev = with_room(ev, nev + n + 1)  # ... and evicts at most n holders
     return bf, bi, it, ev
 
 

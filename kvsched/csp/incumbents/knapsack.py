@@ -56,7 +56,7 @@ from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents import _knapsack_kernel as K
 from kvsched.csp.incumbents.base import Incumbent, has_budget
 from kvsched.csp.incumbents.greedy import incumbent_of
-from kvsched.csp.incumbents.log import BatchLog
+from kvsched.csp.incumbents.log import BatchLog, with_room
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
@@ -214,12 +214,13 @@ def decide(
         ]
     )
     ib = np.zeros((6, n), dtype=np.int64)
-    # Without a budget every item generates a token: at most sum(O) items and batches, and evictions
-    # at most items (chunks add items and batches: the buffers grow).
-    cap = max(1024, min(int(ia[1].sum()), 4 * n + 1024))
+    # Without a budget every item generates a token, so the items are exactly sum(O): the item log is
+    # sized for them (a quarter more for a budget's chunks) and grows only if that is short, as does each
+    # other buffer (np.zeros commits only the pages written).
+    cap = max(1024, 2 * int(ia[1].max(initial=1)))
     bf = np.zeros(cap)
     bi = np.zeros((2, cap + 1), dtype=np.int64)
-    it = np.zeros((4, cap + int(limits[6])), dtype=np.int64)
+    it = np.zeros((4, int(limits[6]) + n + int(1.25 * ia[1].sum())), dtype=np.int64)
     ev = np.zeros(cap + n, dtype=np.int64)
     kernel = K.advance_jit if jit else K.advance_py
     chunk = CHUNK_JIT if jit else CHUNK_PY
@@ -227,11 +228,12 @@ def decide(
         status = kernel(ia, fa, limits, sc, clock, ib, bf, bi, it, ev, chunk)
         if status == K.DONE:
             break
-        if status == K.GROW:  # double every log buffer (rare: the first guess covers most runs)
-            bf = np.concatenate([bf, np.zeros_like(bf)])
-            bi = np.concatenate([bi, np.zeros_like(bi)], axis=1)
-            it = np.concatenate([it, np.zeros_like(it)], axis=1)
-            ev = np.concatenate([ev, np.zeros_like(ev)])
+        if status == K.GROW:  # the buffers the kernel's next slot might overrun
+            nbat, nit, nev = int(sc[3]), int(sc[4]), int(sc[5])
+            bf = with_room(bf, nbat + 2)
+            bi = with_room(bi, bf.shape[0] + 1)
+            it = with_room(it, nit + int(limits[6]) + n + 1)  # its candidates and pinned requests
+            ev = with_room(ev, nev + 2 * n + 1)  # its holders and pinned requests
         if limits[5] == 0 and deadline.expired():
             limits[5] = 1
     nb, ni, ne = int(sc[3]), int(sc[4]), int(sc[5])
