@@ -100,3 +100,44 @@ def test_with_the_first_replay_deferred_the_first_configuration_needs_only_its_o
     got = best_incumbent(inst, deadline=Deadline.after(600.0), policies=())
     assert first in got.stats["skipped"] and first not in got.stats["tried"]
     assert got.trace is not None and got.value == objective_value(inst, got)
+
+
+def test_large_instances_run_their_best_configurations_again_at_fine_cells(monkeypatch):
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
+    configs = (KnapsackConfig(0.5, 0.2), KnapsackConfig(1.0, 0.1), KnapsackConfig())
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", configs)
+    monkeypatch.setattr(best_module, "FINE_CELLS", 7)
+    for seed in range(3):
+        inst = _free_instance(np.random.default_rng(seed), 30)
+        got = best_incumbent(inst, policies=())
+        tried = got.stats["tried"]
+        # The FINE_RUNS configurations that did best at CELLS (ties in run order), again at FINE_CELLS.
+        ranked = sorted(configs, key=lambda c: tried[c.name(False)])[: best_module.FINE_RUNS]
+        fine = sorted(name for name in tried if name.endswith("/cells=7"))
+        assert fine == sorted(replace(c, cells=7).name(False) for c in ranked)
+        assert got.value == min(tried.values())
+        assert got.trace is not None and got.value == objective_value(inst, got)
+    # Priced out, they are listed as skipped.
+    monkeypatch.setattr(best_module, "FINE_COST", 1e12)
+    got = best_incumbent(inst, deadline=Deadline.after(600.0), policies=())
+    assert not any(name.endswith("/cells=7") for name in got.stats["tried"])
+    assert sum(name.endswith("/cells=7") for name in got.stats["skipped"]) == best_module.FINE_RUNS
+
+
+def test_with_the_first_replay_deferred_the_first_configuration_may_take_the_whole_solves_time(monkeypatch):
+    """Its schedule is the one the solve most likely keeps at that size: priced against the whole solve's
+    deadline (``first_deadline``), not the stage's share; the later configurations keep to the share."""
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
+    configs = (KnapsackConfig(0.5, 0.2), KnapsackConfig(1.0, 0.1))
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", configs)
+    calls = _spy_first_run(monkeypatch, decide_s=100.0, build_s=0.0)  # a knapsack run is priced at 200 s
+    inst = _free_instance(np.random.default_rng(10), 20)
+    first, second = (c.name(False) for c in configs)
+    got = best_incumbent(
+        inst, deadline=Deadline.after(150.0), policies=(), first_deadline=Deadline.after(600.0)
+    )
+    assert first in got.stats["tried"] and second in got.stats["skipped"]
+    assert got.trace is not None and got.value == objective_value(inst, got)
+    calls.clear()
+    alone = best_incumbent(inst, deadline=Deadline.after(150.0), policies=())
+    assert first in alone.stats["skipped"] and first not in alone.stats["tried"]

@@ -1,10 +1,13 @@
 """The knapsack greedy: legal schedules from both kernels, never below the optimum, packing by value."""
 
+import importlib
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvsched.csp.incumbents import _knapsack_kernel as K
 from kvsched.csp.incumbents import greedy
 from kvsched.csp.incumbents.knapsack import applies, decide, knapsack
 from kvsched.csp.objectives import OBJECTIVES
@@ -14,6 +17,8 @@ from kvsched.schedule.ir import Phase
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline
 from tests.brute import brute_force
+
+knapsack_module = importlib.import_module("kvsched.csp.incumbents.knapsack")
 
 
 def _inst(reqs, m, c=None, r=None, *, p="c", block=1, time_model="unit"):
@@ -283,3 +288,68 @@ def test_a_configuration_is_named_by_what_differs_from_the_defaults():
         64.0,
         512,
     )
+
+
+def _in_place_rows(units, values, room):
+    """The knapsack as the kernel had it: one row updated top-down in place (the reference)."""
+    best = np.zeros(room + 1)
+    take = np.zeros((len(units), room + 1), dtype=bool)
+    for c, (u, v) in enumerate(zip(units, values, strict=True)):
+        for x in range(room, u - 1, -1):
+            if best[x - u] + v > best[x]:
+                best[x] = best[x - u] + v
+                take[c, x] = True
+    return best, take
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_knapsack_rows_match_the_in_place_form_and_the_brute_force_optimum(seed):
+    rng = np.random.default_rng(seed)
+    k, room = int(rng.integers(1, 9)), int(rng.integers(0, 30))
+    units = rng.integers(1, 12, k)
+    values = rng.integers(1, 5, k).astype(float)  # small integers: many ties
+    want, want_take = _in_place_rows(units, values, room)
+    prev, cur = np.zeros(room + 1), np.zeros(room + 1)
+    take = np.zeros((k, room + 1), dtype=bool)
+    for c in range(k):
+        u = int(units[c])
+        if u > room:
+            continue
+        cur[:u], take[c, :u] = prev[:u], False
+        K._knapsack_row(prev[: room + 1 - u], prev[u:], cur[u:], take[c, u:], values[c])
+        prev, cur = cur, prev
+    assert np.array_equal(prev, want)
+    fits = units <= room
+    assert np.array_equal(take[fits], want_take[fits])  # the same pick, ties included
+    brute = max(
+        (sum(values[c] for c in range(k) if mask >> c & 1) for mask in range(1 << k)
+         if sum(units[c] for c in range(k) if mask >> c & 1) <= room),
+        default=0.0,
+    )  # fmt: skip
+    assert prev[room] == brute
+
+
+@pytest.mark.parametrize("budget", [None, 6])
+def test_log_buffers_that_start_small_grow_to_the_same_schedule(monkeypatch, budget):
+    rng = np.random.default_rng(21)
+    inst = _random_instance(rng, 40)
+    if budget is not None:
+        inst = _inst(
+            [(r.prompt, r.output, r.arrival) for r in inst.requests], inst.limits.kv_capacity, budget
+        )
+    roomy = knapsack(inst)
+    monkeypatch.setattr(knapsack_module, "LOG_ROOM", 1)
+    monkeypatch.setattr(knapsack_module, "ITEM_ROOM", 0.0)
+    assert knapsack(inst).schedule.same_as(roomy.schedule)
+    assert knapsack(inst, jit=False).schedule.same_as(roomy.schedule)
+
+
+def test_a_configuration_names_its_cells_where_they_are_not_the_default():
+    from kvsched.csp.incumbents.knapsack import CELLS, KnapsackConfig
+
+    assert KnapsackConfig(cells=CELLS).name(budgeted=False) == "knapsack:remaining-area"
+    fine = KnapsackConfig(0.5, 0.2, cells=8192)
+    assert fine.name(budgeted=False) == "knapsack:remaining-area/tail=0.5/ratio-power=0.2/cells=8192"
+    inst = _inst([(6, 2, 0), (3, 2, 0), (5, 1, 1)], 10)
+    inc = knapsack(inst, **fine.kwargs())
+    assert inc.name == fine.name(budgeted=False) and inc.schedule.meta["params"]["cells"] == 8192

@@ -85,6 +85,11 @@ HOLD_WEIGHT = 16.0
 #: The power of the key in an item's knapsack value, w / key^power: 1 is the weighted-shortest-first ratio;
 #: below 1 the knapsack leans towards filling M (at 0 it packs by KV alone, ties to the better rank).
 RATIO_POWER = 1.0
+#: The batch and eviction logs start with room for this many entries at least, the item log with room for
+#: ITEM_ROOM times sum(O) items beside a slot's candidates (without a budget there are exactly sum(O)); each
+#: grows when full.
+LOG_ROOM = 1024
+ITEM_ROOM = 1.25
 #: Slots decided between two deadline checks (compiled, interpreted kernel).
 CHUNK_JIT, CHUNK_PY = 4096, 64
 #: Seconds the interpreted kernel takes per slot (a high estimate), for choosing it over a cold compile.
@@ -217,10 +222,10 @@ def decide(
     # Without a budget every item generates a token, so the items are exactly sum(O): the item log is
     # sized for them (a quarter more for a budget's chunks) and grows only if that is short, as does each
     # other buffer (np.zeros commits only the pages written).
-    cap = max(1024, 2 * int(ia[1].max(initial=1)))
+    cap = max(LOG_ROOM, 2 * int(ia[1].max(initial=1)))
     bf = np.zeros(cap)
     bi = np.zeros((2, cap + 1), dtype=np.int64)
-    it = np.zeros((4, int(limits[6]) + n + int(1.25 * ia[1].sum())), dtype=np.int64)
+    it = np.zeros((4, int(limits[6]) + n + int(ITEM_ROOM * ia[1].sum())), dtype=np.int64)
     ev = np.zeros(cap + n, dtype=np.int64)
     kernel = K.advance_jit if jit else K.advance_py
     chunk = CHUNK_JIT if jit else CHUNK_PY
@@ -262,6 +267,7 @@ class KnapsackConfig:
     ratio_power: float = RATIO_POWER
     hold_weight: float = HOLD_WEIGHT
     min_chunk: int | None = None
+    cells: int = CELLS
 
     def kwargs(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self)}
@@ -275,6 +281,8 @@ class KnapsackConfig:
             parts.append(f"/hold-weight={self.hold_weight:g}")
         if budgeted and self.min_chunk is not None:
             parts.append(f"/min-chunk={self.min_chunk}")
+        if self.cells != CELLS:
+            parts.append(f"/cells={self.cells}")
         return "knapsack:remaining-area" + "".join(parts)
 
 
@@ -325,7 +333,9 @@ def knapsack(
         ratio_power=ratio_power,
     )
     t1 = time.perf_counter()
-    label = name or KnapsackConfig(tail, ratio_power, hold_weight, min_chunk).name(has_budget(instance))
+    label = name or KnapsackConfig(tail, ratio_power, hold_weight, min_chunk, cells).name(
+        has_budget(instance)
+    )
     params = {"rule": "remaining-area", "candidates": candidates, "cells": cells, "tail": tail}
     if ratio_power != RATIO_POWER:
         params["ratio_power"] = ratio_power
