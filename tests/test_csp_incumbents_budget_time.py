@@ -125,9 +125,11 @@ def test_large_instances_run_their_best_configurations_again_at_fine_cells(monke
 
 
 def test_with_the_first_replay_deferred_the_first_configuration_may_take_the_whole_solves_time(monkeypatch):
-    """Its schedule is the one the solve most likely keeps at that size: priced against the whole solve's
-    deadline (``first_deadline``), not the stage's share; the later configurations keep to the share."""
+    """From KNAPSACK_WHOLE_MIN_REQUESTS requests on its schedule is the one the solve most likely keeps: priced
+    against the whole solve's deadline (``first_deadline``), not the stage's share; the later configurations
+    keep to the share."""
     monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(best_module, "KNAPSACK_WHOLE_MIN_REQUESTS", 1)
     configs = (KnapsackConfig(0.5, 0.2), KnapsackConfig(1.0, 0.1))
     monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", configs)
     calls = _spy_first_run(monkeypatch, decide_s=100.0, build_s=0.0)  # a knapsack run is priced at 200 s
@@ -141,3 +143,10 @@ def test_with_the_first_replay_deferred_the_first_configuration_may_take_the_who
     calls.clear()
     alone = best_incumbent(inst, deadline=Deadline.after(150.0), policies=())
     assert first in alone.stats["skipped"] and first not in alone.stats["tried"]
+    # Below KNAPSACK_WHOLE_MIN_REQUESTS the stage's share holds it or it is skipped.
+    monkeypatch.setattr(best_module, "KNAPSACK_WHOLE_MIN_REQUESTS", len(inst) + 1)
+    calls.clear()
+    small = best_incumbent(
+        inst, deadline=Deadline.after(150.0), policies=(), first_deadline=Deadline.after(600.0)
+    )
+    assert first in small.stats["skipped"] and first not in small.stats["tried"]

@@ -227,6 +227,14 @@ REPLAY_PER_RUN = 2.0
 #: ratios: at 10k a skip costs more than a run cut short (Azure code 10k with the budget: its configurations
 #: 681k-700k against the greedy variants' 800k-1.1M in a 60 s solve).
 KNAPSACK_PER_RUN = 2.0
+#: From this many requests on, where the first variant's replay is deferred, the first knapsack configuration
+#: may take the whole solve's time (``first_deadline``), not only this stage's share: at 100k requests the
+#: share (about 17 s of a 60 s solve) cannot hold it beside the first greedy run (12 s), and its schedule is
+#: the one the solve keeps (ShareGPT 100k at memory load 1: 5.35e7 against 7.29e7; 15.56% against 37.98%).
+#: Below it the share holds it; at 10k requests all at 0 under a 10 s limit the solve's time would go to a
+#: configuration that loses there (3.20e7 against 2.86e7) and leave the chain Lagrangian 0.8 s (0.27%
+#: against 0.17%).
+KNAPSACK_WHOLE_MIN_REQUESTS = 50_000
 #: From KNAPSACK_LARGE_MIN_REQUESTS requests on, the FINE_RUNS configurations that did best run again at
 #: FINE_CELLS capacity cells, as time allows: at 10k requests and memory load 1 the knapsack's resolution
 #: is worth more than its local search (greedy alone, the two filling configurations at 1,024 / 8,192
@@ -343,16 +351,14 @@ def best_incumbent(
         extra = {"candidates": KNAPSACK_LARGE_CANDIDATES} if large else {}
         knapsack_cost = 0.0
         runs: list[tuple[float, float, KnapsackConfig]] = []  # value, seconds, configuration
+        whole = best.trace is None and len(instance) >= KNAPSACK_WHOLE_MIN_REQUESTS
         for k, config in enumerate(KNAPSACK_LARGE_CONFIGS if large else KNAPSACK_CONFIGS):
             # The first configuration runs wherever a replay still fits (the best single one at its size:
             # priced at three greedy runs it was skipped under load at 10k requests and the next one ran in
             # its place, cut short), or, where the first variant's replay was deferred (one is due at the
             # end whichever wins), where a low estimate of its run fits (KNAPSACK_PER_RUN); the others as
             # time allows.
-            # Where the first variant's replay is deferred, the first configuration's schedule is, at that
-            # size, the one the solve most likely keeps (ShareGPT 100k: 5.35e7 against the greedy's 7.29e7),
-            # so it may take the time of the whole solve (``first_deadline``), not only this stage's share.
-            until = deadline if best.trace is not None or k > 0 else first_deadline
+            until = first_deadline if whole and k == 0 else deadline
             if best.trace is not None:
                 first_fits = fits(0.0)
             else:  # (the deferred replay is due whichever wins: not added)
