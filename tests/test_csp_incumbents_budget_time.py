@@ -150,3 +150,19 @@ def test_with_the_first_replay_deferred_the_first_configuration_may_take_the_who
         inst, deadline=Deadline.after(150.0), policies=(), first_deadline=Deadline.after(600.0)
     )
     assert first in small.stats["skipped"] and first not in small.stats["tried"]
+
+
+def test_the_fine_runs_may_take_a_share_of_the_whole_solves_time(monkeypatch):
+    """Priced out of the stage's share, they still run where FINE_SHARE of the whole solve holds them."""
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", (KnapsackConfig(0.5, 0.2), KnapsackConfig()))
+    monkeypatch.setattr(best_module, "FINE_CELLS", 7)
+    monkeypatch.setattr(best_module, "FINE_COST", 1e7)  # a fine run priced at 1e7 times its coarse run's
+    inst = _free_instance(np.random.default_rng(12), 30)
+    stage = best_incumbent(inst, deadline=Deadline.after(600.0), policies=())
+    assert not any(name.endswith("/cells=7") for name in stage.stats["tried"])
+    whole = best_incumbent(
+        inst, deadline=Deadline.after(600.0), policies=(), first_deadline=Deadline.after(1e9)
+    )
+    assert sum(name.endswith("/cells=7") for name in whole.stats["tried"]) == best_module.FINE_RUNS
+    assert whole.trace is not None and whole.value == objective_value(inst, whole)
