@@ -30,7 +30,7 @@ from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents import _kernel as K
 from kvsched.csp.incumbents.base import Incumbent
 from kvsched.csp.incumbents.complete import ITEMS_PER_REQUEST, reserved_batches
-from kvsched.csp.incumbents.log import BatchLog, with_room
+from kvsched.csp.incumbents.log import BatchLog, sealed, with_room
 from kvsched.csp.incumbents.rules import rule_keys
 from kvsched.csp.objectives import objective_function
 from kvsched.instances.model import Instance
@@ -284,20 +284,23 @@ def _log(
     n: int,
     upto: int | None = None,
 ) -> BatchLog:
-    """The kernel's buffers as a :class:`BatchLog` of the batches decided so far (copies), or of the first
-    ``upto`` of them."""
+    """The kernel's buffers as a :class:`BatchLog` of the batches decided so far, or of the first ``upto``
+    of them. The item arrays are sealed views of the final log (:func:`~.log.sealed`: the kernel is done
+    with it) and copies of a log taken mid-run (the kernel goes on writing)."""
     nb, ni, ne = int(sc[3]), int(sc[4]), int(sc[5])
+    final = upto is None
     if upto is not None and upto < nb:
         nb, ni, ne = upto, int(bi[0, upto]), int(bi[1, upto])
+    items = sealed if final else np.copy
     return BatchLog(
         bf[0, :nb].copy(),
         bf[1, :nb].copy(),
         bi[0, : nb + 1].copy(),
         bi[1, : nb + 1].copy(),
-        it[0, :ni].copy(),
-        it[1, :ni].copy(),
-        it[2, :ni].copy(),
-        it[3, :ni].astype(np.int8),
+        items(it[0, :ni]),
+        items(it[1, :ni]),
+        items(it[2, :ni]),
+        sealed(it[3, :ni].astype(np.int8)),
         ev[:ne].copy(),
         finished=int(sc[6]) == n and nb == int(sc[3]),
     )

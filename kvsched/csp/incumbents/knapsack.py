@@ -56,7 +56,7 @@ from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents import _knapsack_kernel as K
 from kvsched.csp.incumbents.base import Incumbent, has_budget
 from kvsched.csp.incumbents.greedy import incumbent_of
-from kvsched.csp.incumbents.log import BatchLog, with_room
+from kvsched.csp.incumbents.log import BatchLog, sealed, with_room
 from kvsched.csp.objectives import objective_function
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
@@ -242,15 +242,15 @@ def decide(
         if limits[5] == 0 and deadline.expired():
             limits[5] = 1
     nb, ni, ne = int(sc[3]), int(sc[4]), int(sc[5])
-    phases = it[3, :ni].astype(np.int8)  # (the kernel's codes are the core's Phase codes)
+    phases = sealed(it[3, :ni].astype(np.int8))  # (the kernel's codes are the core's Phase codes)
     return BatchLog(
         bf[:nb].copy(),
         np.full(nb, float(cost_model.slot)),
         bi[0, : nb + 1].copy(),
         bi[1, : nb + 1].copy(),
-        it[0, :ni].copy(),
-        it[1, :ni].copy(),
-        it[2, :ni].copy(),
+        sealed(it[0, :ni]),  # (the kernel is done with its log: the schedule shares it)
+        sealed(it[1, :ni]),
+        sealed(it[2, :ni]),
         phases,
         ev[:ne].copy(),
     )
