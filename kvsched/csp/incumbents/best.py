@@ -187,6 +187,12 @@ FAST_POLICIES: tuple[str, ...] = ("mcsf", "sarathi", "vllm-v1", "rank-o", "sarat
 #: solve), while at 1k they tie (468,391 against 468,280 on Azure conversations) and the filling greedy's
 #: local search gains more there. From this size on it also takes its large configurations below.
 KNAPSACK_LARGE_MIN_REQUESTS = 5_000
+#: Without a budget the knapsack greedy (its large configurations and fine re-runs) is tried from this many
+#: requests on: with its runs 3-4 times faster and at 8,192 cells it gives Azure conversations 1k, rho 1,
+#: 457,620 alone against the filling greedy's local search's 463,290 in a minute (a 60 s solve: 9.04% ->
+#: 7.67%); on Azure code and ShareGPT 1k the greedy's local search stays ahead and the solves' results are the
+#: same within noise (10.71% / 1.34% against 10.65% / 1.31%).
+KNAPSACK_FREE_MIN_REQUESTS = 500
 #: Candidates a slot from KNAPSACK_LARGE_MIN_REQUESTS requests on: as good as 64 at 10k in half the time
 #: (ShareGPT 4.4919e6 both, Azure conversations 3.0759e7 against 3.0784e7, 3.4 s against 7 s; with the budget
 #: C = P = 2048, Azure conversations 3.2746e7 against 3.2922e7 in 8.5 s against 15 s at load 3.5).
@@ -274,7 +280,7 @@ def best_incumbent(
 
     ``variants`` defaults to :func:`variants_for` (the instance's :data:`VARIANTS`, after capped ones
     where the token term has cliffs); under unit time
-    with a token budget, and without one from :data:`KNAPSACK_LARGE_MIN_REQUESTS` requests on, the
+    with a token budget, and without one from :data:`KNAPSACK_FREE_MIN_REQUESTS` requests on, the
     knapsack greedy (:mod:`~kvsched.csp.incumbents.knapsack`) runs after the first, in
     :data:`KNAPSACK_CONFIGS` (:data:`KNAPSACK_LARGE_CONFIGS` from that size on): the first configuration
     wherever a replay still fits, the others as time allows (under a budget from that size on the first
@@ -310,7 +316,10 @@ def best_incumbent(
         # schedule comes first instead, and nothing else is expected to fit after it.
         return _policy_first(instance, objective, cost_model, variants, policies)
     first, *others = variants
-    large = len(instance) >= KNAPSACK_LARGE_MIN_REQUESTS
+    threshold = KNAPSACK_LARGE_MIN_REQUESTS
+    if kind == "free":
+        threshold = min(threshold, KNAPSACK_FREE_MIN_REQUESTS)
+    large = len(instance) >= threshold
     # From KNAPSACK_LARGE_MIN_REQUESTS requests on (with or without a token budget) the knapsack greedy's
     # schedules are mostly better than this one (docs/regret_scale.md), so it is valued on its log and
     # replayed only if it stays the best (a run cut short for time is replayed all the same): its replay
@@ -352,8 +361,8 @@ def best_incumbent(
         # Under a token budget the knapsack greedy, which pins a started prefill to its next chunk and
         # prices what evicting a holder costs, beats the budget variants (C = P = 2048, 1k requests at
         # memory load 1: Azure code 43,335 against 46,613, Azure conversations 483,270 against 504,842).
-        # Without a budget the filling greedy matches it at 1k and its local search gains more there; from
-        # KNAPSACK_LARGE_MIN_REQUESTS on it is tried too.
+        # Without a budget it is tried from KNAPSACK_FREE_MIN_REQUESTS on (at 1k the filling greedy's local
+        # search still wins on two of three traces; the knapsack's fine runs on the third).
         extra = {"candidates": KNAPSACK_LARGE_CANDIDATES} if large else {}
         knapsack_cost = 0.0
         runs: list[tuple[float, float, KnapsackConfig]] = []  # value, seconds, configuration
