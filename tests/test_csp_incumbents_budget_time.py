@@ -166,3 +166,18 @@ def test_the_fine_runs_may_take_a_share_of_the_whole_solves_time(monkeypatch):
     )
     assert sum(name.endswith("/cells=7") for name in whole.stats["tried"]) == best_module.FINE_RUNS
     assert whole.trace is not None and whole.value == objective_value(inst, whole)
+
+
+def test_without_a_budget_the_knapsack_runs_from_its_own_threshold(monkeypatch):
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 10**6)
+    inst = _free_instance(np.random.default_rng(13), 20)
+    monkeypatch.setattr(best_module, "KNAPSACK_FREE_MIN_REQUESTS", 21)
+    below = best_incumbent(inst, policies=())
+    assert not any(name.startswith("knapsack") for name in below.stats["tried"])
+    monkeypatch.setattr(best_module, "KNAPSACK_FREE_MIN_REQUESTS", 20)
+    at = best_incumbent(inst, policies=())
+    assert any(name.startswith("knapsack") for name in at.stats["tried"])
+    assert at.trace is not None and at.value == objective_value(inst, at) == min(at.stats["tried"].values())
+    # A budget keeps KNAPSACK_LARGE_MIN_REQUESTS for its large configurations.
+    budgeted = best_incumbent(budget_instance(np.random.default_rng(13), 20), policies=())
+    assert not any(name.endswith("/cells=8192") for name in budgeted.stats["tried"])
