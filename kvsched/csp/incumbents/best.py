@@ -182,18 +182,19 @@ def variant_kind(instance: Instance, cost_model: CostModel) -> str:
 
 #: Registered policies cheap enough to try (each is one simulation through the core).
 FAST_POLICIES: tuple[str, ...] = ("mcsf", "sarathi", "vllm-v1", "rank-o", "sarathi-ef")
-#: Where eviction is free, the knapsack greedy is tried from this many requests on: alone it beats the filling
-#: greedy and that greedy's local search at 10k (ShareGPT, memory load 1: 4.49e6 against 4.60e6 in a 60 s
-#: solve), while at 1k they tie (468,391 against 468,280 on Azure conversations) and the filling greedy's
-#: local search gains more there. From this size on it also takes its large configurations below.
+#: The *large* sizes start here under a token budget (without one at KNAPSACK_FREE_MIN_REQUESTS, see
+#: :func:`_large`): the knapsack greedy takes its large configurations, KNAPSACK_LARGE_CANDIDATES candidates
+#: and its fine re-runs, and the first variant's replay is deferred. Where eviction is free the knapsack runs
+#: only from the large sizes on: alone it beats the filling greedy and that greedy's local search at 10k
+#: (ShareGPT, memory load 1: 4.49e6 against 4.60e6 in a 60 s solve).
 KNAPSACK_LARGE_MIN_REQUESTS = 5_000
-#: Without a budget the knapsack greedy (its large configurations and fine re-runs) is tried from this many
-#: requests on: with its runs 3-4 times faster and at 8,192 cells it gives Azure conversations 1k, rho 1,
+#: Without a budget the large sizes (and so the knapsack greedy) start at this many requests: with its runs 3-4
+#: times faster and at 8,192 cells it gives Azure conversations 1k, rho 1,
 #: 457,620 alone against the filling greedy's local search's 463,290 in a minute (a 60 s solve: 9.04% ->
 #: 7.67%); on Azure code and ShareGPT 1k the greedy's local search stays ahead and the solves' results are the
 #: same within noise (10.71% / 1.34% against 10.65% / 1.31%).
 KNAPSACK_FREE_MIN_REQUESTS = 500
-#: Candidates a slot from KNAPSACK_LARGE_MIN_REQUESTS requests on: as good as 64 at 10k in half the time
+#: Candidates a slot at the large sizes: as good as 64 at 10k in half the time
 #: (ShareGPT 4.4919e6 both, Azure conversations 3.0759e7 against 3.0784e7, 3.4 s against 7 s; with the budget
 #: C = P = 2048, Azure conversations 3.2746e7 against 3.2922e7 in 8.5 s against 15 s at load 3.5).
 KNAPSACK_LARGE_CANDIDATES = 32
@@ -208,7 +209,7 @@ KNAPSACK_CONFIGS: tuple[KnapsackConfig, ...] = (
     KnapsackConfig(0.5, 0.2),
     KnapsackConfig(1.0, 0.1),
 )
-#: From KNAPSACK_LARGE_MIN_REQUESTS requests on the filling ones go first. Under a budget they also weigh
+#: At the large sizes the filling ones go first. Under a budget they also weigh
 #: a holder's refill more (64) and start a long prompt with at least 512 tokens: at 10k requests and
 #: C = P = 2048, against the best of the two filling configurations with the default 16 and 256, (0.5, 0.2)
 #: gives Azure code -1.0 / -4.9 / -2.2% at memory loads 0.9 / 1 / 1.1, Azure conversations -1.5 / -1.6 /
@@ -220,7 +221,7 @@ KNAPSACK_LARGE_CONFIGS: tuple[KnapsackConfig, ...] = (
     KnapsackConfig(1.0, 0.1, 64.0, 512),
     KnapsackConfig(),
 )
-#: A deferred replay (the first variant's under a budget from KNAPSACK_LARGE_MIN_REQUESTS on) is priced at this
+#: A deferred replay (the first variant's at the large sizes) is priced at this
 #: many times the run's decisions and build, a high estimate: 1.5 / 1.8 / 1.8 at 10k requests (Azure
 #: conversations / Azure code / ShareGPT, C = P = 2048, load 4.5-5 on 2 cores).
 REPLAY_PER_RUN = 2.0
@@ -241,11 +242,12 @@ KNAPSACK_PER_RUN = 2.0
 #: configuration that loses there (3.20e7 against 2.86e7) and leave the chain Lagrangian 0.8 s (0.27%
 #: against 0.17%).
 KNAPSACK_WHOLE_MIN_REQUESTS = 50_000
-#: From KNAPSACK_LARGE_MIN_REQUESTS requests on, the FINE_RUNS configurations that did best run again at
+#: At the large sizes the FINE_RUNS configurations that did best run again at
 #: FINE_CELLS capacity cells, as time allows: at 10k requests and memory load 1 the knapsack's resolution
 #: is worth more than its local search (greedy alone, the two filling configurations at 1,024 / 8,192
 #: cells: Azure conversations 2.887e7 / 2.818e7, -2.4%; ShareGPT -0.4%; Azure code -0.7%; with the budget
-#: C = P = 2048 -0.4 / -0.3 / +0.3%; at 1k within +-1%, so the 1k configurations keep CELLS).
+#: C = P = 2048 -0.4 / -0.3 / +0.3%; with the budget at 1k within +-1%, so those keep CELLS; without it
+#: Azure conversations 1k -1.3%, which KNAPSACK_FREE_MIN_REQUESTS takes).
 FINE_CELLS = 8192
 FINE_RUNS = 2
 #: A FINE_CELLS run is priced at this many times the same configuration's run at CELLS (measured at 10k
@@ -265,6 +267,15 @@ POLICY_COST_FACTOR = 4.0
 FIRST_POLICY = "sarathi"
 
 
+def _large(instance: Instance, kind: str) -> bool:
+    """Whether ``instance`` is of the large sizes: KNAPSACK_LARGE_MIN_REQUESTS requests, or without a budget
+    (``kind`` ``"free"``) KNAPSACK_FREE_MIN_REQUESTS."""
+    threshold = KNAPSACK_LARGE_MIN_REQUESTS
+    if kind == "free":
+        threshold = min(threshold, KNAPSACK_FREE_MIN_REQUESTS)
+    return len(instance) >= threshold
+
+
 def best_incumbent(
     instance: Instance,
     objective: str = "total-latency",
@@ -280,11 +291,11 @@ def best_incumbent(
 
     ``variants`` defaults to :func:`variants_for` (the instance's :data:`VARIANTS`, after capped ones
     where the token term has cliffs); under unit time
-    with a token budget, and without one from :data:`KNAPSACK_FREE_MIN_REQUESTS` requests on, the
-    knapsack greedy (:mod:`~kvsched.csp.incumbents.knapsack`) runs after the first, in
-    :data:`KNAPSACK_CONFIGS` (:data:`KNAPSACK_LARGE_CONFIGS` from that size on): the first configuration
-    wherever a replay still fits, the others as time allows (under a budget from that size on the first
-    variant is valued on its log and replayed only if it stays the best). Under
+    with a token budget, and without one at the large sizes (:func:`_large`), the knapsack greedy
+    (:mod:`~kvsched.csp.incumbents.knapsack`) runs after the first, in :data:`KNAPSACK_CONFIGS`
+    (:data:`KNAPSACK_LARGE_CONFIGS` at the large sizes, then the best again at :data:`FINE_CELLS`): the
+    first configuration wherever a replay still fits, the others as time allows (at the large sizes the
+    first variant is valued on its log and replayed only if it stays the best). Under
     seconds-based cost models and with ``running_caps`` the best variant then runs under running caps as time
     allows (:func:`search_running_caps`: admission control, searched per instance; the pipeline runs it
     later, after its bounds). The
@@ -316,12 +327,8 @@ def best_incumbent(
         # schedule comes first instead, and nothing else is expected to fit after it.
         return _policy_first(instance, objective, cost_model, variants, policies)
     first, *others = variants
-    threshold = KNAPSACK_LARGE_MIN_REQUESTS
-    if kind == "free":
-        threshold = min(threshold, KNAPSACK_FREE_MIN_REQUESTS)
-    large = len(instance) >= threshold
-    # From KNAPSACK_LARGE_MIN_REQUESTS requests on (with or without a token budget) the knapsack greedy's
-    # schedules are mostly better than this one (docs/regret_scale.md), so it is valued on its log and
+    large = _large(instance, kind)
+    # At the large sizes (with or without a token budget) the knapsack greedy's schedules are mostly better than this one (docs/regret_scale.md), so it is valued on its log and
     # replayed only if it stays the best (a run cut short for time is replayed all the same): its replay
     # goes to the knapsack.
     deferred = kind in ("budget", "free") and large and knapsack_applies(instance, cost_model)
@@ -351,8 +358,8 @@ def best_incumbent(
     first_run = best
     run_cost = greedy_cost if cold else float(best.stats["decide_s"] + best.stats["build_s"])
 
-    def fits(cost: float) -> bool:
-        return deadline.remaining() >= cost + replay_cost
+    def fits(cost: float, until: Deadline = deadline) -> bool:
+        return until.remaining() >= cost + replay_cost
 
     # The first run's peak of requests holding KV: where a running cap starts to bind (read only where caps
     # are searched).
@@ -391,15 +398,16 @@ def best_incumbent(
             tried[cand.name] = cand.value
             best = min(best, cand, key=lambda inc: inc.value)
         if large:
-            until = first_deadline.share(FINE_SHARE)
-            until = until if until.remaining() > deadline.remaining() else deadline
+            fine_until = first_deadline.share(FINE_SHARE)
+            if fine_until.remaining() <= deadline.remaining():
+                fine_until = deadline
             for _, seconds, config in sorted(runs, key=lambda run: run[0])[:FINE_RUNS]:
                 fine = replace(config, cells=FINE_CELLS)
-                if until.remaining() < FINE_COST * seconds + replay_cost:
+                if not fits(FINE_COST * seconds, fine_until):
                     skipped.append(fine.name(kind == "budget"))
                     continue
                 cand = knapsack(
-                    instance, objective=objective, deadline=until, replay_schedule=False, **fine.kwargs(),
+                    instance, objective=objective, deadline=fine_until, replay_schedule=False, **fine.kwargs(),
                     **extra,
                 )  # fmt: skip
                 tried[cand.name] = cand.value
