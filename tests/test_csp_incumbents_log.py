@@ -6,6 +6,7 @@ import numpy as np
 
 from kvsched.csp.incumbents.greedy import decide as greedy_decide
 from kvsched.csp.incumbents.log import BatchLog, sealed, with_room
+from kvsched.schedule.ir import Phase, Run
 
 greedy_module = importlib.import_module("kvsched.csp.incumbents.greedy")
 
@@ -57,3 +58,58 @@ def test_the_greedys_final_log_is_sealed_and_a_probe_taken_mid_run_is_a_copy():
         upto=1,
     )
     assert probe.requests.flags.writeable and probe.num_batches == 1
+
+
+def _folded_reference(log: BatchLog) -> list[tuple[int, int]]:
+    """The batches each entry covers, batch by batch: a batch extends the run before it where both are
+    decode-only and eviction-free, with the same requests in the same order, back to back."""
+    spans: list[tuple[int, int]] = []
+    for b in range(log.num_batches):
+        lo, hi = log.item_ptr[b], log.item_ptr[b + 1]
+        plain = not (log.phases[lo:hi] != Phase.DECODE).any() and log.ev_ptr[b] == log.ev_ptr[b + 1]
+        if spans and plain and spans[-1][2]:
+            p = spans[-1][1] - 1
+            plo, phi = log.item_ptr[p], log.item_ptr[p + 1]
+            if (
+                np.array_equal(log.requests[lo:hi], log.requests[plo:phi])
+                and log.start[b] == log.start[p] + log.duration[p]
+            ):
+                spans[-1] = (spans[-1][0], b + 1, True)
+                continue
+        spans.append((b, b + 1, plain))
+    return [(a, b) for a, b, _ in spans]
+
+
+def test_decode_repeats_fold_into_runs_exactly_where_a_batch_by_batch_check_folds_them(monkeypatch):
+    from kvsched.csp.incumbents import log as log_module
+
+    rng = np.random.default_rng(11)
+    for trial in range(40):
+        # Few requests and short batches, so that repeats, reorderings, gaps, chunks and evictions all occur.
+        nb = int(rng.integers(1, 40))
+        sizes = rng.integers(0, 4, nb)
+        ptr = np.concatenate(([0], np.cumsum(sizes)))
+        base = rng.integers(0, 3, nb + 1)
+        requests = np.concatenate([(np.arange(s) + base[b]) % 4 for b, s in enumerate(sizes)]).astype(
+            np.int64
+        )
+        requests[rng.random(requests.size) < 0.05] = 9  # a different request now and then
+        phases = np.where(rng.random(requests.size) < 0.1, Phase.PREFILL, Phase.DECODE).astype(np.int8)
+        evictions = (rng.random(nb) < 0.1).astype(np.int64)
+        duration = np.where(rng.random(nb) < 0.1, 2.0, 1.0)
+        start = np.concatenate(([0.0], np.cumsum(duration)[:-1])) + np.where(rng.random(nb) < 0.1, 0.5, 0.0)
+        log = BatchLog(
+            start, duration, ptr, np.concatenate(([0], np.cumsum(evictions))), requests,
+            np.ones(requests.size, dtype=np.int64), np.zeros(requests.size, dtype=np.int64), phases,
+            np.zeros(int(evictions.sum()), dtype=np.int64),
+        )  # fmt: skip
+        monkeypatch.setattr(log_module, "FOLD_CHUNK", int(rng.integers(1, 8)))  # chunks of a few items
+        entries = log.to_schedule().entries
+        spans = _folded_reference(log)
+        assert len(entries) == len(spans), trial
+        for entry, (b, e) in zip(entries, spans, strict=True):
+            assert isinstance(entry, Run) == (e - b > 1)
+            assert entry.start == log.start[b]
+            assert entry.requests.tolist() == log.requests[log.item_ptr[b] : log.item_ptr[b + 1]].tolist()
+            if isinstance(entry, Run):
+                assert entry.durations.tolist() == log.duration[b:e].tolist()

@@ -18,6 +18,29 @@ from kvsched.schedule.ir import Batch, Phase, Run, Schedule
 _DECODE = int(Phase.DECODE)
 
 
+#: Items compared at once where runs are folded (bounds the temporary arrays: 32 MB of positions).
+FOLD_CHUNK = 1 << 22
+
+
+def _same_as_previous(req: np.ndarray, ptr: np.ndarray, batches: np.ndarray) -> np.ndarray:
+    """For each of ``batches`` (each the size of the batch before it), whether its items' requests equal the
+    previous batch's, position by position: compared a chunk of items at a time with numpy (one
+    ``np.array_equal`` per batch took 3.5 of the 7.8 s of building a 100k-request schedule)."""
+    lens = ptr[batches + 1] - ptr[batches]
+    cum = np.concatenate(([0], np.cumsum(lens)))
+    out = np.empty(batches.size, dtype=bool)
+    i = 0
+    while i < batches.size:
+        j = max(i + 1, int(np.searchsorted(cum, cum[i] + FOLD_CHUNK, side="right")) - 1)
+        counts = lens[i:j]
+        local = cum[i : j + 1] - cum[i]
+        pos = np.repeat(ptr[batches[i:j]] - local[:-1], counts) + np.arange(local[-1])
+        differs = np.concatenate(([0], np.cumsum(req[pos] != req[pos - np.repeat(counts, counts)])))
+        out[i:j] = differs[local[1:]] == differs[local[:-1]]
+        i = j
+    return out
+
+
 def with_room(arr: np.ndarray, need: int) -> np.ndarray:
     """``arr`` itself where its last axis holds ``need`` entries, else a copy with room for at least
     twice as many (zeros past the old ones).
@@ -101,33 +124,35 @@ class BatchLog:
         ev = _frozen(self.evicted, np.int64)
         ip, ep = self.item_ptr.tolist(), self.ev_ptr.tolist()
         starts, durs = self.start.tolist(), self.duration
-        nb = self.num_batches
-        # Decode-only and eviction-free batches may fold into runs.
-        not_decode = np.concatenate(([0], np.cumsum(self.phases != _DECODE)))
-        foldable = ((not_decode[self.item_ptr[1:]] - not_decode[self.item_ptr[:-1]]) == 0) & (
-            self.ev_ptr[1:] == self.ev_ptr[:-1]
-        )
-        sizes = np.diff(self.item_ptr)
+        firsts = np.flatnonzero(~self._continues(req)).tolist()  # the batch each entry starts at
         entries: list[Batch | Run] = []
-        b = 0
-        while b < nb:
+        for b, e in zip(firsts, [*firsts[1:], self.num_batches], strict=True):
             lo, hi = ip[b], ip[b + 1]
-            e = b + 1
-            if foldable[b]:
-                # Extend while the next batch decodes the same requests, back to back.
-                while (
-                    e < nb
-                    and foldable[e]
-                    and sizes[e] == hi - lo
-                    and starts[e] == starts[e - 1] + durs[e - 1]
-                    and np.array_equal(req[ip[e] : ip[e + 1]], req[lo:hi])
-                ):
-                    e += 1
             if e - b > 1:
                 entries.append(Run.of(starts[b], durs[b:e], req[lo:hi]))
             else:
                 entries.append(
                     Batch(starts[b], float(durs[b]), req[lo:hi], tok[lo:hi], ph[lo:hi], ev[ep[b] : ep[b + 1]])
                 )
-            b = e
         return Schedule(tuple(entries), dict(meta or {}))
+
+    def _continues(self, req: np.ndarray) -> np.ndarray:
+        """Per batch, whether it extends the previous batch's run: both decode-only and eviction-free, the
+        same requests in the same order, and back to back (each start the previous start plus its
+        duration, as the run's clock adds them)."""
+        ptr = self.item_ptr
+        # The batches holding a prompt or refill chunk (few items: searched, not summed over every item).
+        mixed = np.zeros(self.num_batches, dtype=bool)
+        mixed[np.searchsorted(ptr, np.flatnonzero(self.phases != _DECODE), side="right") - 1] = True
+        foldable = ~mixed & (self.ev_ptr[1:] == self.ev_ptr[:-1])
+        sizes = np.diff(ptr)
+        out = np.zeros(self.num_batches, dtype=bool)
+        maybe = (
+            foldable[1:]
+            & foldable[:-1]
+            & (sizes[1:] == sizes[:-1])
+            & (self.start[1:] == self.start[:-1] + self.duration[:-1])
+        )
+        later = np.flatnonzero(maybe) + 1
+        out[later] = _same_as_previous(req, ptr, later)
+        return out
