@@ -79,27 +79,61 @@ def test_the_first_knapsack_configuration_runs_where_three_greedy_runs_do_not_fi
     assert first in late.stats["skipped"] and second in late.stats["skipped"]
 
 
-def test_with_the_first_replay_deferred_the_first_configuration_needs_only_its_own_run(monkeypatch):
-    """A replay is due at the end whichever schedule wins: its estimate does not keep the knapsack out,
-    a low estimate of the knapsack's own run (KNAPSACK_PER_RUN greedy runs) does."""
-    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
+def test_with_the_first_replay_deferred_the_first_configuration_needs_its_run_and_the_replay(monkeypatch):
+    """A replay is due at the end whichever schedule wins (priced by replay_seconds, measured): the first
+    configuration runs only where a low estimate of its own run (KNAPSACK_PER_RUN greedy runs) and that
+    replay fit, and its deadline leaves the replay its time."""
     configs = (KnapsackConfig(0.5, 0.2), KnapsackConfig(1.0, 0.1))
-    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", configs)
     first = configs[0].name(True)
     inst = budget_instance(np.random.default_rng(8), 20)
-    # A greedy run priced at 200 s: the knapsack's (400 s) fits the 600 s, with the replay (400 s) it would not.
-    _spy_first_run(monkeypatch, decide_s=200.0, build_s=0.0)
-    got = best_incumbent(inst, deadline=Deadline.after(600.0), policies=())
-    assert first in got.stats["tried"]
-    assert got.trace is not None and got.value == objective_value(inst, got)
-    # At 350 s a run (100k requests: the knapsack's 54 s against the greedy's 13 s) it is priced out too.
+    real_knapsack = best_module.knapsack
+    for replay_s, runs in ((150.0, True), (250.0, False)):
+        monkeypatch.undo()
+        monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
+        monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", configs)
+        monkeypatch.setattr(best_module, "replay_seconds", lambda *args, r=replay_s: r)
+        left: list[float] = []
+
+        def spy(*args, left=left, **kwargs):
+            left.append(kwargs["deadline"].remaining())
+            return real_knapsack(*args, **kwargs)
+
+        monkeypatch.setattr(best_module, "knapsack", spy)
+        # A greedy run priced at 200 s: the knapsack's 400 s and the replay fit the 600 s at 150 s, not at 250 s.
+        _spy_first_run(monkeypatch, decide_s=200.0, build_s=0.0)
+        got = best_incumbent(inst, deadline=Deadline.after(600.0), policies=())
+        assert (first in got.stats["tried"]) is runs and (first in got.stats["skipped"]) is not runs
+        assert got.trace is not None and got.value == objective_value(inst, got)
+        if runs:
+            assert 600.0 - replay_s - 5.0 < left[0] <= 600.0 - replay_s
+
+
+def test_replay_seconds_scales_its_probe_by_the_entries(monkeypatch):
+    """The replay of at most REPLAY_PROBE_ENTRIES first entries (a quarter of them at most) is timed and
+    scaled to all of them, with REPLAY_MARGIN."""
+    base_module = importlib.import_module("kvsched.csp.incumbents.base")
+    probed: list[int] = []
+
+    def per_entry(instance, entries, cost_model):
+        probed.append(len(entries))
+        return 1e-3 * len(entries)
+
+    monkeypatch.setattr(base_module, "entries_seconds", per_entry)
+    monkeypatch.setattr(base_module, "REPLAY_PROBE_ENTRIES", 5)
+    inst = _free_instance(np.random.default_rng(9), 30)
+    sched = best_incumbent(inst, policies=()).schedule
+    n = len(sched.entries)
+    assert n >= 20
+    got = base_module.replay_seconds(inst, sched, instance_cost_model(inst))
+    assert probed == [5] and got == pytest.approx(base_module.REPLAY_MARGIN * 1e-3 * n)
+    assert base_module.replay_seconds(inst, replace(sched, entries=sched.entries[:8]), None) == pytest.approx(
+        base_module.REPLAY_MARGIN * 1e-3 * 8
+    )
+    assert probed[-1] == 2  # a quarter of 8
+    # Measured for real it is positive, and nothing for no entries.
     monkeypatch.undo()
-    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
-    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", configs)
-    _spy_first_run(monkeypatch, decide_s=350.0, build_s=0.0)
-    got = best_incumbent(inst, deadline=Deadline.after(600.0), policies=())
-    assert first in got.stats["skipped"] and first not in got.stats["tried"]
-    assert got.trace is not None and got.value == objective_value(inst, got)
+    assert base_module.replay_seconds(inst, sched, instance_cost_model(inst)) > 0.0
+    assert base_module.replay_seconds(inst, replace(sched, entries=()), instance_cost_model(inst)) == 0.0
 
 
 def test_large_instances_run_their_best_configurations_again_at_fine_cells(monkeypatch):
@@ -133,6 +167,7 @@ def test_with_the_first_replay_deferred_the_first_configuration_may_take_the_who
     configs = (KnapsackConfig(0.5, 0.2), KnapsackConfig(1.0, 0.1))
     monkeypatch.setattr(best_module, "KNAPSACK_LARGE_CONFIGS", configs)
     calls = _spy_first_run(monkeypatch, decide_s=100.0, build_s=0.0)  # a knapsack run is priced at 200 s
+    monkeypatch.setattr(best_module, "replay_seconds", lambda *args: 200.0)  # and the replay due after it
     inst = _free_instance(np.random.default_rng(10), 20)
     first, second = (c.name(False) for c in configs)
     got = best_incumbent(

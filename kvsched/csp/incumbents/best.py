@@ -12,7 +12,7 @@ from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents._kernel import advance_jit
 from kvsched.csp.incumbents.admission import LOWEST as LOWEST_CAP
 from kvsched.csp.incumbents.admission import peak_running, running_cap_search
-from kvsched.csp.incumbents.base import Incumbent, confirmed, eviction_is_free
+from kvsched.csp.incumbents.base import Incumbent, confirmed, eviction_is_free, replay_seconds
 from kvsched.csp.incumbents.greedy import greedy, run_estimate
 from kvsched.csp.incumbents.knapsack import KnapsackConfig, knapsack
 from kvsched.csp.incumbents.knapsack import applies as knapsack_applies
@@ -221,10 +221,6 @@ KNAPSACK_LARGE_CONFIGS: tuple[KnapsackConfig, ...] = (
     KnapsackConfig(1.0, 0.1, 64.0, 512),
     KnapsackConfig(),
 )
-#: A deferred replay (the first variant's at the large sizes) is priced at this
-#: many times the run's decisions and build, a high estimate: 1.5 / 1.8 / 1.8 at 10k requests (Azure
-#: conversations / Azure code / ShareGPT, C = P = 2048, load 4.5-5 on 2 cores).
-REPLAY_PER_RUN = 2.0
 #: Where the first variant's replay is deferred, the first knapsack configuration runs only if this many
 #: times that variant's decisions and build are left, a low estimate of its run (measured at memory load 1,
 #: greedy alone, its decisions and build against the first large configuration's run: Azure code 10k 1.2 /
@@ -345,10 +341,13 @@ def best_incumbent(
     # replayed at the end: a run then costs its decisions and build, about half of one with its replay
     # at 10k requests, so more variants fit the share. The replay this keeps in hand is the first's (or,
     # deferred, an estimate of it).
+    # A deferred replay (the first variant's at the large sizes) is measured on the schedule's first entries:
+    # priced at twice the run's decisions and build (their ratio at 10k requests: 1.5-1.8), it was 36 s
+    # short on 100k requests on a slower machine, where the knapsack greedy then ran in its place.
     replay_cost = (
         float(best.stats["replay_s"])
         if best.trace is not None
-        else REPLAY_PER_RUN * float(best.stats["decide_s"] + best.stats["build_s"])
+        else replay_seconds(instance, best.schedule, cost_model)
     )
     if cold and is_compiled(advance_jit):
         # The first run compiled the kernel (seconds): price the others from its build and replay instead
@@ -383,14 +382,17 @@ def best_incumbent(
             until = first_deadline if whole and k == 0 else deadline
             if best.trace is not None:
                 first_fits = fits(0.0)
-            else:  # (the deferred replay is due whichever wins: not added)
-                first_fits = until.remaining() >= KNAPSACK_PER_RUN * run_cost
+            else:  # the deferred replay is due after it, whichever wins
+                first_fits = until.remaining() >= KNAPSACK_PER_RUN * run_cost + replay_cost
             if not (first_fits if k == 0 else fits(1.5 * knapsack_cost)):
                 skipped.append(config.name(kind == "budget"))
                 continue
             started = time.perf_counter()
+            # Past its deadline the knapsack decides the rest in its fast mode: that deadline leaves the
+            # replay its time.
             cand = knapsack(
-                instance, objective=objective, deadline=until, replay_schedule=False, **config.kwargs(), **extra
+                instance, objective=objective, deadline=until.before(replay_cost), replay_schedule=False,
+                **config.kwargs(), **extra,
             )  # fmt: skip
             seconds = time.perf_counter() - started
             knapsack_cost = max(knapsack_cost, seconds)
@@ -407,8 +409,8 @@ def best_incumbent(
                     skipped.append(fine.name(kind == "budget"))
                     continue
                 cand = knapsack(
-                    instance, objective=objective, deadline=fine_until, replay_schedule=False, **fine.kwargs(),
-                    **extra,
+                    instance, objective=objective, deadline=fine_until.before(replay_cost), replay_schedule=False,
+                    **fine.kwargs(), **extra,
                 )  # fmt: skip
                 tried[cand.name] = cand.value
                 best = min(best, cand, key=lambda inc: inc.value)

@@ -28,7 +28,7 @@ import numpy as np
 from kvsched.costmodel.base import BatchView, CostModel
 from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents import _kernel as K
-from kvsched.csp.incumbents.base import Incumbent
+from kvsched.csp.incumbents.base import Incumbent, entries_seconds
 from kvsched.csp.incumbents.complete import ITEMS_PER_REQUEST, reserved_batches
 from kvsched.csp.incumbents.log import BatchLog, sealed, with_room
 from kvsched.csp.incumbents.rules import rule_keys
@@ -317,17 +317,11 @@ def _finish_probe(instance: Instance, cost_model: CostModel, log: BatchLog) -> t
     t0 = time.perf_counter()
     schedule = log.to_schedule()
     built = time.perf_counter() - t0
-    spent = [0.0]
-
-    def entries(state: EngineState) -> Iterator[Batch | Run]:
-        # Timed from the first entry to the last, so that neither the state's set-up nor the end's check
-        # of the (many) unfinished requests counts: what scales with the batches is what is estimated.
-        t1 = time.perf_counter()
-        yield from schedule.entries
-        spent[0] = time.perf_counter() - t1
-
-    replay(instance, Schedule(()), cost_model, strict=False, then=entries)
-    return built + spent[0], log.num_batches, int(log.requests.size)
+    return (
+        built + entries_seconds(instance, schedule.entries, cost_model),
+        log.num_batches,
+        int(log.requests.size),
+    )
 
 
 def _finish_estimate(probe: tuple[float, int, int], batches: int, items: int, unfinished: int) -> float:
