@@ -11,6 +11,7 @@ from kvsched.costmodel.coeffile import resolve_cost_model
 from kvsched.csp import SolverOptions, pipeline, solve
 from kvsched.csp.incumbents import Incumbent, greedy
 from kvsched.csp.incumbents.admission import LOWEST, RATIO, cap_grid, peak_running, running_cap_search
+from kvsched.csp.incumbents.base import confirmed
 from kvsched.csp.incumbents.best import (
     VARIANTS,
     best_incumbent,
@@ -164,7 +165,7 @@ def test_the_local_search_re_makes_a_capped_incumbent_with_its_cap():
     cost = instance_cost_model(inst)
     variant = replace(variants_for(inst, cost)[0], running_cap=8)
     inc = run_variant(inst, variant, cost)
-    again = rerunner(inst, inc, cost)(np.ones(len(inst)), Deadline.never(), "again")
+    again = confirmed(inst, rerunner(inst, inc, cost)(np.ones(len(inst)), Deadline.never(), "again"), cost)
     assert again.value == pytest.approx(inc.value)
     assert again.schedule.meta["params"]["running_cap"] == 8
     assert peak_running(replay(inst, again.schedule, cost)) <= 8

@@ -113,3 +113,30 @@ def test_decode_repeats_fold_into_runs_exactly_where_a_batch_by_batch_check_fold
             assert entry.requests.tolist() == log.requests[log.item_ptr[b] : log.item_ptr[b + 1]].tolist()
             if isinstance(entry, Run):
                 assert entry.durations.tolist() == log.duration[b:e].tolist()
+
+
+def test_an_unbuilt_run_is_valued_on_its_log_and_builds_the_same_schedule_when_asked():
+    from kvsched.csp.incumbents import greedy
+    from kvsched.csp.incumbents.base import Unbuilt, confirmed
+    from kvsched.csp.incumbents.knapsack import knapsack
+    from kvsched.schedule.validate import instance_cost_model
+    from tests.incumbent_instances import budget_instance, make_instance
+
+    rng = np.random.default_rng(4)
+    reqs = [
+        (int(rng.integers(1, 30)), int(rng.integers(1, 20)), float(rng.integers(0, 30))) for _ in range(25)
+    ]
+    for inst, make in (
+        (make_instance(reqs, 60), lambda i, **kw: greedy(i, "remaining-area", fill=True, **kw)),
+        (budget_instance(rng, 25), lambda i, **kw: knapsack(i, **kw)),
+    ):
+        whole = make(inst)  # built and replayed
+        cand = make(inst, replay_schedule=False, build=False)
+        assert isinstance(cand, Unbuilt) and cand.name == whole.name and cand.value == whole.value
+        kept = confirmed(inst, cand, instance_cost_model(inst))
+        assert kept.trace is not None and kept.value == whole.value
+        assert kept.schedule.meta == whole.schedule.meta
+        assert len(kept.schedule.entries) == len(whole.schedule.entries)
+        assert all(
+            a.start == b.start for a, b in zip(kept.schedule.entries, whole.schedule.entries, strict=True)
+        )

@@ -9,6 +9,7 @@ import pytest
 
 from kvsched.costmodel.coeffile import resolve_cost_model
 from kvsched.csp.incumbents import greedy
+from kvsched.csp.incumbents.base import confirmed
 from kvsched.csp.incumbents.best import CAPPED_VARIANTS, best_incumbent, run_variant, variants_for
 from kvsched.csp.incumbents.knots import PROMPT_WEIGHTED, prompt_scale
 from kvsched.csp.incumbents.lns import rerunner
@@ -74,5 +75,5 @@ def test_the_local_search_re_makes_a_prompt_weighted_incumbent_with_its_weights(
     weighted = next(v for v in variants_for(inst, cost) if v.prompt_weighted)
     inc = run_variant(inst, weighted, cost)
     assert inc.schedule.meta["params"][PROMPT_WEIGHTED] is True
-    again = rerunner(inst, inc, cost)(np.ones(len(inst)), Deadline.never(), "again")
+    again = confirmed(inst, rerunner(inst, inc, cost)(np.ones(len(inst)), Deadline.never(), "again"), cost)
     assert again.value == pytest.approx(inc.value)

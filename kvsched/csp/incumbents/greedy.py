@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any, Literal, overload
 
 import numpy as np
 
 from kvsched.costmodel.base import BatchView, CostModel
 from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents import _kernel as K
-from kvsched.csp.incumbents.base import Incumbent, entries_seconds
+from kvsched.csp.incumbents.base import Incumbent, Unbuilt, entries_seconds
 from kvsched.csp.incumbents.complete import ITEMS_PER_REQUEST, reserved_batches
 from kvsched.csp.incumbents.log import BatchLog, sealed, with_room
 from kvsched.csp.incumbents.rules import rule_keys
@@ -390,11 +391,27 @@ def incumbent_of(
     *,
     decide_s: float,
     replay_schedule: bool = True,
-) -> Incumbent:
+    build: bool = True,
+) -> Incumbent | Unbuilt:
     """A producer's log as an :class:`Incumbent`: its schedule (``label`` and ``params`` as provenance),
     replayed through the core and valued on the replay, or, without ``replay_schedule``, valued on the
     log (:func:`log_value`, no trace). ``stats``: the seconds spent deciding (``decide_s``), building and
-    replaying, and the batch and eviction counts. The greedy and the knapsack greedy both end here."""
+    replaying, and the batch and eviction counts. The greedy and the knapsack greedy both end here.
+    Without ``build`` (and ``replay_schedule``) a finished log comes back :class:`Unbuilt`: valued on the
+    log, its schedule built only if asked for."""
+    if not build and not replay_schedule and log.finished:
+        t1 = time.perf_counter()
+        value = log_value(instance, log, objective)
+        stats = {"decide_s": decide_s, "value_s": time.perf_counter() - t1, "batches": log.num_batches}
+
+        def built() -> Incumbent:
+            made = incumbent_of(
+                instance, log, label, params, objective, cost_model, decide_s=decide_s, replay_schedule=False
+            )
+            assert isinstance(made, Incumbent)
+            return made
+
+        return Unbuilt(label, value, objective, stats, built)
     t1 = time.perf_counter()
     schedule = log.to_schedule({"policy": label, "params": params})
     t2 = time.perf_counter()
@@ -463,6 +480,14 @@ def log_value(instance: Instance, log: BatchLog, objective: str) -> float:
     return float(np.sum(done - arrival))
 
 
+@overload
+def greedy(
+    instance: Instance, rule: str = ..., *, build: Literal[True] = ..., **kwargs: Any
+) -> Incumbent: ...
+@overload
+def greedy(instance: Instance, rule: str = ..., *, build: bool, **kwargs: Any) -> Incumbent | Unbuilt: ...
+
+
 def greedy(
     instance: Instance,
     rule: str = "remaining-area",
@@ -484,15 +509,17 @@ def greedy(
     name: str | None = None,
     replay_schedule: bool = True,
     stop: Deadline | None = None,
-) -> Incumbent:
+    build: bool = True,
+) -> Incumbent | Unbuilt:
     """The greedy's schedule, replayed through the core, with its objective value.
 
     Parameters are those of :func:`decide`; ``objective`` names what ``value`` measures
     and ``name`` overrides the incumbent's name. ``stats`` holds the seconds spent
     deciding, building the schedule and replaying it, and the batch and eviction counts.
     ``replay_schedule=False`` skips the replay: ``value`` is then read off the greedy's own log
-    (:func:`log_value`) and ``trace`` is None. The local search uses it for candidates it may
-    discard, and replays every one it keeps.
+    (:func:`log_value`) and ``trace`` is None; with ``build=False`` as well the run comes back
+    :class:`~kvsched.csp.incumbents.base.Unbuilt`, its schedule not built until asked for. The local
+    search uses both for candidates it may discard, and builds and replays every one it keeps.
     Where even a run in the cheapest mode is expected to take longer than what is left of
     ``deadline`` (:data:`CHEAP_SECONDS_PER_TOKEN`), it runs in that mode from the start.
 
@@ -550,5 +577,6 @@ def greedy(
     if running_cap:
         params.update(running_cap=int(running_cap))
     return incumbent_of(
-        instance, log, label, params, objective, cost_model, decide_s=t1 - t0, replay_schedule=replay_schedule
-    )
+        instance, log, label, params, objective, cost_model, decide_s=t1 - t0, replay_schedule=replay_schedule,
+        build=build,
+    )  # fmt: skip

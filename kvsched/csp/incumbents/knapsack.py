@@ -47,14 +47,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, Literal, overload
 
 import numpy as np
 
 from kvsched.costmodel.base import CostModel
 from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents import _knapsack_kernel as K
-from kvsched.csp.incumbents.base import Incumbent, has_budget
+from kvsched.csp.incumbents.base import Incumbent, Unbuilt, has_budget
 from kvsched.csp.incumbents.greedy import incumbent_of
 from kvsched.csp.incumbents.log import BatchLog, sealed, with_room
 from kvsched.csp.objectives import objective_function
@@ -286,6 +286,12 @@ class KnapsackConfig:
         return "knapsack:remaining-area" + "".join(parts)
 
 
+@overload
+def knapsack(instance: Instance, *, build: Literal[True] = ..., **kwargs: Any) -> Incumbent: ...
+@overload
+def knapsack(instance: Instance, *, build: bool, **kwargs: Any) -> Incumbent | Unbuilt: ...
+
+
 def knapsack(
     instance: Instance,
     *,
@@ -302,12 +308,14 @@ def knapsack(
     jit: bool = True,
     name: str | None = None,
     replay_schedule: bool = True,
-) -> Incumbent:
+    build: bool = True,
+) -> Incumbent | Unbuilt:
     """The knapsack greedy's schedule, replayed through the core, with its objective value.
 
     Parameters are those of :func:`decide`; ``objective`` names what ``value`` measures;
     ``replay_schedule=False`` values the schedule on the log instead (as
-    :func:`~kvsched.csp.incumbents.greedy.greedy` does; ``trace`` is then None).
+    :func:`~kvsched.csp.incumbents.greedy.greedy` does; ``trace`` is then None), and with ``build=False``
+    too the run comes back :class:`~kvsched.csp.incumbents.base.Unbuilt`.
 
     Raises
     ------
@@ -344,5 +352,6 @@ def knapsack(
         params["hold_weight"] = hold_weight
         params["chunk_discount"] = chunk_discount
     return incumbent_of(
-        instance, log, label, params, objective, cost_model, decide_s=t1 - t0, replay_schedule=replay_schedule
-    )
+        instance, log, label, params, objective, cost_model, decide_s=t1 - t0, replay_schedule=replay_schedule,
+        build=build,
+    )  # fmt: skip

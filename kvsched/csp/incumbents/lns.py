@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterator
 import numpy as np
 
 from kvsched.costmodel.base import CostModel
-from kvsched.csp.incumbents.base import Incumbent, confirmed
+from kvsched.csp.incumbents.base import Incumbent, Unbuilt, confirmed
 from kvsched.csp.incumbents.greedy import greedy, run_estimate
 from kvsched.csp.incumbents.knapsack import knapsack
 from kvsched.csp.incumbents.knots import PROMPT_WEIGHTED, prompt_scale
@@ -103,7 +103,7 @@ _KNAPSACK_KEYS = ("candidates", "cells", "tail", "min_chunk", "hold_weight", "ch
 
 def rerunner(
     instance: Instance, incumbent: Incumbent, cost_model: CostModel
-) -> Callable[..., Incumbent] | None:
+) -> Callable[..., Incumbent | Unbuilt] | None:
     """How to re-make ``incumbent`` with per-request key scales: ``rerun(scale, deadline, name)``.
 
     For an incumbent of the greedy under a dynamic rule or of the knapsack greedy (its schedule's meta
@@ -120,7 +120,7 @@ def rerunner(
 
     Returns
     -------
-    Callable[..., Incumbent] or None
+    Callable[..., Incumbent | Unbuilt] or None
         ``rerun(scale, deadline, name)``: the same greedy with its key times ``scale`` (per request; ones
         re-make ``incumbent``); None for an incumbent it cannot re-make.
     """
@@ -139,20 +139,20 @@ def rerunner(
         )
         return lambda scale, deadline, name: greedy(
             instance, scale=scale if base is None else scale * base, objective=objective, deadline=deadline,
-            cost_model=cost_model, name=name, replay_schedule=False, **kwargs,
+            cost_model=cost_model, name=name, replay_schedule=False, build=False, **kwargs,
         )  # fmt: skip
     if policy.startswith("knapsack:"):
         kwargs = {k: params[k] for k in _KNAPSACK_KEYS if k in params}
         return lambda scale, deadline, name: knapsack(
             instance, scale=scale, objective=objective, deadline=deadline, name=name, replay_schedule=False,
-            **kwargs,
+            build=False, **kwargs,
         )  # fmt: skip
     return None
 
 
 def _try_scales(
     instance: Instance,
-    rerun: Callable[..., Incumbent],
+    rerun: Callable[..., Incumbent | Unbuilt],
     trial: np.ndarray,
     value: float,
     deadline: Deadline,
@@ -166,18 +166,25 @@ def _try_scales(
 
 
 def _timed(
-    rerun: Callable[..., Incumbent], trial: np.ndarray, deadline: Deadline, name: str, run_s: list[float]
-) -> Incumbent:
-    """``rerun(trial, deadline, name)``, unreplayed; ``run_s[0]`` keeps the longest candidate run."""
+    rerun: Callable[..., Incumbent | Unbuilt],
+    trial: np.ndarray,
+    deadline: Deadline,
+    name: str,
+    run_s: list[float],
+) -> Incumbent | Unbuilt:
+    """``rerun(trial, deadline, name)``, unreplayed (unbuilt); ``run_s[0]`` keeps the longest candidate run."""
     started = time.perf_counter()
     cand = rerun(trial, deadline, name)
     run_s[0] = max(run_s[0], time.perf_counter() - started)
     return cand
 
 
-def _kept(instance: Instance, cand: Incumbent, value: float, cost_model: CostModel) -> Incumbent | None:
-    """``cand`` replayed where its own value is strictly better than ``value``, if the replay is too;
-    else None (a candidate is valued on the greedy's own log, and replayed only before it is kept)."""
+def _kept(
+    instance: Instance, cand: Incumbent | Unbuilt, value: float, cost_model: CostModel
+) -> Incumbent | None:
+    """``cand`` built and replayed where its own value is strictly better than ``value``, if the replay is
+    too; else None (a candidate is valued on the greedy's own log, and built and replayed only before it is
+    kept)."""
     if cand.value < value - 1e-9:
         cand = confirmed(instance, cand, cost_model)
     return cand if cand.value < value - 1e-9 else None
@@ -186,7 +193,7 @@ def _kept(instance: Instance, cand: Incumbent, value: float, cost_model: CostMod
 def _guided_search(
     instance: Instance,
     best: Incumbent,
-    rerun: Callable[..., Incumbent],
+    rerun: Callable[..., Incumbent | Unbuilt],
     deadline: Deadline,
     *,
     guide: Callable[[Trace], np.ndarray],
@@ -236,7 +243,7 @@ def _guided_search(
 def _scaled_search(
     instance: Instance,
     best: Incumbent,
-    rerun: Callable[..., Incumbent],
+    rerun: Callable[..., Incumbent | Unbuilt],
     deadline: Deadline,
     *,
     order: np.ndarray,
@@ -296,7 +303,7 @@ def _kicked_search(
     instance: Instance,
     best: Incumbent,
     scale: np.ndarray,
-    rerun: Callable[..., Incumbent],
+    rerun: Callable[..., Incumbent | Unbuilt],
     deadline: Deadline,
     *,
     window: int,
@@ -414,7 +421,7 @@ def improve(
         params = incumbent.schedule.meta.get("params") if incumbent.schedule.meta else None
         fill = bool(params.get("fill", False)) if isinstance(params, dict) else False
 
-    def simulate(order: np.ndarray) -> Incumbent:
+    def simulate(order: np.ndarray) -> Incumbent | Unbuilt:
         keys = np.empty(n, dtype=np.float64)
         keys[order] = np.arange(n, dtype=np.float64)
         started = time.perf_counter()
@@ -429,6 +436,7 @@ def improve(
             cost_model=cost_model,
             name="lns",
             replay_schedule=False,
+            build=False,
         )
         run_s[0] = max(run_s[0], time.perf_counter() - started)
         return cand
