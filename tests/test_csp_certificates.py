@@ -153,7 +153,7 @@ def test_no_schedule_that_could_be_validated_in_time_is_one_clear_error():
     # replayed and validated within 0.5 s, so the solve says so at once instead of running past its limit.
     inst = Instance(
         (Request("big", 0.0, 2 * 10**9, 2),),
-        Limits(kv_capacity=3 * 10**9, max_batch_tokens=1024),
+        Limits(kv_capacity=2_100_000_000, max_batch_tokens=1024),
         TimeModel("unit"),
     )
     with pytest.raises(KvschedError, match="at least 1,953,126 batches"):

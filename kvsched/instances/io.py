@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 from kvsched.errors import InputError
 from kvsched.instances import EXAMPLES_DIR
-from kvsched.instances.model import Instance, Limits, Request, TimeModel, new_requests
+from kvsched.instances.model import MAX_TIME, MAX_TOKENS, Instance, Limits, Request, TimeModel, new_requests
 
 if TYPE_CHECKING:
     from typing import TypeVar
@@ -50,10 +50,6 @@ if TYPE_CHECKING:
 SCHEMA_VERSION = 1
 INSTANCE_KIND = "kvsched.instance"
 CSV_COLUMNS = ("arrived_at", "num_prefill_tokens", "num_decode_tokens")
-#: Largest token count or limit accepted (2^31 - 1): sums over requests stay far inside int64.
-MAX_TOKENS = 2**31 - 1
-#: Largest time accepted (arrival, SLO): 1e12 time units, so that horizons and clocks stay finite and exact enough.
-MAX_TIME = 1e12
 
 
 #: How pydantic names a member of a union in an error's location (``dict[str,int]``, ``constrained-str``):

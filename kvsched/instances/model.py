@@ -6,7 +6,6 @@ All classes are frozen dataclasses; files are read and written through
 
 from __future__ import annotations
 
-import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
@@ -14,6 +13,11 @@ from itertools import repeat
 from typing import Any
 
 from kvsched.errors import InfeasibleInstanceError, InputError
+
+#: Largest token count or limit accepted (2^31 - 1): sums over requests stay far inside int64.
+MAX_TOKENS = 2**31 - 1
+#: Largest time accepted (arrival, SLO): 1e12 time units, so that horizons and clocks stay finite and exact enough.
+MAX_TIME = 1e12
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,16 +124,18 @@ class Limits:
 
     def check(self) -> None:
         """Raise :class:`~kvsched.errors.InputError` naming the first impossible field (what a file's
-        schema refuses: a capacity, block size or budget that is not an int >= 1, blocks
-        larger than the capacity)."""
+        schema refuses: a capacity, block size or budget that is not an int from 1 to
+        :data:`MAX_TOKENS`, blocks larger than the capacity)."""
         for f in fields(self):
             value = getattr(self, f.name)
             if value is None and f.name not in ("kv_capacity", "block_size"):
                 continue  # an unlimited budget
             # An int (numpy's too), as the file schema asks: a float 8.0 later sizes arrays and fails there.
-            if isinstance(value, bool) or not hasattr(value, "__index__") or value < 1:
+            if isinstance(value, bool) or not hasattr(value, "__index__") or not 1 <= value <= MAX_TOKENS:
                 none = "" if f.name in ("kv_capacity", "block_size") else " (or None: unlimited)"
-                raise InputError(f"limits.{f.name}: must be an int >= 1{none}, got {value!r}")
+                raise InputError(
+                    f"limits.{f.name}: must be an int from 1 to {MAX_TOKENS}{none}, got {value!r}"
+                )
         if self.block_size > self.kv_capacity:
             raise InputError(
                 f"limits.block_size: {self.block_size} is larger than kv_capacity {self.kv_capacity}"
@@ -176,8 +182,9 @@ class Instance:
         """Raise :class:`~kvsched.errors.InputError` naming the first request with an impossible field.
 
         A file is checked by its schema when it is read; an instance built in Python is checked
-        here (every entry point calls :meth:`check_feasible`): int prompt and output lengths of
-        at least 1, a finite arrival of at least 0, and ids that are unique. One pass over the
+        here (every entry point calls :meth:`check_feasible`): int prompt and output lengths from 1
+        to :data:`MAX_TOKENS`, an arrival from 0 to :data:`MAX_TIME`, and ids that are unique (the
+        file schema's ranges). One pass over the
         fields first (about 20 ms at 100,000 requests; strict on ``int``, so a numpy integer takes
         the loop below, which accepts any integer type and names the first fault). The limits are
         checked first (:meth:`Limits.check`).
@@ -187,8 +194,9 @@ class Instance:
         self.limits.check()
         reqs = self.requests
         if all(
-            type(r.prompt) is int and type(r.output) is int and r.prompt >= 1 and r.output >= 1
-            and 0 <= r.arrival < math.inf  # NaN fails both comparisons
+            type(r.prompt) is int and type(r.output) is int and 1 <= r.prompt <= MAX_TOKENS
+            and 1 <= r.output <= MAX_TOKENS
+            and 0 <= r.arrival <= MAX_TIME  # NaN fails both comparisons
             for r in reqs
         ) and len({r.id for r in reqs}) == len(reqs):  # fmt: skip
             return
@@ -196,12 +204,15 @@ class Instance:
         for k, r in enumerate(reqs):
             for name in ("prompt", "output"):
                 value = getattr(r, name)
-                # An int (numpy's too), as the file schema asks: a float 4.0 later sizes arrays and fails there.
-                if isinstance(value, bool) or not hasattr(value, "__index__") or value < 1:
-                    raise InputError(f"request {r.id!r} (#{k}): {name} must be an int >= 1, got {value!r}")
-            if not 0 <= r.arrival < math.inf:
+                # An int (numpy's too), as the file schema asks: a float 4.0 later sizes arrays and fails there;
+                # past MAX_TOKENS a sum overflows int64 or a simulation runs for billions of batches.
+                if isinstance(value, bool) or not hasattr(value, "__index__") or not 1 <= value <= MAX_TOKENS:
+                    raise InputError(
+                        f"request {r.id!r} (#{k}): {name} must be an int from 1 to {MAX_TOKENS}, got {value!r}"
+                    )
+            if not 0 <= r.arrival <= MAX_TIME:
                 raise InputError(
-                    f"request {r.id!r} (#{k}): arrival must be finite and >= 0, got {r.arrival!r}"
+                    f"request {r.id!r} (#{k}): arrival must be a number from 0 to {MAX_TIME:g}, got {r.arrival!r}"
                 )
             if r.id in seen:
                 raise InputError(
