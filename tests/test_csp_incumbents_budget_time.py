@@ -216,3 +216,29 @@ def test_without_a_budget_the_knapsack_runs_from_its_own_threshold(monkeypatch):
     # A budget keeps KNAPSACK_LARGE_MIN_REQUESTS for its large configurations.
     budgeted = best_incumbent(budget_instance(np.random.default_rng(13), 20), policies=())
     assert not any(name.endswith("/cells=8192") for name in budgeted.stats["tried"])
+
+
+@pytest.mark.parametrize("make", [budget_instance, _free_instance])
+def test_only_the_first_run_and_the_best_are_built(monkeypatch, make):
+    """The other candidates are valued on their logs and never built (Unbuilt): building cost as much as
+    deciding. The result is built, replayed and the best of what was tried."""
+    from kvsched.csp.incumbents.log import BatchLog
+
+    monkeypatch.setattr(best_module, "KNAPSACK_LARGE_MIN_REQUESTS", 1)
+    monkeypatch.setattr(best_module, "FINE_CELLS", 7)
+    built: list[int] = []
+    real = BatchLog.to_schedule
+
+    def counted(self, meta=None):
+        built.append(self.num_batches)
+        return real(self, meta)
+
+    monkeypatch.setattr(BatchLog, "to_schedule", counted)
+    for seed in range(3):
+        built.clear()
+        inst = make(np.random.default_rng(20 + seed), 30)
+        got = best_incumbent(inst, policies=())
+        tried = got.stats["tried"]
+        assert len(tried) >= 4
+        assert len(built) == (1 if got.value == tried[next(iter(tried))] else 2)
+        assert got.trace is not None and got.value == objective_value(inst, got) == min(tried.values())

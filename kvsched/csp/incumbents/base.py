@@ -71,6 +71,11 @@ class Unbuilt:
     stats: Mapping[str, Any]
     build: Callable[[], Incumbent] = field(repr=False)
 
+    @property
+    def trace(self) -> None:
+        """No replay yet (as an :class:`Incumbent` valued on its log): :func:`confirmed` makes one."""
+        return None
+
 
 def eviction_is_free(instance: Instance, cost_model: CostModel) -> bool:
     """Whether a refill costs nothing: unit time and no token or prefill budget (notes 005 Sec. 2).

@@ -12,7 +12,7 @@ from kvsched.costmodel.unit import UnitCost
 from kvsched.csp.incumbents._kernel import advance_jit
 from kvsched.csp.incumbents.admission import LOWEST as LOWEST_CAP
 from kvsched.csp.incumbents.admission import peak_running, running_cap_search
-from kvsched.csp.incumbents.base import Incumbent, confirmed, eviction_is_free, replay_seconds
+from kvsched.csp.incumbents.base import Incumbent, Unbuilt, confirmed, eviction_is_free, replay_seconds
 from kvsched.csp.incumbents.greedy import greedy, run_estimate
 from kvsched.csp.incumbents.knapsack import KnapsackConfig, knapsack
 from kvsched.csp.incumbents.knapsack import applies as knapsack_applies
@@ -138,7 +138,9 @@ def variants_for(instance: Instance, cost_model: CostModel) -> tuple[Variant, ..
     return head + VARIANTS[kind] + tail
 
 
-def run_variant(instance: Instance, variant: Variant, cost_model: CostModel, **kwargs: Any) -> Incumbent:
+def run_variant(
+    instance: Instance, variant: Variant, cost_model: CostModel, **kwargs: Any
+) -> Incumbent | Unbuilt:
     """The greedy's schedule for ``variant`` (its key scaled and its name saying so where prompt-weighted).
 
     Parameters
@@ -151,22 +153,31 @@ def run_variant(instance: Instance, variant: Variant, cost_model: CostModel, **k
         The instance's cost model.
     **kwargs
         Further keyword arguments of :func:`~kvsched.csp.incumbents.greedy.greedy` (objective, deadline,
-        replay_schedule).
+        replay_schedule, build).
 
     Returns
     -------
-    Incumbent
-        The greedy's validated schedule; a prompt-weighted one says so in its params and its name.
+    Incumbent or Unbuilt
+        The greedy's validated schedule (unbuilt with ``build=False``); a prompt-weighted one says so in its
+        params and its name.
     """
     scale = prompt_scale(instance, cost_model, variant.token_cap) if variant.prompt_weighted else None
     cand = greedy(instance, variant.rule, **variant.kwargs(), scale=scale, cost_model=cost_model, **kwargs)
     if scale is None:
         return cand
-    # The schedule's params say so, for the local search to re-make it with the same weights under its own.
+    name = cand.name + "/prompt-weighted"
+    if isinstance(cand, Unbuilt):
+        built = cand.build
+        return Unbuilt(name, cand.value, cand.objective, cand.stats, lambda: _prompt_weighted(built(), name))
+    return _prompt_weighted(cand, name)
+
+
+def _prompt_weighted(cand: Incumbent, name: str) -> Incumbent:
+    """``cand`` named ``name``, its schedule's params saying that its key weighed the prompt in (for the
+    local search to re-make it with the same weights under its own)."""
     meta = dict(cand.schedule.meta)
     meta["params"] = {**meta.get("params", {}), PROMPT_WEIGHTED: True}
-    schedule = replace(cand.schedule, meta=meta)
-    return replace(cand, schedule=schedule, name=cand.name + "/prompt-weighted")
+    return replace(cand, schedule=replace(cand.schedule, meta=meta), name=name)
 
 
 def variant_kind(instance: Instance, cost_model: CostModel) -> str:
@@ -356,9 +367,12 @@ def best_incumbent(
     tried[best.name] = best.value
     first_run = best
     run_cost = greedy_cost if cold else float(best.stats["decide_s"] + best.stats["build_s"])
+    # The later candidates are valued on their logs and left unbuilt (Unbuilt): the best is built and
+    # replayed at the end, priced at the first's build and replay.
+    finish_cost = float(best.stats["build_s"]) + replay_cost
 
     def fits(cost: float, until: Deadline = deadline) -> bool:
-        return until.remaining() >= cost + replay_cost
+        return until.remaining() >= cost + finish_cost
 
     # The first run's peak of requests holding KV: where a running cap starts to bind (read only where caps
     # are searched).
@@ -382,17 +396,17 @@ def best_incumbent(
             until = first_deadline if whole and k == 0 else deadline
             if best.trace is not None:
                 first_fits = fits(0.0)
-            else:  # the deferred replay is due after it, whichever wins
-                first_fits = until.remaining() >= KNAPSACK_PER_RUN * run_cost + replay_cost
+            else:  # the deferred replay (and the winner's build) is due after it, whichever wins
+                first_fits = until.remaining() >= KNAPSACK_PER_RUN * run_cost + finish_cost
             if not (first_fits if k == 0 else fits(1.5 * knapsack_cost)):
                 skipped.append(config.name(kind == "budget"))
                 continue
             started = time.perf_counter()
             # Past its deadline the knapsack decides the rest in its fast mode: that deadline leaves the
-            # replay its time.
+            # best schedule's build and replay their time.
             cand = knapsack(
-                instance, objective=objective, deadline=until.before(replay_cost), replay_schedule=False,
-                **config.kwargs(), **extra,
+                instance, objective=objective, deadline=until.before(finish_cost), replay_schedule=False,
+                build=False, **config.kwargs(), **extra,
             )  # fmt: skip
             seconds = time.perf_counter() - started
             knapsack_cost = max(knapsack_cost, seconds)
@@ -409,8 +423,8 @@ def best_incumbent(
                     skipped.append(fine.name(kind == "budget"))
                     continue
                 cand = knapsack(
-                    instance, objective=objective, deadline=fine_until.before(replay_cost), replay_schedule=False,
-                    **fine.kwargs(), **extra,
+                    instance, objective=objective, deadline=fine_until.before(finish_cost), replay_schedule=False,
+                    build=False, **fine.kwargs(), **extra,
                 )  # fmt: skip
                 tried[cand.name] = cand.value
                 best = min(best, cand, key=lambda inc: inc.value)
@@ -421,12 +435,15 @@ def best_incumbent(
             continue
         started = time.perf_counter()
         cand = run_variant(
-            instance, variant, cost_model, objective=objective, deadline=deadline, replay_schedule=False
-        )
+            instance, variant, cost_model, objective=objective, deadline=deadline, replay_schedule=False,
+            build=False,
+        )  # fmt: skip
         run_cost = max(run_cost, time.perf_counter() - started)
         tried[cand.name] = cand.value
         best = min(best, cand, key=lambda inc: inc.value)
     if peak > LOWEST_CAP:
+        if isinstance(best, Unbuilt):  # (the caps re-make it from its schedule's params)
+            best = best.build()
         before = len(tried)
         best = search_running_caps(
             instance, best, deadline, cost_model=cost_model, peak=peak, tried=tried, run_cost=run_cost
