@@ -127,7 +127,7 @@ def replay_seconds(instance: Instance, schedule: Schedule, cost_model: CostModel
     2.9 times the filling greedy's deciding and building on one machine and 1.7 times on another, and a
     deadline priced at twice that was overrun by 36 s."""
     entries = schedule.entries
-    k = min(REPLAY_PROBE_ENTRIES, max(1, len(entries) // 4))
     if not entries:
         return 0.0
+    k = min(REPLAY_PROBE_ENTRIES, max(1, len(entries) // 4))
     return REPLAY_MARGIN * entries_seconds(instance, entries[:k], cost_model) * len(entries) / k
