@@ -294,6 +294,22 @@ def test_wrong_arguments_raise_input_error_naming_them(call, message):
         ),
         (kvsched.Request("x", -1.0, 3, 3), r"arrival must be a number from 0 to 1e\+12, got -1.0"),
         (kvsched.Request("r0", 0.0, 3, 3), r"request 'r0' \(#3\): its id is used by an earlier request"),
+        # The optional fields, as a file's schema takes them.
+        (
+            kvsched.Request("x", 0.0, 3, 3, predicted_output=0),
+            r"predicted_output must be an int from 1 to \d+ \(or None\), got 0",
+        ),
+        (
+            kvsched.Request("x", 0.0, 3, 3, priority=1.5),
+            r"priority must be an int from -2147483647 to 2147483647, got 1.5",
+        ),
+        (
+            kvsched.Request("x", 0.0, 3, 3, ttft_slo=float("nan")),
+            r"ttft_slo must be a number above 0 and at most 1e\+12 \(or None\), got nan",
+        ),
+        (kvsched.Request("x", 0.0, 3, 3, tbt_slo=0.0), r"tbt_slo must be a number above 0"),
+        (kvsched.Request("x", 0.0, 3, 3, cls=5), r"cls must be a string \(or None\), got 5"),
+        (kvsched.Request(7, 0.0, 3, 3), r"request 7 \(#3\): id must be a non-empty string, got 7"),
     ],
 )
 def test_a_python_built_instance_with_an_impossible_request_is_one_input_error(bad, message):
@@ -330,3 +346,18 @@ def test_the_api_writers_never_overwrite_an_input(tmp_path):
     assert not (kvsched.EXAMPLES_DIR / "out.json").exists()
     kvsched.save_schedule(run.schedule, inst, tmp_path / "s.json")  # an ordinary output is written
     assert kvsched.load_schedule(tmp_path / "s.json", inst).same_as(run.schedule)
+
+
+def test_a_python_built_instance_may_hold_numpy_scalars():
+    import numpy as np
+
+    reqs = tuple(
+        kvsched.Request(
+            str(np.str_(f"r{k}")), np.float64(k), np.int64(4), np.int32(2), predicted_output=np.int64(3),
+            priority=np.int8(1), ttft_slo=np.float32(5.0),
+        )
+        for k in range(3)
+    )  # fmt: skip
+    inst = kvsched.Instance(reqs, kvsched.Limits(np.int64(100)), kvsched.TimeModel("unit"))
+    inst.check_feasible()
+    assert kvsched.simulate(inst, kvsched.make_policy("vllm")).trace is not None

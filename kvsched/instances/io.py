@@ -29,14 +29,23 @@ a schedule can say which instance it was made for.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvsched.errors import InputError
 from kvsched.instances import EXAMPLES_DIR
-from kvsched.instances.model import MAX_TIME, MAX_TOKENS, Instance, Limits, Request, TimeModel, new_requests
+from kvsched.instances.model import (
+    MAX_TIME,
+    MAX_TOKENS,
+    REQUEST_RULES,
+    Instance,
+    Limits,
+    Request,
+    TimeModel,
+    new_requests,
+)
 
 if TYPE_CHECKING:
     from typing import TypeVar
@@ -140,29 +149,11 @@ _read_json = read_json
 
 
 def _is_tokens(value: Any) -> bool:
-    return type(value) is int and 0 < value <= MAX_TOKENS
-
-
-def _is_time(value: Any) -> bool:  # NaN fails every comparison, infinity the upper one
-    return type(value) in (float, int) and 0 <= value <= MAX_TIME
-
-
-def _is_slo(value: Any) -> bool:
-    return value is None or (type(value) in (float, int) and 0 < value <= MAX_TIME)
+    return REQUEST_RULES["prompt"][0](value)
 
 
 #: Each request field's schema rule (:class:`~kvsched.instances.schema.RequestSchema`), as a check of one parsed JSON value.
-_REQUEST_CHECKS: dict[str, Any] = {
-    "id": lambda v: type(v) is str and v != "",
-    "arrival": _is_time,
-    "prompt": _is_tokens,
-    "output": _is_tokens,
-    "predicted_output": lambda v: v is None or _is_tokens(v),
-    "cls": lambda v: v is None or type(v) is str,
-    "priority": lambda v: type(v) is int and -MAX_TOKENS <= v <= MAX_TOKENS,
-    "ttft_slo": _is_slo,
-    "tbt_slo": _is_slo,
-}
+_REQUEST_CHECKS: dict[str, Callable[[Any], bool]] = {name: rule for name, (rule, _) in REQUEST_RULES.items()}
 _REQUIRED = frozenset(("id", "arrival", "prompt", "output"))
 #: The schema's float fields: a JSON integer there is read as a float.
 _FLOATS = frozenset(("arrival", "ttft_slo", "tbt_slo"))
