@@ -181,7 +181,7 @@ class Limits:
             if value is None and f.name not in ("kv_capacity", "block_size"):
                 continue  # an unlimited budget
             # An int (numpy's too), as the file schema asks: a float 8.0 later sizes arrays and fails there.
-            if isinstance(value, bool) or not hasattr(value, "__index__") or not 1 <= value <= MAX_TOKENS:
+            if not _is_tokens(_plain(value)):
                 none = "" if f.name in ("kv_capacity", "block_size") else " (or None: unlimited)"
                 raise InputError(
                     f"limits.{f.name}: must be an int from 1 to {MAX_TOKENS}{none}, got {value!r}"
