@@ -22,9 +22,12 @@ from typing import Any
 
 from kvsched.stop import Deadline
 
-#: Seconds a cold compile of one kernel family is assumed to take (measured 7-9 s for the greedy's kernel
-#: and for the chain Lagrangian's on 2 loaded cores; 25-30 s for all of them on a busier machine).
-COMPILE_SECONDS = 15.0
+#: Seconds a cold compile of one kernel is assumed to take; a family of several takes that many times as long
+#: (:func:`compile_seconds`). Measured 7-9 s for the greedy's kernel and for the chain Lagrangian's family on
+#: 2 loaded cores, but on a machine 1.8 times slower (2026-11-28) the greedy's one kernel took 19.6 s, the
+#: knapsack greedy's 12.3 s, the chain Lagrangian's six 61.6 s and the seconds Lagrangian's two 19.1 s: at 15 s
+#: a family, a 60 s solve on a fresh install could start a minute-long compile.
+COMPILE_SECONDS = 20.0
 
 
 def is_cached(dispatcher: Any) -> bool:
@@ -48,21 +51,24 @@ def is_compiled(dispatcher: Any) -> bool:
     return bool(dispatcher.signatures) or is_cached(dispatcher)
 
 
+def compile_seconds(kernels: Iterable[Any]) -> float:
+    """Seconds the cold ones of ``kernels`` are assumed to take to compile: :data:`COMPILE_SECONDS` each."""
+    return COMPILE_SECONDS * sum(not is_compiled(k) for k in kernels)
+
+
 def use_compiled(
-    kernels: Iterable[Any],
-    deadline: Deadline | None = None,
-    *,
-    interpreted_seconds: float = 0.0,
-    compile_seconds: float = COMPILE_SECONDS,
+    kernels: Iterable[Any], deadline: Deadline | None = None, *, interpreted_seconds: float = 0.0
 ) -> bool:
     """Whether to call the compiled ``kernels`` rather than the interpreted path (or nothing).
 
     Yes when every kernel is compiled already (:func:`is_compiled`), when their
-    compile fits in what is left of ``deadline``, or when the alternative is
-    expected to take longer than the compile anyway (``interpreted_seconds``: the
-    interpreted path's time; 0 where the alternative is to skip the stage).
+    compile (:func:`compile_seconds`) fits in what is left of ``deadline``, or when the
+    alternative is expected to take longer than the compile anyway (``interpreted_seconds``:
+    the interpreted path's time; 0 where the alternative is to skip the stage).
     """
-    if all(is_compiled(k) for k in kernels):
+    kernels = list(kernels)
+    need = compile_seconds(kernels)
+    if not need:
         return True
     left = (deadline or Deadline.never()).remaining()
-    return left >= compile_seconds or interpreted_seconds > compile_seconds
+    return left >= need or interpreted_seconds > need

@@ -39,6 +39,10 @@ def test_use_compiled_weighs_the_compile_against_the_time_left(monkeypatch):
     assert not jit.use_compiled([cold, warm], Deadline.after(1.0))
     assert jit.use_compiled([cold], Deadline.after(jit.COMPILE_SECONDS + 5))
     assert jit.use_compiled([cold], Deadline.never())
+    # A family is priced per cold kernel: two need twice the time.
+    assert jit.compile_seconds([cold, warm, _ColdKernel()]) == 2 * jit.COMPILE_SECONDS
+    assert not jit.use_compiled([cold, _ColdKernel()], Deadline.after(jit.COMPILE_SECONDS + 5))
+    assert jit.use_compiled([cold, _ColdKernel()], Deadline.after(2 * jit.COMPILE_SECONDS + 5))
     # A cold kernel is still worth compiling where the interpreted path would take longer.
     assert jit.use_compiled([cold], Deadline.after(1.0), interpreted_seconds=2 * jit.COMPILE_SECONDS)
 

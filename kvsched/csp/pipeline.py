@@ -47,7 +47,7 @@ from kvsched.csp.incumbents.best import search_running_caps
 from kvsched.csp.result import AnytimePoint, Result, SolveStatus
 from kvsched.csp.run import SolveLog, with_meta
 from kvsched.errors import KvschedError
-from kvsched.jit import COMPILE_SECONDS, use_compiled
+from kvsched.jit import compile_seconds, use_compiled
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline
@@ -148,7 +148,8 @@ def _lagrangian(
     if not use_compiled(compiled_kernels(objective), deadline):
         return {
             "lagrangian": f"not run: its kernels are not compiled yet, and compiling them (about "
-            f"{COMPILE_SECONDS:.0f} s, once) does not fit in the time left (kvsched warmup compiles them)",
+            f"{compile_seconds(compiled_kernels(objective)):.0f} s, once) does not fit in the time left "
+            "(kvsched warmup compiles them)",
             "out_of_time": ["lagrangian"],
         }, None
     # The best schedule's replay warm-starts the multipliers (y_t = requests in system / M) and is kept
