@@ -92,3 +92,41 @@ def test_the_pipeline_says_it_stopped_for_time(slow_greedy):
     assert result.stats["found_by"] == f"policy:{FIRST_POLICY}"
     assert result.stopped == "deadline"
     assert result.best_bound <= result.objective
+
+
+class _ColdKernel:
+    """A greedy kernel never compiled nor cached (a fresh install)."""
+
+    signatures = ()
+
+
+@pytest.mark.parametrize(("time_model", "first"), [(TimeModel("unit"), "mcsf"), (LINEAR, FIRST_POLICY)])
+def test_a_cold_kernel_whose_compile_and_interpreted_run_would_overrun_gives_way_to_a_policy(
+    monkeypatch, time_model, first
+):
+    best_module = importlib.import_module("kvsched.csp.incumbents.best")
+    monkeypatch.setattr(best_module, "advance_jit", _ColdKernel())
+    monkeypatch.setattr(best_module, "interpreted_seconds", lambda instance: 3600.0)
+    inst = _instance(time_model)
+    if first == "mcsf":  # (MC-SF's model: unit time, no token budget)
+        inst = synthetic(
+            40, 1, Limits(kv_capacity=300), time_model, prompt=Uniform(5, 40), output=Uniform(2, 30),
+            arrival=Poisson(2.0),
+        )  # fmt: skip
+    # (10 s: less than the compile's 20 s and the interpreted run's hour.)
+    got = best_incumbent(inst, deadline=Deadline.after(10.0))
+    assert got.name == f"policy:{first}" and got.stats["greedy_skipped_for_time"]
+    assert replay(inst, got.schedule).ok
+    # Where mcsf cannot run, sarathi does.
+    real = best_module._policy
+
+    def no_mcsf(instance, name, *args):
+        if name == "mcsf":
+            raise best_module.KvschedError("mcsf: cannot run this instance")
+        return real(instance, name, *args)
+
+    monkeypatch.setattr(best_module, "_policy", no_mcsf)
+    assert best_incumbent(inst, deadline=Deadline.after(10.0)).name == f"policy:{FIRST_POLICY}"
+    # With time for the interpreted run (or the compile) the greedy runs as before.
+    monkeypatch.setattr(best_module, "interpreted_seconds", lambda instance: 0.0)
+    assert best_incumbent(inst, deadline=Deadline.after(10.0)).name.startswith(("greedy:", "knapsack:"))
