@@ -130,3 +130,18 @@ def test_a_cold_kernel_whose_compile_and_interpreted_run_would_overrun_gives_way
     # With time for the interpreted run (or the compile) the greedy runs as before.
     monkeypatch.setattr(best_module, "interpreted_seconds", lambda instance: 0.0)
     assert best_incumbent(inst, deadline=Deadline.after(10.0)).name.startswith(("greedy:", "knapsack:"))
+
+
+def test_the_local_search_from_a_policy_prices_a_cold_kernels_compile(monkeypatch):
+    """From a policy's schedule every candidate is a greedy run: with the kernel cold, the first must compile it
+    (an interpreted run may take many times its estimate), so under a deadline shorter than the compile none
+    starts."""
+    lns_module = importlib.import_module("kvsched.csp.incumbents.lns")
+    best_module = importlib.import_module("kvsched.csp.incumbents.best")
+    inst = _instance(TimeModel("unit"))
+    start = best_module._policy(inst, FIRST_POLICY, "total-latency", instance_cost_model(inst))
+    monkeypatch.setattr(lns_module, "advance_jit", _ColdKernel())
+    got = improve(inst, start, Deadline.after(10.0))  # (less than the compile's 20 s)
+    assert got.stats["evaluations"] == 0 and got.value == start.value
+    monkeypatch.undo()
+    assert improve(inst, start, Deadline.after(10.0)).stats["evaluations"] > 0  # warm: the search runs
