@@ -243,6 +243,20 @@ class Instance:
             raise InputError(f"limits: expected kvsched.Limits(...), got {type(self.limits).__name__}")
         self.limits.check()
         reqs = self.requests
+        # The common case in one pass, the rules written out for the fields a request usually sets and the
+        # others at their defaults (which every rule takes): the greedies check their instance on every run,
+        # and calling each field's rule took 4 times as long (2.1 ms against 0.5 ms at 1k requests). Anything
+        # else takes the rules themselves, below.
+        if all(
+            type(r.prompt) is int and type(r.output) is int and 1 <= r.prompt <= MAX_TOKENS
+            and 1 <= r.output <= MAX_TOKENS
+            and type(r.arrival) in (float, int) and 0 <= r.arrival <= MAX_TIME  # NaN fails both comparisons
+            and type(r.id) is str and r.id != ""
+            and r.predicted_output is r.cls is r.ttft_slo is r.tbt_slo is None  # (all four None)
+            and type(r.priority) is int and r.priority == 0
+            for r in reqs
+        ) and len({r.id for r in reqs}) == len(reqs):  # fmt: skip
+            return
         if all(
             all(map(rule, map(attrgetter(name), reqs))) for name, (rule, _) in REQUEST_RULES.items()
         ) and len({r.id for r in reqs}) == len(reqs):
