@@ -392,13 +392,15 @@ def incumbent_of(
     decide_s: float,
     replay_schedule: bool = True,
     build: bool = True,
+    value: float | None = None,
 ) -> Incumbent | Unbuilt:
     """A producer's log as an :class:`Incumbent`: its schedule (``label`` and ``params`` as provenance),
     replayed through the core and valued on the replay, or, without ``replay_schedule``, valued on the
     log (:func:`log_value`, no trace). ``stats``: the seconds spent deciding (``decide_s``), building and
     replaying, and the batch and eviction counts. The greedy and the knapsack greedy both end here.
     Without ``build`` (and ``replay_schedule``) a finished log comes back :class:`Unbuilt`: valued on the
-    log, its schedule built only if asked for."""
+    log, its schedule built only if asked for. ``value``: the log's value where it is known already (an
+    unbuilt run's, not read off the log twice)."""
     if not build and not replay_schedule and log.finished:
         t1 = time.perf_counter()
         value = log_value(instance, log, objective)
@@ -406,8 +408,9 @@ def incumbent_of(
 
         def built() -> Incumbent:
             made = incumbent_of(
-                instance, log, label, params, objective, cost_model, decide_s=decide_s, replay_schedule=False
-            )
+                instance, log, label, params, objective, cost_model, decide_s=decide_s, replay_schedule=False,
+                value=value,
+            )  # fmt: skip
             assert isinstance(made, Incumbent)
             return made
 
@@ -435,7 +438,10 @@ def incumbent_of(
         trace = replay(instance, schedule, cost_model)
     else:
         trace = None
-    value = log_value(instance, log, objective) if trace is None else objective_function(objective)(trace)
+    if trace is not None:
+        value = objective_function(objective)(trace)
+    elif value is None:
+        value = log_value(instance, log, objective)
     stats = {
         "decide_s": decide_s,
         "build_s": t2 - t1,
