@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from kvsched.errors import InfeasibleInstanceError
 from kvsched.instances.io import load_csv_trace
-from kvsched.instances.model import Limits, Request, TimeModel, new_requests
+from kvsched.instances.model import Instance, Limits, Request, TimeModel, new_requests
 
 
 def test_new_requests_are_the_dataclass_s():
@@ -38,3 +39,26 @@ def test_a_csv_trace_s_requests(tmp_path: Path):
     inst = load_csv_trace(path, Limits(kv_capacity=64), TimeModel())
     assert inst.requests == (Request("r0", 0.5, 10, 3), Request("r1", 2.0, 7, 1))
     assert [type(r.prompt) for r in inst.requests] == [int, int]
+
+
+def test_a_feasible_instance_is_checked_once(monkeypatch):
+    # The greedies check their instance on every run; a frozen instance found feasible is not checked again,
+    # and one built from it with other limits (or another instance) is.
+    inst = Instance((Request("a", 0.0, 2, 2), Request("b", 0.0, 3, 4)), Limits(kv_capacity=8))
+    calls = []
+    real = Instance.check_requests
+    monkeypatch.setattr(Instance, "check_requests", lambda self: calls.append(self) or real(self))
+    inst.check_feasible()
+    inst.check_feasible()
+    inst.check_feasible(requests=False)
+    assert calls == [inst]
+    smaller = dataclasses.replace(inst, limits=Limits(kv_capacity=5))
+    with pytest.raises(InfeasibleInstanceError, match="request 'b': needs 6 KV tokens"):
+        smaller.check_feasible()
+    with pytest.raises(InfeasibleInstanceError):
+        smaller.check_feasible()  # a failed check is not remembered
+    # Checked without its requests, an instance is not remembered: the full check still runs.
+    other = Instance((Request("c", 0.0, 1, 1),), Limits(kv_capacity=8))
+    other.check_feasible(requests=False)
+    other.check_feasible()
+    assert calls == [inst, smaller, smaller, other]
