@@ -32,11 +32,12 @@ from kvsched.csp.incumbents import _kernel as K
 from kvsched.csp.incumbents.base import Incumbent, Unbuilt, entries_seconds
 from kvsched.csp.incumbents.complete import ITEMS_PER_REQUEST, reserved_batches
 from kvsched.csp.incumbents.log import BatchLog, sealed, with_room
-from kvsched.csp.incumbents.rules import rule_keys
+from kvsched.csp.incumbents.rules import kv_area, rule_keys
 from kvsched.csp.objectives import objective_function
 from kvsched.instances.model import Instance
 from kvsched.jit import is_compiled, use_compiled
 from kvsched.schedule.core import EngineState
+from kvsched.schedule.data import ProblemData
 from kvsched.schedule.ir import Batch, Run, Schedule
 from kvsched.schedule.validate import instance_cost_model, replay
 from kvsched.stop import Deadline
@@ -78,7 +79,7 @@ def run_estimate(instance: Instance, cost_model: CostModel) -> float:
     per_token = (
         UNIT_RUN_SECONDS_PER_TOKEN if isinstance(cost_model, UnitCost) else COSTLY_RUN_SECONDS_PER_TOKEN
     )
-    return per_token * sum(r.output for r in instance.requests)
+    return per_token * float(ProblemData.of(instance).output.sum())
 
 
 def interpreted_seconds(instance: Instance) -> float:
@@ -88,10 +89,9 @@ def interpreted_seconds(instance: Instance) -> float:
     holds at most M tokens of KV while request j holds at least ``I_j + k`` in
     its k-th generating batch (so at least its KV area over M batches in all).
     """
-    prompt = np.fromiter((r.prompt for r in instance.requests), dtype=np.float64, count=len(instance))
-    output = np.fromiter((r.output for r in instance.requests), dtype=np.float64, count=len(instance))
-    area = float(np.sum(prompt * output + output * (output - 1) / 2))
-    batches = max(float(output.max(initial=0.0)), area / instance.limits.kv_capacity)
+    data = ProblemData.of(instance)
+    area = float(np.sum(kv_area(data.prompt, data.output)))
+    batches = max(float(data.output.max(initial=0)), area / instance.limits.kv_capacity)
     return PY_SECONDS_PER_BATCH * batches
 
 
@@ -183,10 +183,11 @@ def decide(
     code, skey = rule_keys(instance, rule, priority, scale)
     lim = instance.limits
     ia = np.zeros((7, n), dtype=np.int64)
-    ia[0] = [r.prompt for r in instance.requests]
-    ia[1] = [r.output for r in instance.requests]
+    data = ProblemData.of(instance)
+    ia[0] = data.prompt
+    ia[1] = data.output
     fa = np.zeros((2, n), dtype=np.float64)
-    fa[0] = [r.arrival for r in instance.requests]
+    fa[0] = data.arrival
     fa[1] = skey
     const = isinstance(cost_model, UnitCost)
     batch_tokens, prefill_tokens = (
@@ -469,10 +470,8 @@ def log_value(instance: Instance, log: BatchLog, objective: str) -> float:
     that item's batch. Equal to the replay's value where the greedy's state mirrors the core's, which
     the tests check; the local search replays every candidate it keeps.
     """
-    n = len(instance)
-    prompt = np.fromiter((r.prompt for r in instance.requests), dtype=np.int64, count=n)
-    output = np.fromiter((r.output for r in instance.requests), dtype=np.int64, count=n)
-    arrival = np.fromiter((r.arrival for r in instance.requests), dtype=np.float64, count=n)
+    data = ProblemData.of(instance)
+    n, prompt, output, arrival = data.n, data.prompt, data.output, data.arrival
     ends = log.start + log.duration
     batch = np.repeat(np.arange(log.num_batches), np.diff(log.item_ptr))
     known = log.context + log.tokens
@@ -540,7 +539,7 @@ def greedy(
     if deadline is not None and deadline.bounded:
         # Where even a run in the cheapest mode is expected to overrun, every batch is decided that way:
         # a preempting start evicts more, and the replay (most of a run) grows with the evictions.
-        tokens = sum(r.output for r in instance.requests)
+        tokens = int(ProblemData.of(instance).output.sum())
         if deadline.remaining() < CHEAP_SECONDS_PER_TOKEN * tokens:
             deadline = Deadline(time.monotonic(), deadline.limit)
     log = decide(

@@ -61,6 +61,7 @@ from kvsched.csp.objectives import objective_function
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.jit import is_compiled, use_compiled
+from kvsched.schedule.data import ProblemData
 from kvsched.schedule.validate import instance_cost_model
 from kvsched.stop import Deadline
 
@@ -176,10 +177,11 @@ def decide(
         )  # about 8 slots a request at memory load 1
     lim = instance.limits
     ia = np.zeros((7, n), dtype=np.int64)  # phase (row 6) starts at PREFILL = 0
-    ia[0] = [r.prompt for r in instance.requests]
-    ia[1] = [r.output for r in instance.requests]
+    data = ProblemData.of(instance)
+    ia[0] = data.prompt
+    ia[1] = data.output
     fa = np.zeros((4, n), dtype=np.float64)
-    fa[0] = [r.arrival for r in instance.requests]
+    fa[0] = data.arrival
     fa[1] = 1.0 if scale is None else np.asarray(scale, dtype=np.float64)
     if not np.all(np.isfinite(fa[1]) & (fa[1] > 0)):
         raise InputError("knapsack greedy: every scale must be a positive number")

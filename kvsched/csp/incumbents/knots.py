@@ -21,6 +21,7 @@ import numpy as np
 from kvsched.costmodel.base import CostModel
 from kvsched.csp.incumbents.rules import kv_area
 from kvsched.instances.model import Instance, Limits
+from kvsched.schedule.data import ProblemData
 
 #: A knot is a cliff when the token term jumps by at least this share of its value there.
 CLIFF = 0.1
@@ -74,7 +75,7 @@ def prompt_scale(instance: Instance, cost_model: CostModel, token_cap: int) -> n
     if token_term is None or b1 <= 0.0 or token_cap <= 0:
         return None
     weight = float(token_term(float(token_cap))) / token_cap / b1
-    prompt = np.fromiter((r.prompt for r in instance.requests), dtype=np.float64, count=len(instance))
-    output = np.fromiter((r.output for r in instance.requests), dtype=np.float64, count=len(instance))
-    area = np.maximum(kv_area(prompt, output), 1.0)
+    data = ProblemData.of(instance)
+    prompt = data.prompt.astype(np.float64)
+    area = np.maximum(kv_area(prompt, data.output), 1.0)
     return 1.0 + weight * prompt / area

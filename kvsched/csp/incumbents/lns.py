@@ -42,6 +42,7 @@ from kvsched.csp.incumbents.knots import PROMPT_WEIGHTED, prompt_scale
 from kvsched.csp.incumbents.rules import kv_area
 from kvsched.instances.model import Instance
 from kvsched.jit import compile_seconds, is_compiled
+from kvsched.schedule.data import ProblemData
 from kvsched.schedule.validate import Trace, instance_cost_model, replay
 from kvsched.stop import Deadline
 
@@ -405,8 +406,8 @@ def improve(
     cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
     rng = np.random.default_rng(seed)
     n = len(instance)
-    prompt = np.array([r.prompt for r in instance.requests], dtype=np.int64)
-    output = np.array([r.output for r in instance.requests], dtype=np.int64)
+    data = ProblemData.of(instance)
+    prompt, output = data.prompt, data.output
     best = incumbent
     evaluations = accepted = 0
     # A candidate costs one greedy run (decide and build; valued on the greedy's own log, and replayed

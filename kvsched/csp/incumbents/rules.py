@@ -17,6 +17,7 @@ import numpy as np
 from kvsched.csp.incumbents._kernel import REMAINING_AREA, REMAINING_OUTPUT, STATIC
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
+from kvsched.schedule.data import ProblemData
 
 
 def kv_area(prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
@@ -26,18 +27,14 @@ def kv_area(prompt: np.ndarray, output: np.ndarray) -> np.ndarray:
 
 
 def _columns(instance: Instance) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    reqs = instance.requests
-    return (
-        np.array([r.prompt for r in reqs], dtype=np.int64),
-        np.array([r.output for r in reqs], dtype=np.int64),
-        np.array([r.arrival for r in reqs], dtype=np.float64),
-    )
+    data = ProblemData.of(instance)  # read-only: a rule's keys are new arrays
+    return data.prompt, data.output, data.arrival
 
 
 def _static(fn: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]):
     def keys(instance: Instance) -> tuple[int, np.ndarray]:
         prompt, output, arrival = _columns(instance)
-        return STATIC, np.asarray(fn(prompt, output, arrival), dtype=np.float64)
+        return STATIC, np.array(fn(prompt, output, arrival), dtype=np.float64)  # a copy: fcfs's is arrival
 
     return keys
 
