@@ -140,3 +140,55 @@ def test_an_unbuilt_run_is_valued_on_its_log_and_builds_the_same_schedule_when_a
         assert all(
             a.start == b.start for a, b in zip(kept.schedule.entries, whole.schedule.entries, strict=True)
         )
+
+
+def test_the_local_search_replays_only_the_schedules_it_ends_with(monkeypatch):
+    """Candidates move the search on their log values; a search builds and replays only its winner (one
+    per line of search), and what it returns is the core's replay of the best."""
+    from kvsched.csp.incumbents import greedy
+    from kvsched.csp.incumbents.lns import improve
+    from kvsched.stop import Deadline
+    from tests.incumbent_instances import make_instance, objective_value
+
+    built: list[int] = []
+    real = BatchLog.to_schedule
+
+    def counted(self, meta=None):
+        built.append(self.num_batches)
+        return real(self, meta)
+
+    rng = np.random.default_rng(8)
+    for seed in range(3):
+        reqs = [
+            (int(rng.integers(1, 30)), int(rng.integers(1, 20)), float(rng.integers(0, 30)))
+            for _ in range(30)
+        ]
+        inst = make_instance(reqs, 60)
+        start = greedy(inst, "remaining-area", fill=True)
+        monkeypatch.setattr(BatchLog, "to_schedule", counted)
+        built.clear()
+        got = improve(inst, start, Deadline.after(30.0), seed=seed, kick_patience=0)
+        monkeypatch.setattr(BatchLog, "to_schedule", real)
+        assert got.stats["evaluations"] > 10 * len(built)
+        assert len(built) <= 2  # the scales' search and the static orders', each its winner at most
+        assert got.trace is not None and got.value == objective_value(inst, got) <= start.value
+
+
+def test_a_winner_whose_replay_does_not_beat_the_start_is_not_returned():
+    # Should a log's value ever disagree with the replay, the search keeps the schedule it started from.
+    from kvsched.csp.incumbents import greedy
+    from kvsched.csp.incumbents.base import Unbuilt
+    from kvsched.csp.incumbents.lns import _settled
+    from kvsched.schedule.validate import instance_cost_model
+    from tests.incumbent_instances import make_instance
+
+    inst = make_instance([(5, 4, 0.0), (3, 6, 1.0), (8, 2, 2.0)], 12)
+    start = greedy(inst, "remaining-area")
+    worse = greedy(inst, "fcfs", preempt=False, replay_schedule=False)
+    model = instance_cost_model(inst)
+    assert worse.value >= start.value
+    liar = Unbuilt("lns", start.value - 5.0, start.objective, {}, lambda: worse)
+    assert _settled(inst, liar, start, model) is start
+    honest = Unbuilt("lns", start.value - 5.0, start.objective, {}, lambda: start)
+    assert _settled(inst, start, start, model) is start
+    assert _settled(inst, honest, start, model) is start  # the same schedule: not strictly better

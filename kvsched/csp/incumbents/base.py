@@ -55,7 +55,7 @@ class Unbuilt:
 
     The local search discards most of its candidates on that value alone, and building a schedule from a
     greedy's log took as long as deciding it (1k Azure code requests: 7 ms deciding, 14 ms building): a
-    candidate is built only where it is kept (:func:`confirmed`).
+    candidate is built only where a search ends with it (:func:`confirmed`).
 
     Parameters
     ----------

@@ -468,7 +468,7 @@ def log_value(instance: Instance, log: BatchLog, objective: str) -> float:
     reaches I_j, and its last in the first that reaches I_j + O_j - 1 (known tokens only grow to it at
     the final op, whether a decode, a prefill or a refill's last chunk); each completes at the end of
     that item's batch. Equal to the replay's value where the greedy's state mirrors the core's, which
-    the tests check; the local search replays every candidate it keeps.
+    the tests check; the local search builds and replays the schedules it ends with.
     """
     data = ProblemData.of(instance)
     n, prompt, output, arrival = data.n, data.prompt, data.output, data.arrival
@@ -524,7 +524,7 @@ def greedy(
     ``replay_schedule=False`` skips the replay: ``value`` is then read off the greedy's own log
     (:func:`log_value`) and ``trace`` is None; with ``build=False`` as well the run comes back
     :class:`~kvsched.csp.incumbents.base.Unbuilt`, its schedule not built until asked for. The local
-    search uses both for candidates it may discard, and builds and replays every one it keeps.
+    search uses both for its candidates, and builds and replays only the ones it ends with.
     Where even a run in the cheapest mode is expected to take longer than what is left of
     ``deadline`` (:data:`CHEAP_SECONDS_PER_TOKEN`), it runs in that mode from the start.
 

@@ -193,6 +193,23 @@ def _kept(
     return cand if cand.value < value - 1e-9 else None
 
 
+def _settled(
+    instance: Instance, best: Incumbent | Unbuilt, start: Incumbent, cost_model: CostModel
+) -> Incumbent:
+    """A search's winner ``best`` built and replayed, or ``start`` where the replay does not beat it.
+
+    A search moves from candidate to candidate on their values read off the greedy's log and builds and
+    replays only the one it ends with: replaying every candidate it moved through took 30-65% of 20 s
+    searches at 1k requests (Azure code, Azure conversations, ShareGPT). The log's value equals the
+    replay's (tested); should they ever differ, the search still returns a replayed schedule, never a
+    value the core did not confirm.
+    """
+    if best is start:
+        return start
+    made = confirmed(instance, best, cost_model)
+    return made if made.value < start.value - 1e-9 else start
+
+
 def _guided_search(
     instance: Instance,
     best: Incumbent,
@@ -268,6 +285,8 @@ def _scaled_search(
     """
     n = len(order)
     scale = np.ones(len(instance), dtype=np.float64) if scale is None else scale.copy()
+    start, start_scale = best, scale
+    winner: Incumbent | Unbuilt = best
     value = best.value
     evaluations = accepted = 0
     name = f"lns({best.name})"
@@ -289,17 +308,18 @@ def _scaled_search(
                     break
                 trial = scale.copy()
                 trial[members] *= factor
-                cand = _try_scales(instance, rerun, trial, value, deadline, name, cost_model, run_s)
+                cand = _timed(rerun, trial, deadline, name, run_s)
                 evaluations += 1
-                if cand is not None:
+                if cand.value < value - 1e-9:  # on the log's value: only the winner is replayed
                     scale, value, improved = trial, cand.value, True
-                    best, accepted = cand, accepted + 1
+                    winner, accepted = cand, accepted + 1
                     break  # the next window
             if not fits():
                 break
         if not fits() or (size == window and not improved):
             break
-    return best, scale, evaluations, accepted
+    best = _settled(instance, winner, start, cost_model)
+    return (best, scale, evaluations, accepted) if best is not start else (start, start_scale, evaluations, 0)
 
 
 def _kicked_search(
@@ -474,11 +494,15 @@ def improve(
             order = completion_order(instance, incumbent)
         else:
             order = np.lexsort((np.arange(n), np.asarray(keys, dtype=np.float64)))
-        current = confirmed(instance, simulate(order), cost_model)
+        # The static orders' line of search moves on the log's values; only its best, where it beats the
+        # schedule so far, is built and replayed (at the end).
+        before = best
+        winner: Incumbent | Unbuilt = best
+        first = simulate(order)
         evaluations += 1
-        value = current.value
-        if value < best.value:
-            best, accepted = current, accepted + 1
+        value = first.value
+        if value < winner.value - 1e-9:
+            winner, accepted = first, accepted + 1
         step = max(1, window // 2)
         for _ in range(max_passes):
             improved = False
@@ -489,16 +513,17 @@ def improve(
                         break
                     trial = order.copy()
                     trial[lo:hi] = moved
-                    cand = _kept(instance, simulate(trial), value, cost_model)
+                    cand = simulate(trial)
                     evaluations += 1
-                    if cand is not None:
+                    if cand.value < value - 1e-9:
                         order, value, improved = trial, cand.value, True
-                        if cand.value < best.value:
-                            best, accepted = cand, accepted + 1
+                        if cand.value < winner.value - 1e-9:
+                            winner, accepted = cand, accepted + 1
                 if not fits():
                     break
             if not improved or not fits():
                 break
+        best = _settled(instance, winner, before, cost_model)
     if guide is not None and dynamic is not None and fits():
         # The guided moves changed where the windows started; where both searches ended before the deadline
         # (small instances), the windows also go from the incumbent's own scales: Azure code 100 with
