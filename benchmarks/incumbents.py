@@ -18,6 +18,17 @@ Cases:
   the summed peaks; notes 005 Sec. 2.2: greedy about 3770 (KV 30%) against the time-indexed eviction-free
   optimum 3836 (LP 3817.5).
 
+With ``--folder DIR`` it times instead the runs of the instances ``benchmarks/regret_scale.py`` wrote there
+(``--rows``: their names; default the 1k rows with arrivals), the local search's raw material::
+
+    python benchmarks/incumbents.py --folder DIR --lns 20
+    python benchmarks/incumbents.py --folder DIR --rows sharegpt-10k-rho1 azure-conv-10k-rho1-c2048
+
+One row per producer and instance: a run's seconds deciding (the kernel), building the schedule from its
+log, valuing it on the log and replaying it through the core; then, where ``--lns`` is given, the local
+search for that many seconds from the filling greedy's schedule: the candidates it simulated and kept and
+the value it reached.
+
 Columns: the first greedy (smallest remaining area first, preemptive) with its time split into deciding
 (compiled kernel), building the Schedule and replaying it through the core; best_incumbent within
 ``--limit`` seconds (greedy variants, then the fast policies when the estimate fits); the best policy it
@@ -72,18 +83,74 @@ CASES: dict[str, Callable[[], Instance]] = {
 }
 
 
+#: The regret_scale rows ``--folder`` times by default.
+ROWS = ("sharegpt-1k-rho1", "azure-conv-1k-rho1", "azure-code-1k-rho1", "azure-code-1k-rho1-c2048")
+
+
+def _split(make: Callable[..., object], inst: Instance) -> tuple[float, dict[str, float]]:
+    """One run of ``make`` timed by part: deciding, building, valuing on the log, replaying (seconds)."""
+    whole = make(inst)  # built and replayed
+    unbuilt = make(inst, replay_schedule=False, build=False)  # valued on the log only
+    parts = {k: float(whole.stats[k]) for k in ("decide_s", "build_s", "replay_s")}
+    parts["value_s"] = float(unbuilt.stats.get("value_s", math.nan))
+    return whole.value, parts
+
+
+def timed_rows(folder: str, rows: list[str], lns: float, console: Console) -> None:
+    """The ``--folder`` table: each producer's run split by part, and the local search's candidates."""
+    from kvsched.csp.incumbents.knapsack import applies, knapsack
+    from kvsched.instances import load_instance
+
+    table = Table(title="runs by part (wall seconds on a shared 2-core machine: read ratios)")
+    for col in ("row", "n", "producer", "value", "decide", "build", "value on log", "replay", "lns"):
+        table.add_column(col, justify="left" if col in ("row", "producer", "lns") else "right")
+    for row in rows:
+        inst = load_instance(f"{folder}/{row}.json")
+        producers: dict[str, Callable[..., object]] = {
+            "greedy (filling)": lambda i, **kw: greedy(i, "remaining-area", fill=True, **kw)
+        }
+        if applies(inst):
+            producers["knapsack"] = lambda i, **kw: knapsack(i, **kw)
+        for name, make in producers.items():
+            value, parts = _split(make, inst)
+            searched = "-"
+            if lns > 0 and name.startswith("greedy"):
+                start = make(inst)
+                better = improve(inst, start, Deadline.after(lns), fill=True)
+                searched = (
+                    f"{better.stats['evaluations']} candidates, {better.stats['accepted']} kept: "
+                    f"{start.value:.6g} -> {better.value:.6g}"
+                )
+            table.add_row(
+                row, str(len(inst)), name, f"{value:.6g}",
+                *(f"{parts[k]:.3f}" for k in ("decide_s", "build_s", "value_s", "replay_s")), searched,
+            )  # fmt: skip
+        console.print(f"done {row}", style="dim")
+    console.print(table)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", action="append", choices=sorted(CASES), help="run only these cases")
+    parser.add_argument(
+        "--folder", help="time the runs of benchmarks/regret_scale.py's instances in this folder"
+    )
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), help="with --folder: the instances' names")
     parser.add_argument("--limit", type=float, default=20.0, help="best_incumbent's deadline in seconds")
     parser.add_argument(
-        "--lns", type=float, default=0.0, help="LNS seconds per case with n <= 1000 (0: none)"
+        "--lns",
+        type=float,
+        default=0.0,
+        help="LNS seconds per case with n <= 1000 (0: none); with --folder per row",
     )
     args = parser.parse_args(argv)
     console = Console(width=220)
     t0 = time.perf_counter()
     greedy(_scaled(5, 1, 0.5))  # load the compiled kernel (from numba's cache, or compile it) once
     console.print(f"kernel ready in {time.perf_counter() - t0:.1f} s")
+    if args.folder:
+        timed_rows(args.folder, args.rows, args.lns, console)
+        return 0
     table = Table(title="incumbents (wall seconds on a shared 2-core machine)")
     for col in (
         "case",
