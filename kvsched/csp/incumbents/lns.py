@@ -498,11 +498,12 @@ def improve(
         # schedule so far, is built and replayed (at the end).
         before = best
         winner: Incumbent | Unbuilt = best
+        static_kept = 0
         first = simulate(order)
         evaluations += 1
         value = first.value
         if value < winner.value - 1e-9:
-            winner, accepted = first, accepted + 1
+            winner, static_kept = first, 1
         step = max(1, window // 2)
         for _ in range(max_passes):
             improved = False
@@ -518,12 +519,13 @@ def improve(
                     if cand.value < value - 1e-9:
                         order, value, improved = trial, cand.value, True
                         if cand.value < winner.value - 1e-9:
-                            winner, accepted = cand, accepted + 1
+                            winner, static_kept = cand, static_kept + 1
                 if not fits():
                     break
             if not improved or not fits():
                 break
         best = _settled(instance, winner, before, cost_model)
+        accepted += static_kept if best is not before else 0
     if guide is not None and dynamic is not None and fits():
         # The guided moves changed where the windows started; where both searches ended before the deadline
         # (small instances), the windows also go from the incumbent's own scales: Azure code 100 with
