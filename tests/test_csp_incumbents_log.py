@@ -41,23 +41,35 @@ def test_a_schedule_shares_a_sealed_log_and_copies_one_that_may_still_be_written
     assert not copied.batches[1].requests.flags.writeable
 
 
-def test_the_greedys_final_log_is_sealed_and_a_probe_taken_mid_run_is_a_copy():
+def test_the_greedys_final_log_is_sealed_and_a_probe_taken_mid_run_is_a_copy(monkeypatch):
+    """The probe a run takes of its first batches (to price finishing against ``stop``) copies them out of the
+    kernel's buffers, which the kernel goes on writing; the final log is a sealed view of them."""
+    from kvsched.stop import Deadline
     from tests.incumbent_instances import make_instance
 
     rng = np.random.default_rng(3)
-    reqs = [(int(rng.integers(1, 9)), int(rng.integers(1, 9)), float(rng.integers(0, 5))) for _ in range(12)]
+    reqs = [(int(rng.integers(1, 9)), int(rng.integers(1, 9)), float(rng.integers(0, 5))) for _ in range(40)]
     inst = make_instance(reqs, 16)
     log = greedy_decide(inst, "remaining-area")
     assert not any(a.flags.writeable for a in (log.requests, log.tokens, log.context, log.phases))
-    probe = greedy_module._log(
-        *(np.array(x) for x in ([log.start, log.duration], [log.item_ptr, log.ev_ptr])),
-        np.array([log.requests, log.tokens, log.context, log.phases.astype(np.int64)]),
-        log.evicted.copy(),
-        np.array([0, 0, 0, log.num_batches, log.requests.size, log.evicted.size, 12, 0, 0]),
-        12,
-        upto=1,
-    )
-    assert probe.requests.flags.writeable and probe.num_batches == 1
+
+    probes: list[tuple[BatchLog, list]] = []
+    real = greedy_module._finish_probe
+
+    def captured(instance, cost_model, probe):
+        probes.append((probe, probe.requests.tolist()))
+        return real(instance, cost_model, probe)
+
+    monkeypatch.setattr(greedy_module, "_finish_probe", captured)
+    monkeypatch.setattr(greedy_module, "PROBE_BATCHES", 3)
+    monkeypatch.setattr(greedy_module, "CHUNK_PY", 4)  # the interpreted kernel hands back every 4 batches
+    # A stop already past: the probe is taken after the first chunk, and the run is then cut short.
+    whole = greedy_decide(inst, "remaining-area", jit=False, stop=Deadline.after(1e-9))
+    ((probe, seen),) = probes
+    assert probe.num_batches == 3 and probe.requests.flags.writeable  # the first 3 of the 4 decided
+    assert probe.requests.tolist() == seen  # the kernel wrote on after the probe, not into it
+    assert not np.shares_memory(probe.requests, whole.requests)
+    assert seen == whole.requests[: probe.item_ptr[-1]].tolist()
 
 
 def _folded_reference(log: BatchLog) -> list[tuple[int, int]]:
