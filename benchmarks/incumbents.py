@@ -41,12 +41,14 @@ import argparse
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from kvsched.csp.incumbents import greedy
+from kvsched.csp.incumbents.base import Incumbent
 from kvsched.csp.incumbents.best import best_incumbent
 from kvsched.csp.incumbents.lns import improve
 from kvsched.csp.incumbents.rules import kv_area
@@ -87,13 +89,14 @@ CASES: dict[str, Callable[[], Instance]] = {
 ROWS = ("sharegpt-1k-rho1", "azure-conv-1k-rho1", "azure-code-1k-rho1", "azure-code-1k-rho1-c2048")
 
 
-def _split(make: Callable[..., object], inst: Instance) -> tuple[float, dict[str, float]]:
-    """One run of ``make`` timed by part: deciding, building, valuing on the log, replaying (seconds)."""
+def _split(make: Callable[..., Any], inst: Instance) -> tuple[Incumbent, dict[str, float]]:
+    """One run of ``make`` timed by part: deciding, building, valuing on the log, replaying (seconds); the
+    run's replayed incumbent with them."""
     whole = make(inst)  # built and replayed
     unbuilt = make(inst, replay_schedule=False, build=False)  # valued on the log only
     parts = {k: float(whole.stats[k]) for k in ("decide_s", "build_s", "replay_s")}
     parts["value_s"] = float(unbuilt.stats.get("value_s", math.nan))
-    return whole.value, parts
+    return whole, parts
 
 
 def timed_rows(folder: str, rows: list[str], lns: float, console: Console) -> None:
@@ -112,17 +115,16 @@ def timed_rows(folder: str, rows: list[str], lns: float, console: Console) -> No
         if applies(inst):
             producers["knapsack"] = lambda i, **kw: knapsack(i, **kw)
         for name, make in producers.items():
-            value, parts = _split(make, inst)
+            start, parts = _split(make, inst)
             searched = "-"
             if lns > 0 and name.startswith("greedy"):
-                start = make(inst)
                 better = improve(inst, start, Deadline.after(lns), fill=True)
                 searched = (
                     f"{better.stats['evaluations']} candidates, {better.stats['accepted']} kept: "
                     f"{start.value:.6g} -> {better.value:.6g}"
                 )
             table.add_row(
-                row, str(len(inst)), name, f"{value:.6g}",
+                row, str(len(inst)), name, f"{start.value:.6g}",
                 *(f"{parts[k]:.3f}" for k in ("decide_s", "build_s", "value_s", "replay_s")), searched,
             )  # fmt: skip
         console.print(f"done {row}", style="dim")
