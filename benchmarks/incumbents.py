@@ -151,7 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     greedy(_scaled(5, 1, 0.5))  # load the compiled kernel (from numba's cache, or compile it) once
     console.print(f"kernel ready in {time.perf_counter() - t0:.1f} s")
     if args.folder:
-        timed_rows(args.folder, args.rows, args.lns, console)
+        from kvsched.errors import KvschedError
+
+        try:
+            timed_rows(args.folder, args.rows, args.lns, console)
+        except KvschedError as exc:  # a missing or malformed instance file: one line, no traceback
+            console.print(f"benchmarks/incumbents.py: error: {exc}", style="red", markup=False)
+            return 2
         return 0
     table = Table(title="incumbents (wall seconds on a shared 2-core machine)")
     for col in (
