@@ -109,10 +109,16 @@ class LinearModel:
         self.indicators.append(Indicator(var, int(value), row))
 
     # ------------------------------------------------------------ derived rows
-    def activity_bounds(self, row: Row) -> tuple[float, float]:
-        """Smallest and largest value ``row``'s left side can take within the variable bounds."""
-        lb = np.asarray(self.lb)[row.idx]
-        ub = np.asarray(self.ub)[row.idx]
+    def activity_bounds(
+        self, row: Row, bounds: tuple[np.ndarray, np.ndarray] | None = None
+    ) -> tuple[float, float]:
+        """Smallest and largest value ``row``'s left side can take within the variable bounds.
+
+        ``bounds``: the variables' bounds as arrays, when the caller has them (converting the lists
+        costs O(variables) a call, and :meth:`big_m_rows` makes one call per indicator).
+        """
+        lbs, ubs = bounds if bounds is not None else (np.asarray(self.lb), np.asarray(self.ub))
+        lb, ub = lbs[row.idx], ubs[row.idx]
         pos = row.coef > 0
         lo = float(np.sum(np.where(pos, row.coef * lb, row.coef * ub)))
         hi = float(np.sum(np.where(pos, row.coef * ub, row.coef * lb)))
@@ -121,9 +127,10 @@ class LinearModel:
     def big_m_rows(self) -> list[Row]:
         """Each indicator as at most two plain rows with the tightest valid big-M."""
         out: list[Row] = []
+        bounds = (np.asarray(self.lb), np.asarray(self.ub))
         for ind in self.indicators:
             row = ind.row
-            amin, amax = self.activity_bounds(row)
+            amin, amax = self.activity_bounds(row, bounds)
             z = ind.var
             idx = np.append(row.idx, z)
             if row.hi < INF and amax > row.hi:
