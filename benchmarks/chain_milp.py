@@ -91,7 +91,6 @@ from rich.console import Console
 from rich.table import Table
 
 from kvsched.costmodel import UnitCost
-from kvsched.csp.backends.highs import stop_at
 from kvsched.csp.bounds import chain_lagrangian
 from kvsched.csp.bounds._chain_kernels import op_weights
 from kvsched.csp.bounds.chain import ChainData
@@ -450,7 +449,8 @@ def solve_chain_milp(
     h.addCols(
         n, model.cost, np.zeros(n), np.ones(n), model.index.size, model.start[:-1], model.index, model.value
     )
-    stop_at(h, deadline)
+    for callback in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):  # HiGHS's limit misses some
+        callback.subscribe(lambda event: event.interrupt() if deadline.expired() else None)
     if lp and not deadline.expired():
         h.setOptionValue("time_limit", max(0.01, min(lp_limit, deadline.remaining() - MARGIN)))
         began = time.perf_counter()

@@ -8,8 +8,12 @@ value that is also a bound. Anything else (errors, infeasible, unbounded) gives
 no bound.
 
 Deadline: HiGHS's own ``time_limit`` is not checked everywhere in presolve
-(HiGHS issues #2226, #2478), so the run also subscribes to the simplex, IPM and
-MIP interrupt callbacks and interrupts itself once the deadline has passed.
+(HiGHS issues #2226, #2478), so every run goes through
+:func:`kvsched.highs.run_highs`: it interrupts itself from the simplex, IPM and
+MIP callbacks once the deadline has passed, and a run still inside presolve at
+the deadline is left behind (no solution, no bound) rather than waited for. A
+model too large for its presolve to fit the time left is solved without it
+(:data:`PRESOLVE_NONZEROS_PER_SECOND`).
 """
 
 from __future__ import annotations
@@ -21,11 +25,16 @@ import numpy as np
 from kvsched.csp.backends.options import RawSolution, SolverOptions
 from kvsched.csp.model import INF, LinearModel, Row
 from kvsched.csp.result import AnytimePoint, SolveStatus
-from kvsched.highs import use_highs_threads
+from kvsched.highs import run_highs, use_highs_threads
 from kvsched.stop import Deadline
 
 #: Seconds kept between HiGHS's own time limit and the deadline (reading the solution back).
 MARGIN = 0.05
+#: Nonzeros that each second left pays for before HiGHS's presolve is switched off. Presolve does not
+#: stop at the time limit (above) and ran at 24,000 nonzeros a second on the batch-indexed model of 6
+#: chunked requests (1.5M nonzeros, 62 s) and at 64,000-76,000 on models of 50,000-100,000 nonzeros
+#: (0.7-1.6 s, 2 cores): above this rate it would take about half the time left, or all of it.
+PRESOLVE_NONZEROS_PER_SECOND = 10_000
 
 
 def all_rows(model: LinearModel) -> list[Row]:
@@ -59,17 +68,6 @@ def highs_model(model: LinearModel):  # -> highspy.Highs
         h.addRows(len(rows), lo, hi, index.size, starts, index, value)
     h.changeObjectiveOffset(model.obj_offset)
     return h
-
-
-def stop_at(h, deadline: Deadline) -> None:  # h: highspy.Highs
-    """Make ``h`` interrupt itself once ``deadline`` has passed (simplex, IPM and MIP callbacks)."""
-
-    def check(event) -> None:
-        if deadline.expired():
-            event.interrupt()
-
-    for callback in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):
-        callback.subscribe(check)
 
 
 def _time_limit(deadline: Deadline) -> float:
@@ -110,7 +108,8 @@ def solve_highs(model: LinearModel, options: SolverOptions, deadline: Deadline) 
         )
 
     h.cbMipImprovingSolution.subscribe(on_improve)
-    stop_at(h, deadline)
+    if deadline.bounded and model.num_nonzeros > PRESOLVE_NONZEROS_PER_SECOND * deadline.remaining():
+        h.setOptionValue("presolve", "off")
     if model.hint is not None:
         sol = highspy.HighsSolution()
         sol.col_value = [float(v) for v in model.hint]
@@ -118,8 +117,10 @@ def solve_highs(model: LinearModel, options: SolverOptions, deadline: Deadline) 
         h.setSolution(sol)
     use_highs_threads(options.threads)
     start = time.perf_counter()
-    run_status = h.run()
+    run_status = run_highs(h, deadline)
     runtime = time.perf_counter() - start
+    if run_status is None:  # still in presolve at the deadline: nothing HiGHS found can be read
+        return RawSolution(SolveStatus.UNKNOWN, None, None, None, runtime, tuple(points), "deadline")
     if run_status == highspy.HighsStatus.kError:
         raise RuntimeError(f"HiGHS failed to run: {h.modelStatusToString(h.getModelStatus())}")
     ms = h.getModelStatus()
@@ -162,10 +163,8 @@ def lp_relaxation(
         h.changeColsIntegrality(ints.size, ints, np.array([highspy.HighsVarType.kContinuous] * ints.size))
     h.setOptionValue("threads", options.threads)
     h.setOptionValue("time_limit", _time_limit(deadline))
-    stop_at(h, deadline)
     use_highs_threads(options.threads)
-    h.run()
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+    if run_highs(h, deadline) is None or h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
     return h.getInfo().objective_function_value, np.asarray(h.getSolution().row_dual)
 

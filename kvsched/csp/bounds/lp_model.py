@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kvsched.csp.certificate import Bound
-from kvsched.highs import new_highs
+from kvsched.highs import new_highs, run_highs
 from kvsched.stop import Deadline
 
 #: Relative safety margin on a reported value (float rounding in the dual evaluation).
@@ -247,7 +247,8 @@ def solve_lp(
     lp.a_matrix_.index_ = ri[order]
     lp.a_matrix_.value_ = vi[order]
     h.passModel(lp)
-    h.run()
+    if run_highs(h, deadline) is None:  # still in presolve at the deadline
+        return None, "deadline (in presolve)", None
     status = h.modelStatusToString(h.getModelStatus())
     sol = h.getSolution()
     if not sol.dual_valid:

@@ -1,0 +1,107 @@
+"""HiGHS runs end by their deadline even where HiGHS checks neither its time limit nor its callbacks."""
+
+import time
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+import kvsched.csp.backends.highs as backend
+import kvsched.highs as highs
+from kvsched.csp import Deadline, SolverOptions, SolveStatus, solve
+from kvsched.csp.model import LinearModel
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
+
+
+class _Callback:
+    def __init__(self) -> None:
+        self.subscribers = []
+
+    def subscribe(self, f) -> None:
+        self.subscribers.append(f)
+
+
+def _deaf_highs(seconds: float):
+    """A stand-in for a HiGHS instance inside presolve: it runs ``seconds`` and polls no callback."""
+    h = SimpleNamespace(
+        cbSimplexInterrupt=_Callback(), cbIpmInterrupt=_Callback(), cbMipInterrupt=_Callback(), ran=[]
+    )
+
+    def run():
+        time.sleep(seconds)
+        h.ran.append(True)
+        return "ok"
+
+    h.run = run
+    return h
+
+
+def test_a_run_that_polls_nothing_is_left_behind_at_the_deadline():
+    h = _deaf_highs(1.5)
+    start = time.perf_counter()
+    assert highs.run_highs(h, Deadline.after(0.2)) is None
+    assert time.perf_counter() - start < 0.2 + highs.OVERRUN_GRACE + 0.3
+    # The next run waits for it: HiGHS runs share one thread pool.
+    assert not h.ran
+    highs.settle()
+    assert h.ran and not highs._left_behind
+
+
+def test_a_run_within_its_deadline_returns_its_status_and_subscribes_the_interrupts():
+    h = _deaf_highs(0.01)
+    assert highs.run_highs(h, Deadline.after(5.0)) == "ok"
+    for callback in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):
+        (check,) = callback.subscribers
+        event = SimpleNamespace(interrupted=False)
+        event.interrupt = lambda event=event: setattr(event, "interrupted", True)
+        check(event)
+        assert not event.interrupted  # the deadline is still ahead
+
+
+def test_a_real_milp_stops_by_its_deadline():
+    # A knapsack-like model HiGHS cannot finish in 0.3 s on most machines; either way it is back in time.
+    m = LinearModel()
+    rng = np.random.default_rng(0)
+    xs = [m.add_var(f"x{k}", 0, 1, obj=-float(v)) for k, v in enumerate(rng.integers(50, 100, 400))]
+    for _ in range(30):
+        m.add_row(xs, rng.integers(1, 60, len(xs)).astype(float), -np.inf, 2_000.0)
+    start = time.perf_counter()
+    raw = backend.solve_highs(m, SolverOptions(threads=1), Deadline.after(0.3))
+    assert time.perf_counter() - start < 0.3 + highs.OVERRUN_GRACE + 0.5
+    assert raw.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE, SolveStatus.UNKNOWN)
+
+
+def test_presolve_is_off_for_a_model_too_large_for_the_time_left(monkeypatch):
+    # Same answer without presolve: only the time it may take changes.
+    m = LinearModel()
+    xs = [m.add_var(f"x{k}", 0, 3, obj=-1.0) for k in range(4)]
+    m.add_row(xs, [2.0, 3.0, 4.0, 5.0], -np.inf, 11.0)
+    seen = []
+    real = backend.highs_model
+
+    def spy(model):
+        h = real(model)
+        original = h.setOptionValue
+        h.setOptionValue = lambda name, value: (seen.append((name, value)), original(name, value))[1]
+        return h
+
+    monkeypatch.setattr(backend, "highs_model", spy)
+    on = backend.solve_highs(m, SolverOptions(threads=1), Deadline.after(30.0))
+    assert ("presolve", "off") not in seen
+    monkeypatch.setattr(backend, "PRESOLVE_NONZEROS_PER_SECOND", 0.01)
+    off = backend.solve_highs(m, SolverOptions(threads=1), Deadline.after(30.0))
+    assert ("presolve", "off") in seen
+    assert on.status == off.status == SolveStatus.OPTIMAL and on.objective == pytest.approx(off.objective)
+
+
+def test_a_solve_whose_back_end_is_left_behind_returns_its_schedule_and_no_back_end_bound(monkeypatch):
+    inst = Instance(
+        (Request("a", 0.0, 2, 3), Request("b", 0.0, 1, 2), Request("c", 1.0, 3, 2)),
+        Limits(kv_capacity=6),
+        TimeModel("unit"),
+    )
+    monkeypatch.setattr(backend, "run_highs", lambda h, deadline: None)
+    result = solve(inst, formulation="batch", solver="highs", options=SolverOptions(time_limit=20, threads=1))
+    assert result.schedule is not None and result.status == SolveStatus.FEASIBLE
+    assert result.stopped == "deadline"
+    assert all(b.source != "highs" for b in result.bounds)
