@@ -49,7 +49,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -58,6 +58,7 @@ from kvsched.csp.batchindexed import BatchIndexed, Lin, lin_sum, term
 from kvsched.csp.model import INF, LinearModel
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Schedule
+from kvsched.stop import Deadline, DeadlineReached
 
 #: Slack on an LP bound before it sets a deadline (HiGHS's primal/dual tolerances are ~1e-7).
 LP_TOL = 1e-5
@@ -110,12 +111,18 @@ class TokenIndexed:
                     return out
                 sub = Instance(reqs[:i] + reqs[i + 1 :], bi.instance.limits, bi.instance.time_model)
                 sub_bi = BatchIndexed(sub, bi.objective, allow_eviction=bi.allow_eviction)
-                model = (
-                    TokenIndexed(sub_bi)
-                    .build(upper_bound - float(bi.output[i]), None, deadlines=np.delete(out, i))
-                    .model
-                )
-                lp = lp_relaxation(model, replace(options, time_limit=left))
+                stop = Deadline.after(left)
+                try:
+                    model = (
+                        TokenIndexed(sub_bi)
+                        .build(
+                            upper_bound - float(bi.output[i]), None, deadlines=np.delete(out, i), stop=stop
+                        )
+                        .model
+                    )
+                except DeadlineReached:
+                    return out
+                lp = lp_relaxation(model, options, stop)
                 if lp is not None and math.floor(upper_bound - lp[0] + LP_TOL) < out[i]:
                     out[i] = math.floor(upper_bound - lp[0] + LP_TOL)
                     changed = True
@@ -132,12 +139,15 @@ class TokenIndexed:
         deadlines: np.ndarray | None = None,
         cliques: bool = True,
         symmetry: bool = True,
+        stop: Deadline | None = None,
     ) -> TokenModel:
         """The model for schedules with objective <= ``upper_bound`` (model units).
 
         ``deadlines`` (from :meth:`deadlines`) tighten the horizon's; ``hint``
-        (a legal schedule) becomes the warm start, in normal form.
+        (a legal schedule) becomes the warm start, in normal form. ``stop``: the build raises
+        :class:`~kvsched.stop.DeadlineReached` once it has passed (checked per request and batch).
         """
+        stop = stop or Deadline.never()
         bi = self.bi
         n, R = bi.n, range(bi.n)
         prompt, out, cap = bi.prompt, bi.output, int(bi.kv_cap)
@@ -175,6 +185,7 @@ class TokenIndexed:
         dues: dict[tuple[int, int], int] = {}
         uvars: list[int] = []
         for i in R:
+            stop.check()
             o = int(out[i])
             zi = [[Lin()] * (J + 1) for _ in range(o + 1)]
             for k in range(1, o + 1):
@@ -197,6 +208,7 @@ class TokenIndexed:
         gen = [[Lin()] + [Lin() for _ in range(J)] for _ in R]
         run = [[Lin()] + [Lin() for _ in range(J)] for _ in R]
         for i in R:
+            stop.check()
             o = int(out[i])
             for j in range(1, J + 1):
                 for k in range(1, o + 1):
@@ -217,6 +229,7 @@ class TokenIndexed:
 
         sets = bi.clique_sets() if cliques else []
         for j in range(1, J + 1):
+            stop.check()
             load = lin_sum(held(i, j) for i in R)
             row(load, -INF, cap, f"kv[{j}]")
             for q, members in enumerate(sets):

@@ -16,6 +16,7 @@ from kvsched.csp.batchindexed.variables import Variables
 from kvsched.csp.bounds import lower_bounds
 from kvsched.csp.model import INF, LinearModel
 from kvsched.errors import InputError
+from kvsched.stop import Deadline
 
 if TYPE_CHECKING:
     from kvsched.csp.batchindexed.model import BatchIndexed
@@ -40,8 +41,11 @@ class Builder:
         cuts: bool | str,
         strengthen: bool,
         dominance: bool,
+        stop: Deadline | None = None,
     ) -> None:
         self.data = data
+        # Checked once per request and family: DeadlineReached ends a build that would overrun.
+        self.stop = stop or Deadline.never()
         self.h = horizon
         self.J = J
         self.t_ub = t_ub
@@ -60,6 +64,7 @@ class Builder:
     def build(self) -> Variables:
         self.v = self.variables()
         for i in range(self.n):
+            self.stop.check()
             for j in range(1, self.J + 1):
                 self.processing(i, j)
                 self.kv_held(i, j)
@@ -67,6 +72,7 @@ class Builder:
                 self.phase(i, j)
                 self.arrival_rows(i, j)
                 self.running(i, j)
+        self.stop.check()
         self.batch_rows()
         self.time_rows()
         self.objective_rows()

@@ -9,6 +9,7 @@ from kvsched.csp.batchindexed.codec import BatchModel
 from kvsched.csp.batchindexed.schedules import ScheduleForms
 from kvsched.csp.batchindexed.tokens import clique_sets
 from kvsched.schedule.ir import Schedule
+from kvsched.stop import Deadline
 
 
 class BatchIndexed(ScheduleForms):
@@ -33,6 +34,7 @@ class BatchIndexed(ScheduleForms):
         cuts: bool | str = False,
         strengthen: bool = True,
         dominance: bool = True,
+        stop: Deadline | None = None,
     ) -> BatchModel:
         """The model for schedules with objective <= ``upper_bound`` (model units).
 
@@ -41,7 +43,8 @@ class BatchIndexed(ScheduleForms):
         below the derived one may cut off every optimum). ``strengthen`` adds the
         token-indexed rows (valid for every legal schedule); ``dominance`` the
         normal-form rows where they apply (they keep an optimum, not every
-        schedule: the hint is normalised to satisfy them).
+        schedule: the hint is normalised to satisfy them). ``stop``: the build raises
+        :class:`~kvsched.stop.DeadlineReached` once it has passed.
         """
         h = self.horizon(upper_bound)
         J, t_ub = h.batches, h.end
@@ -66,6 +69,7 @@ class BatchIndexed(ScheduleForms):
             cuts=cuts,
             strengthen=strengthen and not self.holes,  # a re-opened hole must stay open
             dominance=dominance,
+            stop=stop,
         )
         variables = builder.build()
         built = BatchModel(builder.m, self, variables, builder.need_h, t_ub)

@@ -67,6 +67,7 @@ def add_token_rows(self: Builder) -> None:
     # zl[i][k][j]: z as an expression (a constant where G's bounds decide it).
     zl: list[list[list[Lin]]] = []
     for i in R:
+        self.stop.check()
         o = int(out[i])
         rows = [[Lin()] * (J + 1) for _ in range(o + 1)]
         for j in range(1, J + 1):
@@ -83,6 +84,7 @@ def add_token_rows(self: Builder) -> None:
         zl.append(rows)
     gen: list[list[Lin]] = [[Lin()] * (J + 1) for _ in R]  # weighted token generated in batch j
     for i in R:
+        self.stop.check()
         o, z = int(out[i]), zl[i]
         for j in range(1, J + 1):
             self.row(lin(G[i][j]) - lin_sum(z[k][j] for k in range(1, o + 1)), 0, 0, f"zG[{i},{j}]")
@@ -95,6 +97,7 @@ def add_token_rows(self: Builder) -> None:
             gen[i][j] = lin_sum((z[k][j] - z[k][j - 1]) * float(prompt[i] + k - 1) for k in range(1, o + 1))
     cliques = clique_sets(self.data)
     for j in range(1, J + 1):
+        self.stop.check()
         self.row(lin_sum(gen[i][j] for i in R) - self.kv_cap * lin(u[j]), -INF, 0, f"zkv[{j}]")
         for q, members in enumerate(cliques):
             row = lin_sum(
@@ -105,6 +108,7 @@ def add_token_rows(self: Builder) -> None:
         return
     evict = self.allow_eviction
     for i in R:
+        self.stop.check()
         cc = int(self.cap[i])
         for j in range(1, J + 1):
             tag = f"{i},{j}"
