@@ -85,8 +85,8 @@ def add_solver_args(p: argparse.ArgumentParser) -> None:
         "--formulation",
         choices=("auto", "time", "batch"),
         default="auto",
-        help="auto: the exact batch-indexed model where it can prove, the certified pipeline otherwise "
-        "(any size, any cost model; says which); time: time-indexed (unit time, each request served "
+        help="auto: on up to 12 requests the certified pipeline, then the exact batch-indexed model from its "
+        "best schedule; the certified pipeline alone beyond (any size, any cost model; says which); time: time-indexed (unit time, each request served "
         "without a break); batch: batch-indexed (every legal schedule, small instances) (default auto)",
     )
     g.add_argument("--objective", choices=OBJECTIVES, default="total-latency", help="(default total-latency)")

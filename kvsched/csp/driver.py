@@ -150,10 +150,11 @@ def solve(
     objective
         ``total-latency`` (sum of completion minus arrival), ``makespan`` or ``sum-ttft``.
     formulation
-        ``auto`` (default): the batch-indexed model where it can prove (up to
-        :data:`AUTO_EXACT_MAX` requests, unit or infermax-linear time), the
-        certified pipeline (:mod:`kvsched.csp.pipeline`) otherwise; the result's
-        ``stats["auto"]`` says which and why.
+        ``auto`` (default): up to :data:`AUTO_EXACT_MAX` requests under unit or
+        infermax-linear time, the certified pipeline (:mod:`kvsched.csp.pipeline`)
+        for a share of the time and then the batch-indexed model from its best
+        schedule; the pipeline alone otherwise; the result's ``stats["auto"]``
+        says which and why.
         ``time``: the time-indexed model (unit time; schedules that serve each
         request without a break: :data:`Scope.CONTIGUOUS`);
         ``batch``: the batch-indexed model (every legal schedule: chunking,
