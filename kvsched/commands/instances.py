@@ -104,7 +104,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         k = kinds.add_parser(
             kind,
             help=spec.summary,
-            description=f"Generate a {kind} instance.",
+            description=f"Generate {'an' if kind[0] in 'aeiou' else 'a'} {kind} instance: {spec.summary}.",
             epilog=describe(kind),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
