@@ -174,6 +174,28 @@ def test_infermax_linear_agrees_with_brute_force(inst, objective, evict):
         assert result.objective == pytest.approx(expected, rel=1e-6), solver
 
 
+@pytest.mark.parametrize("solver", ["highs", "cpsat"])
+@pytest.mark.parametrize(
+    "reqs",
+    [
+        ((0.03, 2, 2), (0.03, 2, 1), (0.0, 1, 3)),  # bound_fuzz seed 61: HiGHS proved 5.4e-7 s too much
+        ((0.0, 3, 2), (0.01, 1, 3), (0.0, 2, 2)),
+    ],
+)
+def test_default_linear_coefficients_in_seconds_prove_the_brute_force_optimum(reqs, solver):
+    # The shipped coefficients make batches last milliseconds: in seconds the back ends' absolute tolerances
+    # (1e-6) were a fortieth of a batch, and HiGHS's "optimal" bound exceeded the optimum; the model now
+    # counts time in a power of ten near a batch's fixed part.
+    requests = tuple(Request(f"q{k}", a, i, o) for k, (a, i, o) in enumerate(reqs))
+    inst = Instance(requests, Limits(kv_capacity=9, max_batch_tokens=3), TimeModel("infermax-linear"))
+    for objective in ("makespan", "total-latency"):
+        expected = brute_force(inst, objective)
+        result = solve(inst, objective=objective, formulation="batch", solver=solver, options=FAST)
+        assert result.status == SolveStatus.OPTIMAL
+        assert result.objective == pytest.approx(expected, rel=1e-7, abs=0)
+        assert all(b.value <= expected + 1e-7 * max(1.0, expected) for b in result.bounds)
+
+
 def test_cpsat_refuses_costs_with_too_many_digits():
     params = {**LINEAR, "a1": 0.1234567890123}  # 13 decimal digits: no exact integer scaling
     inst = _inst(((2, 2, 0),), 4, time_model=TimeModel("infermax-linear", params))
