@@ -41,7 +41,10 @@ p2 sum Y + p3 sum pi`` with ``pi = x - delta`` (prefill/refill item),
 ``Q = c^2 + 2 mb c - delta (1 + 2 mb)``: ``c`` is binary-expanded,
 ``c = sum_b 2^b beta_b``, and ``c (c + 2 mb) = sum_b 2^b beta_b (c + 2 mb)``, each
 product bounded below (A4.3); every cost coefficient is >= 0 and a longer
-batch never helps, so lower bounds are exact at an optimum.
+batch never helps, so lower bounds are exact at an optimum. Time is counted in
+model units of ``scale`` seconds, the power of ten nearest below ``a0 + a1``
+(a millisecond for the shipped coefficients), so that the back ends' absolute
+tolerances stay far below a batch.
 
 Objectives, in the cost model's time unit (slots for ``unit``): total latency
 ``sum_i (F_i - arrival_i)`` with ``d[i,j-1] = 0 => F_i >= E_j`` (request i is
