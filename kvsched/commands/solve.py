@@ -189,7 +189,8 @@ def _note_late(deadline: Deadline, seconds: dict[str, float]) -> None:
         return
     solved = seconds["solved"]
     if solved > deadline.limit:
-        why = f"the solve returned at {solved:.1f} s: its first schedule, which every solve returns, took that long"
+        # (Not "the first schedule took that long": the stage that overran is not known here.)
+        why = f"the solve returned at {solved:.1f} s; every solve returns a schedule, and a first one can take longer"
     else:
         why = f"the output took {late + deadline.limit - solved:.1f} s after the solve"
     print(
