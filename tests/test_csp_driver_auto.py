@@ -12,6 +12,7 @@ from kvsched.csp import Deadline, SolverOptions, SolveStatus, solve
 from kvsched.csp.backends import RawSolution
 from kvsched.csp.formulations import make_formulation
 from kvsched.csp.formulations.base import Declined
+from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.validate import replay
@@ -84,3 +85,14 @@ def test_auto_never_reports_worse_than_the_exact_model_alone(monkeypatch, object
     result = solve(inst, objective=objective, time_limit=6, options=SolverOptions(threads=1))
     assert result.schedule is not None and replay(inst, result.schedule).ok
     assert all(b.value <= result.objective + 1e-9 for b in result.bounds)
+
+
+def test_auto_runs_the_exact_model_alone_where_the_pipeline_finds_no_schedule(monkeypatch):
+    def fails(*args, **kwargs):
+        raise KvschedError("no greedy rule or policy produced a legal schedule for this instance")
+
+    monkeypatch.setattr(driver, "solve_pipeline", fails)
+    inst = _long_outputs()
+    result = solve(inst, time_limit=6, options=SolverOptions(threads=1))
+    assert result.formulation == "batch-indexed" and "pipeline" not in result.stats
+    assert replay(inst, result.schedule).ok

@@ -318,10 +318,16 @@ def _pipeline_then_exact(
     """``auto`` on a small instance: the certified pipeline first (:data:`AUTO_PIPELINE_SHARE`), then the
     exact batch-indexed model from its best schedule, both in one log, so that the result is never worse than
     either and its certificate holds every bound either proved (both range over every legal schedule)."""
-    first = solve_pipeline(run, objective, deadline.share(AUTO_PIPELINE_SHARE), warm_start)
+    form = make_formulation("batch", run.instance, objective, solver=solver, seed=options.seed)
+    try:
+        first = solve_pipeline(run, objective, deadline.share(AUTO_PIPELINE_SHARE), warm_start)
+    except KvschedError:  # no greedy rule or policy ran it: the exact model alone
+        result = _solve_exact(run, form, objective, solver, options, deadline, warm_start, export, True)
+        if result is None:
+            raise
+        return result
     if first.status == SolveStatus.OPTIMAL or deadline.expired():
         return first
-    form = make_formulation("batch", run.instance, objective, solver=solver, seed=options.seed)
     exact = _solve_exact(run, form, objective, solver, options, deadline, first.schedule, export, True)
     pipeline = {"pipeline": {"objective": first.objective, "found_by": first.stats.get("found_by")}}
     if exact is not None and exact.objective <= first.objective + tolerance(first.objective):
