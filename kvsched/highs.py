@@ -21,8 +21,8 @@ def use_highs_threads(threads: int) -> None:
     import highspy
 
     global _threads
-    settle()  # a run left behind still uses the pool
     if _threads != threads:
+        settle()  # a run left behind still uses the pool: it must not be reset under it
         # Reset on first use too: a HiGHS run elsewhere may have started the pool.
         highspy.Highs.resetGlobalScheduler(True)
     _threads = threads
@@ -52,10 +52,16 @@ OVERRUN_GRACE = 0.25
 _left_behind: list[threading.Thread] = []
 
 
-def settle() -> None:
-    """Wait for the HiGHS runs left behind at their deadlines (see :func:`run_highs`) to stop."""
+def settle(deadline: Deadline | None = None) -> bool:
+    """Wait for the HiGHS runs left behind at their deadlines (see :func:`run_highs`) to stop, until
+    ``deadline`` at most; whether none is left."""
     while _left_behind:
-        _left_behind.pop().join()
+        worker = _left_behind[-1]
+        worker.join(None if deadline is None or not deadline.bounded else deadline.remaining())
+        if worker.is_alive():
+            return False
+        _left_behind.pop()
+    return True
 
 
 def run_highs(h, deadline: Deadline):  # h: highspy.Highs -> highspy.HighsStatus | None
@@ -65,7 +71,8 @@ def run_highs(h, deadline: Deadline):  # h: highspy.Highs -> highspy.HighsStatus
     from its simplex, IPM and MIP callbacks once ``deadline`` has passed or the user pressed Ctrl-C, and
     where it is in a stretch that polls neither (presolve), it is left to finish in its thread and the
     caller gets ``None`` at the deadline: no solution and no bound, never a late answer. ``h`` must not be
-    used after ``None``.
+    used after ``None``. A run left behind earlier is waited for first, until ``deadline`` at most (then
+    ``h`` does not run: ``None``), since HiGHS runs share one thread pool.
     """
     stop = threading.Event()
 
@@ -75,7 +82,8 @@ def run_highs(h, deadline: Deadline):  # h: highspy.Highs -> highspy.HighsStatus
 
     for callback in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):
         callback.subscribe(check)
-    settle()
+    if not settle(deadline):  # an earlier run is still in its presolve at this run's deadline: no run
+        return None
     done: list = []
     worker = threading.Thread(target=lambda: done.append(h.run()), name="highs", daemon=True)
     worker.start()

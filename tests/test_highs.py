@@ -105,3 +105,14 @@ def test_a_solve_whose_back_end_is_left_behind_returns_its_schedule_and_no_back_
     assert result.schedule is not None and result.status == SolveStatus.FEASIBLE
     assert result.stopped == "deadline"
     assert all(b.source != "highs" for b in result.bounds)
+
+
+def test_a_run_waits_for_one_left_behind_only_until_its_own_deadline():
+    slow = _deaf_highs(1.5)
+    assert highs.run_highs(slow, Deadline.after(0.05)) is None  # left behind
+    start = time.perf_counter()
+    nxt = _deaf_highs(0.01)
+    assert highs.run_highs(nxt, Deadline.after(0.2)) is None  # the pool is still busy at its deadline
+    assert time.perf_counter() - start < 0.2 + 0.3 and not nxt.ran
+    highs.settle()
+    assert slow.ran and highs.run_highs(nxt, Deadline.after(5.0)) == "ok"
