@@ -57,7 +57,7 @@ from kvsched.csp.bounds.chain import LATENCY, ChainData
 from kvsched.csp.bounds.seconds_lagrangian import incumbent_chains
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
-from kvsched.highs import new_highs
+from kvsched.highs import new_highs, run_highs
 from kvsched.instances.io import load_instance
 from kvsched.instances.model import Instance
 from kvsched.schedule.io import load_schedule
@@ -272,13 +272,13 @@ class Master:
             # From the first basis on, added columns leave it primal feasible: primal simplex goes on from it.
             self.h.setOptionValue("solver", self.resolve)
             self.h.setOptionValue("simplex_strategy", PRIMAL)
-        self.h.run()
+        run_highs(self.h, Deadline.never(), interrupts=False)
         if self.h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
             # Seen once at n = 1k after columns were deleted ("Not Set"): the dual simplex from scratch.
             self.h.clearSolver()
             self.h.setOptionValue("solver", "simplex")
             self.h.setOptionValue("simplex_strategy", 1)
-            self.h.run()
+            run_highs(self.h, Deadline.never(), interrupts=False)
         self.solves += 1
         self.seconds += time.perf_counter() - tic
         status = self.h.getModelStatus()

@@ -101,7 +101,7 @@ from kvsched.csp.incumbents.window import OpPlan, plan_schedule
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
-from kvsched.highs import new_highs, use_highs_threads
+from kvsched.highs import new_highs, run_highs, use_highs_threads
 from kvsched.instances.io import load_instance
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.io import load_schedule
@@ -454,7 +454,7 @@ def solve_chain_milp(
     if lp and not deadline.expired():
         h.setOptionValue("time_limit", max(0.01, min(lp_limit, deadline.remaining() - MARGIN)))
         began = time.perf_counter()
-        h.run()
+        run_highs(h, Deadline.never(), interrupts=False)
         if h.getModelStatus() == highspy.HighsModelStatus.kOptimal:
             stats["lp"] = float(h.getInfo().objective_function_value)
         stats["lp_s"] = time.perf_counter() - began
@@ -490,7 +490,7 @@ def solve_chain_milp(
     h.setOptionValue("time_limit", max(0.01, min(milp_limit, deadline.remaining() - MARGIN)))
     use_highs_threads(threads)
     began = time.perf_counter()
-    h.run()
+    run_highs(h, Deadline.never(), interrupts=False)
     stats["milp_s"] = time.perf_counter() - began
     ms = h.getModelStatus()
     info = h.getInfo()

@@ -55,7 +55,7 @@ from kvsched.csp.incumbents.window import OpPlan, plan_schedule
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import KvschedError
 from kvsched.heuristics import make_policy, simulate
-from kvsched.highs import new_highs, use_highs_threads
+from kvsched.highs import new_highs, run_highs, use_highs_threads
 from kvsched.instances.io import save_instance
 from kvsched.instances.model import Instance
 from kvsched.schedule.validate import Trace, instance_cost_model, replay
@@ -196,7 +196,7 @@ def restricted_mip(
     h.cbMipImprovingSolution.subscribe(improving)
     use_highs_threads(threads)
     began = time.perf_counter()
-    h.run()
+    run_highs(h, Deadline.never(), interrupts=False)
     info = h.getInfo()
     chains = None
     if info.primal_solution_status == 2:

@@ -1,4 +1,4 @@
-"""One place that creates HiGHS instances, for every layer that solves an LP or a MILP.
+"""One place that creates and runs HiGHS instances, for every layer that solves an LP or a MILP.
 
 HiGHS keeps one thread pool per process, and a run with another thread count
 fails ("Not Set") unless the pool is reset first. Every HiGHS instance in
@@ -9,6 +9,7 @@ here so that they agree. It sits at the bottom of the package so that
 
 from __future__ import annotations
 
+import queue
 import threading
 
 from kvsched.stop import Deadline
@@ -23,8 +24,12 @@ def use_highs_threads(threads: int) -> None:
     global _threads
     if _threads != threads:
         settle()  # a run left behind still uses the pool: it must not be reset under it
-        # Reset on first use too: a HiGHS run elsewhere may have started the pool.
-        highspy.Highs.resetGlobalScheduler(True)
+        # Reset on first use too: a HiGHS run elsewhere may have started the pool. On the thread that runs
+        # HiGHS (run_highs): the pool belongs to it, and a reset from another thread left it "Not Set".
+        out, done = _the_worker().submit(lambda: highspy.Highs.resetGlobalScheduler(True))
+        done.wait()
+        if out and isinstance(out[0], BaseException):
+            raise out[0]
     _threads = threads
 
 
@@ -46,63 +51,91 @@ def new_highs(threads: int):  # -> highspy.Highs
 #: batch-indexed model of 6 chunked requests (1.5M nonzeros) took 62 s on a 2-core machine.
 OVERRUN_GRACE = 0.25
 
-#: Runs left behind at their deadline, still inside a stretch that checks nothing. Each stops at its next
-#: callback (it interrupts itself: its deadline has passed); the next HiGHS run in the process waits for
-#: them first (:func:`settle`), since HiGHS runs share one thread pool.
-_left_behind: list[threading.Thread] = []
+
+class _Worker:
+    """One daemon thread that runs every HiGHS run, one at a time.
+
+    One thread, not one per run: HiGHS sets up per calling thread (a fresh thread a run cost about 10 ms,
+    2.5 s over the 247 LPs of one processor-sharing bound), and its runs share one pool anyway. A daemon, so
+    that a run left behind in presolve never holds up the end of the process.
+    """
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.idle = threading.Event()
+        self.idle.set()
+        threading.Thread(target=self._serve, name="highs", daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            run, out, done = self.jobs.get()
+            try:
+                out.append(run())
+            except BaseException as exc:  # handed to the caller, which raises it
+                out.append(exc)
+            finally:
+                done.set()
+                self.idle.set()
+
+    def submit(self, run) -> tuple[list, threading.Event]:
+        out: list = []
+        done = threading.Event()
+        self.idle.clear()
+        self.jobs.put((run, out, done))
+        return out, done
+
+
+_worker: _Worker | None = None
+
+
+def _the_worker() -> _Worker:
+    global _worker
+    if _worker is None:
+        _worker = _Worker()
+    return _worker
 
 
 def settle(deadline: Deadline | None = None) -> bool:
-    """Wait for the HiGHS runs left behind at their deadlines (see :func:`run_highs`) to stop, until
-    ``deadline`` at most; whether none is left."""
-    while _left_behind:
-        worker = _left_behind[-1]
-        worker.join(None if deadline is None or not deadline.bounded else deadline.remaining())
-        if worker.is_alive():
-            return False
-        _left_behind.pop()
-    return True
+    """Wait for a HiGHS run left behind at its deadline (see :func:`run_highs`) to stop, until ``deadline``
+    at most; whether none is left."""
+    if _worker is None:
+        return True
+    return _worker.idle.wait(None if deadline is None or not deadline.bounded else deadline.remaining())
 
 
-def run_highs(h, deadline: Deadline):  # h: highspy.Highs -> highspy.HighsStatus | None
+def run_highs(h, deadline: Deadline, *, interrupts: bool = True):  # h: highspy.Highs -> HighsStatus | None
     """``h.run()``, over by ``deadline`` (plus :data:`OVERRUN_GRACE`) whatever HiGHS is doing.
 
-    HiGHS's own ``time_limit`` should be set as well; this adds what it lacks: the run interrupts itself
-    from its simplex, IPM and MIP callbacks once ``deadline`` has passed or the user pressed Ctrl-C, and
-    where it is in a stretch that polls neither (presolve), it is left to finish in its thread and the
-    caller gets ``None`` at the deadline: no solution and no bound, never a late answer. ``h`` must not be
-    used after ``None``. A run left behind earlier is waited for first, until ``deadline`` at most (then
-    ``h`` does not run: ``None``), since HiGHS runs share one thread pool.
+    HiGHS's own ``time_limit`` should be set as well; this adds what it lacks. With ``interrupts`` the run
+    interrupts itself from its simplex, IPM and MIP callbacks once ``deadline`` has passed or the user pressed
+    Ctrl-C (a callback into Python each iteration: 15 ms a run over the small LPs of the processor-sharing
+    bound, which rely on the time limit instead). Where HiGHS is in a stretch that polls neither (presolve),
+    the run is left to finish in its thread and the caller gets ``None`` at the deadline: no solution and no
+    bound, never a late answer; ``h`` must not be used after ``None``. A run left behind earlier is waited for
+    first, until ``deadline`` at most (then ``h`` does not run: ``None``), since HiGHS runs share one pool.
     """
     stop = threading.Event()
+    if interrupts:
 
-    def check(event) -> None:
-        if stop.is_set() or deadline.expired():
-            event.interrupt()
+        def check(event) -> None:
+            if stop.is_set() or deadline.expired():
+                event.interrupt()
 
-    for callback in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):
-        callback.subscribe(check)
+        for callback in (h.cbSimplexInterrupt, h.cbIpmInterrupt, h.cbMipInterrupt):
+            callback.subscribe(check)
     if not settle(deadline):  # an earlier run is still in its presolve at this run's deadline: no run
         return None
-    done: list = []
-    worker = threading.Thread(target=lambda: done.append(h.run()), name="highs", daemon=True)
-    worker.start()
+    out, done = _the_worker().submit(h.run)
     wait = max(0.0, deadline.remaining()) + OVERRUN_GRACE if deadline.bounded else None
     try:
-        worker.join(wait)
+        finished = done.wait(wait)
     except KeyboardInterrupt:  # Ctrl-C: let HiGHS stop at its next callback, keep nothing it was doing
         stop.set()
-        _leave(worker)
+        done.wait(OVERRUN_GRACE)
         raise
-    if done:
-        return done[0]
-    stop.set()
-    _left_behind.append(worker)
-    return None
-
-
-def _leave(worker: threading.Thread) -> None:
-    """After Ctrl-C: give the run the grace to stop at a callback, else leave it behind."""
-    worker.join(OVERRUN_GRACE)
-    if worker.is_alive():
-        _left_behind.append(worker)
+    if not finished:
+        stop.set()
+        return None
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]

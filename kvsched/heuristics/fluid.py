@@ -41,8 +41,9 @@ from typing import Literal
 import numpy as np
 
 from kvsched.errors import InputError
-from kvsched.highs import new_highs
+from kvsched.highs import new_highs, run_highs
 from kvsched.instances.model import Instance, Limits, TimeModel
+from kvsched.stop import Deadline
 
 Objective = Literal["tokens", "decode-tokens", "requests"]
 
@@ -281,7 +282,7 @@ def fluid_bound(
     for vec, lo, hi, _ in rows:
         idx = np.flatnonzero(vec).astype(np.int32)
         h.addRow(lo, hi, idx.size, idx, vec[idx])
-    h.run()
+    run_highs(h, Deadline.never(), interrupts=False)  # (a handful of columns: no limit needed)
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         raise InputError(f"fluid bound LP: {h.modelStatusToString(h.getModelStatus())}")
     sol = np.asarray(h.getSolution().col_value)

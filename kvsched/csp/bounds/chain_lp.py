@@ -23,7 +23,8 @@ from kvsched.csp.bounds._chain_kernels import (
     refill_batches,
 )
 from kvsched.csp.bounds.chain import LATENCY, ChainData
-from kvsched.highs import new_highs
+from kvsched.highs import new_highs, run_highs
+from kvsched.stop import Deadline
 
 
 def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np.ndarray, np.ndarray]:
@@ -173,7 +174,7 @@ def chain_lp(data: ChainData, horizon: int, threads: int = 1) -> tuple[float, np
         len(cols), costs, np.zeros(len(cols)), np.full(len(cols), inf),
         len(index), np.array(start[:-1], dtype=np.int32), np.array(index, dtype=np.int32), np.array(value),
     )  # fmt: skip
-    h.run()
+    run_highs(h, Deadline.never(), interrupts=False)
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         raise RuntimeError(f"chain LP: {h.modelStatusToString(h.getModelStatus())}")
     duals = np.array(h.getSolution().row_dual)
