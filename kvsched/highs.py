@@ -9,6 +9,7 @@ here so that they agree. It sits at the bottom of the package so that
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 
@@ -86,6 +87,15 @@ class _Worker:
 
 
 _worker: _Worker | None = None
+
+
+def _forget_worker() -> None:
+    global _worker
+    _worker = None
+
+
+# A forked child has the parent's worker object but not its thread: it starts its own.
+os.register_at_fork(after_in_child=_forget_worker)
 
 
 def _the_worker() -> _Worker:

@@ -116,3 +116,23 @@ def test_a_run_waits_for_one_left_behind_only_until_its_own_deadline():
     assert time.perf_counter() - start < 0.2 + 0.3 and not nxt.ran
     highs.settle()
     assert slow.ran and highs.run_highs(nxt, Deadline.after(5.0)) == "ok"
+
+
+def test_a_forked_child_runs_highs_on_its_own_thread():
+    import os
+
+    from kvsched.highs import new_highs
+
+    def solve_lp() -> float:
+        h = new_highs(1)
+        h.addVars(2, np.zeros(2), np.ones(2))
+        h.changeColsCost(2, np.arange(2, dtype=np.int32), np.array([-1.0, -2.0]))
+        assert highs.run_highs(h, Deadline.after(10.0)) is not None
+        return h.getInfo().objective_function_value
+
+    assert solve_lp() == -3.0  # the parent's worker thread exists before the fork
+    pid = os.fork()
+    if pid == 0:  # the child: its own worker, or this would wait forever on the parent's
+        os._exit(0 if solve_lp() == -3.0 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
