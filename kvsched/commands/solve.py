@@ -86,8 +86,9 @@ def add_solver_args(p: argparse.ArgumentParser) -> None:
         choices=("auto", "time", "batch"),
         default="auto",
         help="auto: on up to 12 requests the certified pipeline, then the exact batch-indexed model from its "
-        "best schedule; the certified pipeline alone beyond (any size, any cost model; says which); time: time-indexed (unit time, each request served "
-        "without a break); batch: batch-indexed (every legal schedule, small instances) (default auto)",
+        "best schedule; the certified pipeline alone beyond (any size, any cost model; says which); "
+        "time: time-indexed (unit time, each request served without a break); batch: batch-indexed "
+        "(every legal schedule, small instances) (default auto)",
     )
     g.add_argument("--objective", choices=OBJECTIVES, default="total-latency", help="(default total-latency)")
     g.add_argument(
@@ -190,7 +191,10 @@ def _note_late(deadline: Deadline, seconds: dict[str, float]) -> None:
     solved = seconds["solved"]
     if solved > deadline.limit:
         # (Not "the first schedule took that long": the stage that overran is not known here.)
-        why = f"the solve returned at {solved:.1f} s; every solve returns a schedule, and a first one can take longer"
+        why = (
+            f"the solve returned at {solved:.1f} s; every solve returns a schedule, and a first one can take "
+            "longer"
+        )
     else:
         why = f"the output took {late + deadline.limit - solved:.1f} s after the solve"
     print(
