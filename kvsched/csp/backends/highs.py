@@ -108,7 +108,7 @@ def solve_highs(model: LinearModel, options: SolverOptions, deadline: Deadline) 
         )
 
     h.cbMipImprovingSolution.subscribe(on_improve)
-    if deadline.bounded and model.num_nonzeros > PRESOLVE_NONZEROS_PER_SECOND * deadline.remaining():
+    if deadline.bounded and h.getNumNz() > PRESOLVE_NONZEROS_PER_SECOND * deadline.remaining():
         h.setOptionValue("presolve", "off")
     if model.hint is not None:
         sol = highspy.HighsSolution()
