@@ -52,8 +52,8 @@ def test_auto_runs_the_pipeline_then_the_exact_model_from_its_schedule(monkeypat
     monkeypatch.setattr(driver, "_solve_exact", spy)
     result = solve(inst, time_limit=8, options=SolverOptions(threads=1))
     assert "then the exact batch-indexed model" in result.stats["auto"]
-    if result.status == SolveStatus.OPTIMAL and "pipeline" not in result.stats:
-        return  # the pipeline proved it alone
+    # The pipeline alone leaves a gap here (261 against 244), so the exact model runs after it.
+    assert "pipeline" in result.stats
     assert seen["warm_start"] is not None and seen["bounds"]  # the pipeline's schedule and bounds
     pipeline = result.stats["pipeline"]["objective"]
     assert result.objective <= pipeline + 1e-9
