@@ -27,10 +27,7 @@ def use_highs_threads(threads: int) -> None:
         settle()  # a run left behind still uses the pool: it must not be reset under it
         # Reset on first use too: a HiGHS run elsewhere may have started the pool. On the thread that runs
         # HiGHS (run_highs): the pool belongs to it, and a reset from another thread left it "Not Set".
-        out, done = _the_worker().submit(lambda: highspy.Highs.resetGlobalScheduler(True))
-        done.wait()
-        if out and isinstance(out[0], BaseException):
-            raise out[0]
+        _the_worker().call(lambda: highspy.Highs.resetGlobalScheduler(True))
     _threads = threads
 
 
@@ -79,11 +76,25 @@ class _Worker:
                 self.idle.set()
 
     def submit(self, run) -> tuple[list, threading.Event]:
+        """Queue ``run``: its outcome lands in the list once the event is set (see :func:`_outcome`)."""
         out: list = []
         done = threading.Event()
         self.idle.clear()
         self.jobs.put((run, out, done))
         return out, done
+
+    def call(self, run):
+        """``run()`` on this thread, waited for."""
+        out, done = self.submit(run)
+        done.wait()
+        return _outcome(out)
+
+
+def _outcome(out: list):
+    """What a finished job returned, or the exception it raised, raised here."""
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out[0]
 
 
 _worker: _Worker | None = None
@@ -146,6 +157,4 @@ def run_highs(h, deadline: Deadline, *, interrupts: bool = True):  # h: highspy.
     if not finished:
         stop.set()
         return None
-    if isinstance(out[0], BaseException):
-        raise out[0]
-    return out[0]
+    return _outcome(out)

@@ -247,9 +247,8 @@ def solve_lp(
     lp.a_matrix_.index_ = ri[order]
     lp.a_matrix_.value_ = vi[order]
     h.passModel(lp)
-    if (
-        run_highs(h, deadline, interrupts=False) is None
-    ):  # still in presolve at the deadline (its limit: above)
+    # The time limit above stops the interior point; None: still in presolve at the deadline.
+    if run_highs(h, deadline, interrupts=False) is None:
         return None, "deadline (in presolve)", None
     status = h.modelStatusToString(h.getModelStatus())
     sol = h.getSolution()
