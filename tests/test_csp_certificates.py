@@ -77,6 +77,17 @@ def test_batch_formulation_never_claims_what_brute_force_denies(inst, objective,
 
 @settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(tiny, st.sampled_from(sorted(OBJECTIVES)), st.sampled_from(SOLVERS), st.sampled_from(LIMITS))
+def test_auto_never_claims_what_brute_force_denies(inst, objective, solver, limit):
+    # The pipeline, then the exact model from its schedule, in one certificate (every legal schedule).
+    result = solve(
+        inst, objective=objective, solver=solver, options=SolverOptions(time_limit=limit, threads=1)
+    )
+    assert result.scope == Scope.ALL
+    _check(result, inst, brute_force(inst, objective))
+
+
+@settings(max_examples=10, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
+@given(tiny, st.sampled_from(sorted(OBJECTIVES)), st.sampled_from(SOLVERS), st.sampled_from(LIMITS))
 def test_time_formulation_never_claims_what_brute_force_denies(inst, objective, solver, limit):
     inst = Instance(inst.requests, Limits(kv_capacity=inst.limits.kv_capacity), inst.time_model)
     result = solve(
