@@ -114,7 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser(words[0] if words else None)
     args = parser.parse_args(words)
     code = _run(args)
-    if argv is None and KEPT and threading.active_count() == 1:
+    if argv is None and (KEPT or _highs_busy()) and _alone():
         _leave(code)
     KEPT.clear()
     return code
@@ -148,13 +148,28 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_INTERNAL
 
 
+def _highs_busy() -> bool:
+    """Whether a HiGHS run left behind at its deadline is still in flight (never imports HiGHS's module)."""
+    highs = sys.modules.get("kvsched.highs")
+    return highs is not None and highs.busy()
+
+
+def _alone() -> bool:
+    """Whether no thread but the main one would hold up an exit (daemon threads, such as HiGHS's, do not)."""
+    return all(t.daemon or t is threading.main_thread() for t in threading.enumerate())
+
+
 def _leave(code: int) -> NoReturn:
-    """End the process now, without freeing what the command kept (:func:`~kvsched.commands.common.keep_until_exit`).
+    """End the process now, without freeing what the command kept (:func:`~kvsched.commands.common.keep_until_exit`)
+    and without waiting for a HiGHS run left behind at its deadline (:func:`kvsched.highs.run_highs`).
 
     What an exit does before that still happens: the atexit handlers run and
-    the standard streams are flushed. Only with no other thread running (an exit
-    would wait for it).
+    the standard streams are flushed. Only with no other non-daemon thread running
+    (an exit would wait for it).
     """
+    highs = sys.modules.get("kvsched.highs")
+    if highs is not None:  # a HiGHS run left behind is not waited for: os._exit ends it with the process
+        highs.leave_behind_at_exit()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe or stream: nothing more to write

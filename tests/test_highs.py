@@ -136,3 +136,47 @@ def test_a_forked_child_runs_highs_on_its_own_thread():
         os._exit(0 if solve_lp() == -3.0 else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def test_a_run_left_behind_is_busy_until_it_ends_and_an_exit_waits_for_it():
+    h = _deaf_highs(1.0)
+    assert highs.run_highs(h, Deadline.after(0.1)) is None
+    assert highs.busy()
+    highs._settle_at_exit()  # what the interpreter runs at exit
+    assert h.ran and not highs.busy()
+
+
+_LEFT_BEHIND = """
+import sys, time
+sys.path.insert(0, {tests!r})
+from test_highs import _deaf_highs
+import kvsched.highs as highs
+from kvsched.stop import Deadline
+assert highs.run_highs(_deaf_highs({seconds}), Deadline.after(0.05)) is None
+print("left behind", flush=True)
+{end}
+"""
+
+
+@pytest.mark.parametrize(
+    ("end", "waits"),
+    [("", True), ("from kvsched.cli import _leave; _leave(3)", False)],
+    ids=["a script waits for it", "a command leaves without it"],
+)
+def test_how_a_process_ends_beside_a_run_left_behind(end, waits):
+    # A script's exit waits for the run: its thread, back from C++ into a finalising interpreter, would
+    # abort the process (exit status 134). A command ends with os._exit, which ends the run with it.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = _LEFT_BEHIND.format(tests=str(Path(__file__).parent), seconds=3.0, end=end)
+    start = time.perf_counter()
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    took = time.perf_counter() - start
+    assert "left behind" in done.stdout, done.stderr
+    assert done.returncode == (0 if waits else 3), done.stderr
+    if waits:
+        assert took >= 3.0
+    else:
+        assert took < 3.0
