@@ -174,13 +174,15 @@ def plot_gantt(
     *,
     title: str = "",
     max_requests: int = MAX_GANTT_REQUESTS,
+    trace: Trace | None = None,
 ) -> Figure:
     """Gantt chart of ``schedule``: one row per request, and KV usage against M below.
 
-    The schedule is replayed (validated) first. At most ``max_requests``
-    requests (the first by position) are drawn; the KV line covers them all.
+    The schedule is replayed (validated) first, unless its replay is given as
+    ``trace``. At most ``max_requests`` requests (the first by position) are
+    drawn; the KV line covers them all.
     """
-    trace = replay(instance, schedule)
+    trace = replay(instance, schedule) if trace is None else trace
     shown = min(len(instance), max_requests)
     seg = gantt_segments(instance, schedule)
     if len(seg) > MERGE_ABOVE:  # one box per batch (as seed 003 Fig. 15) while that stays legible
@@ -234,13 +236,27 @@ def _legend(fig: Figure, ax: Axes, loc: str = "lower right") -> None:
     fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncol=min(6, -(-len(labels) // 3)))
 
 
-def plot_kv(instance: Instance, schedules: Mapping[str, Schedule], *, title: str = "") -> Figure:
-    """KV usage over time of several schedules (each replayed), against M."""
+def _replays(
+    instance: Instance, schedules: Mapping[str, Schedule], traces: Mapping[str, Trace] | None
+) -> dict[str, Trace]:
+    """Each schedule's replay: the one given in ``traces``, else replayed (validated) here."""
+    given = traces or {}
+    return {name: given.get(name) or replay(instance, schedule) for name, schedule in schedules.items()}
+
+
+def plot_kv(
+    instance: Instance,
+    schedules: Mapping[str, Schedule],
+    *,
+    title: str = "",
+    traces: Mapping[str, Trace] | None = None,
+) -> Figure:
+    """KV usage over time of several schedules (each replayed, unless its replay is in ``traces``), against M."""
     _expect_named(schedules)
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax = fig.subplots()
-    for name, schedule in schedules.items():
-        x, y = _step_xy(kv_usage(replay(instance, schedule)))
+    for name, trace in _replays(instance, schedules, traces).items():
+        x, y = _step_xy(kv_usage(trace))
         ax.plot(x, y, linewidth=1.3, label=name)
     ax.axhline(instance.limits.kv_capacity, color="black", linestyle="--", linewidth=1, label="M")
     ax.set_ylim(0, instance.limits.kv_capacity * 1.1)
@@ -251,13 +267,19 @@ def plot_kv(instance: Instance, schedules: Mapping[str, Schedule], *, title: str
     return fig
 
 
-def plot_cdfs(instance: Instance, schedules: Mapping[str, Schedule], *, title: str = "") -> Figure:
-    """Empirical CDFs of TTFT (per request) and TBT (per token gap) of several schedules."""
+def plot_cdfs(
+    instance: Instance,
+    schedules: Mapping[str, Schedule],
+    *,
+    title: str = "",
+    traces: Mapping[str, Trace] | None = None,
+) -> Figure:
+    """Empirical CDFs of TTFT (per request) and TBT (per token gap) of several schedules (each replayed,
+    unless its replay is in ``traces``)."""
     _expect_named(schedules)
     fig = Figure(figsize=(10, 4), layout="constrained")
     left, right = fig.subplots(1, 2)
-    for name, schedule in schedules.items():
-        trace = replay(instance, schedule)
+    for name, trace in _replays(instance, schedules, traces).items():
         ttft = request_metrics(trace)["ttft"].dropna().to_numpy()
         if ttft.size:
             left.ecdf(ttft, label=name)
