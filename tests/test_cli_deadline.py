@@ -77,22 +77,22 @@ def test_simulate_computes_the_request_metrics_once(tmp_path, monkeypatch):
 def test_a_command_that_ends_past_its_limit_says_where_the_time_went(capsys):
     import time
 
-    from kvsched.commands.solve import _note_late
+    from kvsched.commands.solve import note_late
 
     on_time = Deadline(time.monotonic() + 5.0, 10.0)
-    _note_late(on_time, {"solved": 4.0})
+    note_late(on_time, {"solved": 4.0})
     assert capsys.readouterr().err == ""
     # 10 s limit, ended 6 s ago: the solve returned at 14 s (its first schedule took that long).
     late_solve = Deadline(time.monotonic() - 6.0, 10.0)
-    _note_late(late_solve, {"solved": 14.0})
+    note_late(late_solve, {"solved": 14.0})
     err = capsys.readouterr().err
     assert err.startswith(
         "kvsched solve: note: ended 6.0 s past --time-limit 10 (the solve returned at 14.0 s"
     )
     # Solved at 9 s, ended at 16 s: the output's 7 s.
     late_output = Deadline(time.monotonic() - 6.0, 10.0)
-    _note_late(late_output, {"solved": 9.0})
+    note_late(late_output, {"solved": 9.0})
     assert "(the output took 7.0 s after the solve)" in capsys.readouterr().err
     # Within max(1 s, 5%) of the limit is on time.
-    _note_late(Deadline(time.monotonic() - 0.5, 10.0), {"solved": 9.0})
+    note_late(Deadline(time.monotonic() - 0.5, 10.0), {"solved": 9.0})
     assert capsys.readouterr().err == ""

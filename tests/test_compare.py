@@ -185,7 +185,36 @@ def test_a_spent_deadline_still_gives_a_validated_schedule_and_true_bounds():
     assert cmp.lower_bound is not None and cmp.lower_bound <= 36  # vllm's 36 is the true optimum
     if res.best_bound is not None:
         assert res.best_bound <= res.objective
-    assert (cmp.table[MAX_REGRET_ALL] >= 0).all()
+    # No time was left to start a policy: each row says so, and the solver's row stands.
+    assert (cmp.table.loc[["vllm", "vllm-ef"], "error"] == compare_mod.NOT_RUN).all()
+    assert (cmp.table[MAX_REGRET_ALL].dropna() >= 0).all() and cmp.table[MAX_REGRET_ALL].notna().any()
+
+
+def test_no_policy_starts_past_its_share_of_the_time_limit(monkeypatch):
+    inst = load_instance(EXAMPLES / "figure15.json")
+    real = compare_mod.simulate
+
+    def slow(*args, **kwargs):
+        time.sleep(1.0)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare_mod, "simulate", slow)
+    names = ["vllm", "vllm-ef", "sarathi", "mcsf", "kfcfs"]
+    # Without a solver the policies may use the whole limit: three start by 2.5 s, the fourth would at 3 s.
+    cmp = compare(inst, names, solver=None, deadline=Deadline.after(2.5))
+    errors = cmp.table.loc[names, "error"]
+    assert errors.isna().tolist() == [True, True, True, False, False]
+    assert (errors.dropna() == compare_mod.NOT_RUN).all()
+    # With a solver they may start only in the first half: two by 1.4 s.
+    cmp = compare(inst, names, options=FAST, deadline=Deadline.after(2.8))
+    assert cmp.table.loc[names, "error"].isna().tolist() == [True, True, False, False, False]
+    assert cmp.result is not None and replay(inst, cmp.result.schedule).ok
+
+
+def test_without_a_deadline_every_policy_runs():
+    inst = load_instance(EXAMPLES / "figure15.json")
+    cmp = compare(inst, ["vllm", "sarathi"], solver=None)
+    assert cmp.table["error"].isna().all()
 
 
 def test_cli_compare_prints_the_scope_and_what_each_regret_is_against(capsys):
@@ -195,6 +224,21 @@ def test_cli_compare_prints_the_scope_and_what_each_regret_is_against(capsys):
     for text in ("scope", "contiguous", "regret vs solver", "max regret vs all schedules", "(certified)"):
         assert text in out, text
     assert "the proven optimum over that scope" in out
+
+
+def test_cli_compare_lists_the_policies_a_spent_limit_left_unrun_on_one_line(capsys):
+    args = [
+        "compare",
+        str(EXAMPLES / "figure15.json"),
+        "--policies",
+        "vllm,sarathi,mcsf",
+        "--time-limit",
+        "1e-6",
+    ]
+    assert main(args) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "3 of 3 policies not run: the time limit ran out before them (vllm, sarathi, mcsf)" in out
+    assert "could not run" not in out
 
 
 def test_cli_compare_hands_the_solve_one_deadline_from_the_command_start(monkeypatch):

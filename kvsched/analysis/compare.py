@@ -54,6 +54,11 @@ MAX_REGRET_ALL = "max_regret_vs_all_schedules"
 REGRET_COLUMNS = (REGRET, REGRET_PCT, MAX_REGRET_SCOPE, MAX_REGRET_ALL)
 #: Keyword arguments of :func:`kvsched.csp.solve` that ``solve_options`` may set (compare sets the rest).
 SOLVE_OPTIONS = ("allow_eviction", "strengthen", "export")
+#: Share of a comparison's time limit in which policies may start (all of it without a solver): the solver's
+#: first schedule and bounds need the rest.
+POLICY_SHARE = 0.5
+#: The ``error`` of a policy that a time limit left unrun.
+NOT_RUN = "not run: the time limit ran out before it"
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -245,10 +250,13 @@ def compare(
     :func:`kvsched.csp.solve` (e.g. ``allow_eviction``, ``strengthen``).
     The solver's options and whether its formulation can take the instance are
     checked before any policy runs, so a bad configuration fails at once.
-    ``deadline`` is when the solve must end; the policies run first and count
-    against it, so the solver gets what is left (with nothing left it still
-    returns its fast schedule and bounds). Without it the solve has
-    ``options.time_limit`` from its own start. ``validate`` replays every policy's
+    ``deadline`` is when the comparison must end; the policies run first and
+    count against it, each started only within :data:`POLICY_SHARE` of the time
+    left (all of it without a solver), so that a limit holds whatever the
+    instance's size: a policy not started is a row whose ``error`` is
+    :data:`NOT_RUN`. The solver gets what is left (with nothing left it still
+    returns its fast schedule and bounds). Without it every policy runs and the
+    solve has ``options.time_limit`` from its own start. ``validate`` replays every policy's
     schedule through :func:`~kvsched.schedule.validate.replay` (the simulator's core
     already checked each batch; the tests replay every policy's schedules).
     """
@@ -269,7 +277,11 @@ def compare(
     schedules: dict[str, Schedule] = {}
     metrics: dict[str, RunMetrics] = {}
     serving: dict[str, ServingMetrics] = {}
+    policies_by = _policy_deadline(deadline, solver is not None and solver_error is None)
     for name, policy in built.items():
+        if policies_by.expired():
+            rows.append({"name": name, "kind": "policy", "error": NOT_RUN})
+            continue
         try:
             sim = simulate(instance, policy)
         except KvschedError as exc:
@@ -323,6 +335,14 @@ def compare(
     elif lower is not None:
         add_regret(table, None, None, lower)
     return Comparison(table, result, objective, lower, schedules, metrics, solver_error, serving)
+
+
+def _policy_deadline(deadline: Deadline | None, solver: bool) -> Deadline:
+    """When the last policy may start: within :data:`POLICY_SHARE` of ``deadline``'s time left where a solver
+    runs after the policies, else by ``deadline`` (never without one)."""
+    if deadline is None:
+        return Deadline.never()
+    return deadline.share(POLICY_SHARE) if solver else deadline
 
 
 def add_regret(

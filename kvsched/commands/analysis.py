@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,17 +19,15 @@ from kvsched.commands.common import (
     check_outputs,
     load_instance_from_args,
     positive_int,
+    solve_deadline,
 )
 from kvsched.commands.outputs import add_slo_arg
-from kvsched.commands.solve import add_solver_args, model_kwargs, solver_options
+from kvsched.commands.solve import add_solver_args, model_kwargs, note_late, solver_options
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
 from kvsched.stop import Deadline
 
 PLOT_KINDS = ("gantt", "kv", "load", "regret", "cdf", "anytime")
-#: Seconds of ``report``'s time limit kept for drawing the figures after the solve (at most this share).
-REPORT_MARGIN = 2.0
-REPORT_SHARE = 0.1
 
 
 def _policy_names(text: str) -> list[str]:
@@ -298,6 +297,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     deadline = Deadline.for_command(args.time_limit)
     if not Path(args.target).exists():
         raise InputError(f"{args.target}: no such file")
+    compared = None  # when the policies and the solve returned (an instance only)
     if is_database(args.target):
         check_output_folder(args.out, "--out", [args.target])
         path = database_report(args.target, args.out, against=args.against)
@@ -319,14 +319,17 @@ def cmd_report(args: argparse.Namespace) -> int:
             options=solver_options(args),
             skip_solver_errors=True,
             solve_options=None if args.no_solver else model_kwargs(args),
-            # Time is kept for drawing the figures after the solve.
-            deadline=deadline.before(min(REPORT_MARGIN, REPORT_SHARE * deadline.limit)),
+            # Time is kept for the table and for drawing the figures after the solve.
+            deadline=solve_deadline(deadline, instance, ("summary", "figures"), warn="report"),
         )
+        compared = time.monotonic() - (deadline.end - deadline.limit)
         print_comparison(cmp, args.objective, instance.name or args.target)
         path = instance_report(
             instance, args.out, objective=args.objective, source=args.target, comparison=cmp
         )
     Console(stderr=True).print(f"wrote {path}", highlight=False)
+    if compared is not None:
+        note_late(deadline, {"solved": compared}, command="report", stage="the policies and the solve")
     return 0
 
 

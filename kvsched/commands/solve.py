@@ -178,12 +178,16 @@ def _outputs(args: argparse.Namespace) -> list[str]:
     return outputs
 
 
-def _note_late(deadline: Deadline, seconds: dict[str, float]) -> None:
+def note_late(
+    deadline: Deadline, seconds: dict[str, float], *, command: str = "solve", stage: str = "the solve"
+) -> None:
     """Say on stderr when the command ended past its limit (beyond ``max(1 s, 5%)``), and where the time went.
 
-    The solve always returns a schedule, so a limit below what the instance's first schedule takes (at 100k
-    requests several seconds, finished against reserved peaks) or below its output cannot be met; the
-    command says so rather than leave a script to find out from the clock.
+    ``seconds["solved"]`` is when ``stage`` (the solve; for ``compare`` and ``report``, the policies and the
+    solve) returned, in seconds since the command started. The solve always returns a schedule, so a limit
+    below what the instance's first schedule takes (at 100k requests several seconds, finished against
+    reserved peaks) or below its output cannot be met; the command says so rather than leave a script to find
+    out from the clock.
     """
     late = time.monotonic() - deadline.end
     if not deadline.bounded or late <= max(1.0, 0.05 * deadline.limit):
@@ -192,13 +196,13 @@ def _note_late(deadline: Deadline, seconds: dict[str, float]) -> None:
     if solved > deadline.limit:
         # (Not "the first schedule took that long": the stage that overran is not known here.)
         why = (
-            f"the solve returned at {solved:.1f} s; every solve returns a schedule, and a first one can take "
+            f"{stage} returned at {solved:.1f} s; every solve returns a schedule, and a first one can take "
             "longer"
         )
     else:
-        why = f"the output took {late + deadline.limit - solved:.1f} s after the solve"
+        why = f"the output took {late + deadline.limit - solved:.1f} s after {stage}"
     print(
-        f"kvsched solve: note: ended {late:.1f} s past --time-limit {deadline.limit:g} ({why})",
+        f"kvsched {command}: note: ended {late:.1f} s past --time-limit {deadline.limit:g} ({why})",
         file=sys.stderr,
     )
 
@@ -301,7 +305,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.trace:
         write_trace(args.trace, instance, result.schedule, name=f"{result.formulation}/{result.solver}")
         Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", highlight=False)
-    _note_late(deadline, seconds)
+    note_late(deadline, seconds)
     if args.export and "exported" not in result.stats:
         # Asked for and not written (the pipeline, or no exact model in time): an error, after the other
         # outputs, so that a script does not read an old or missing file as this model.
@@ -330,7 +334,7 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
     interval ``lo .. hi`` where the solver's optimum is not proven, and a
     legend below says what each column is measured against.
     """
-    from kvsched.analysis.compare import MAX_REGRET_ALL, MAX_REGRET_SCOPE, REGRET, REGRET_PCT
+    from kvsched.analysis.compare import MAX_REGRET_ALL, MAX_REGRET_SCOPE, NOT_RUN, REGRET, REGRET_PCT
 
     table = cmp.table.sort_values("objective", na_position="last")
     # A wide table: use at least 160 columns when the output is not a terminal (files, CI logs).
@@ -374,6 +378,8 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
         label = f"tokens per {unit}" if c == "tokens_per_s" else c.replace("_", " ")
         out.add_column(label, justify="right", overflow="fold")
     for name, row in table.iterrows():
+        if row["error"] == NOT_RUN:  # listed below, on one line
+            continue
         out.add_row(
             str(name),
             _fmt(row["objective"]),
@@ -381,8 +387,17 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
             *(_fmt(row[c]) for c in cols),
         )
     console.print(out)
-    for name, err in table["error"].dropna().items():
+    errors = table["error"].dropna()
+    for name, err in errors[errors != NOT_RUN].items():
         console.print(f"{name}: could not run: {err}", markup=False, highlight=False)
+    not_run = list(errors[errors == NOT_RUN].index)
+    if not_run:  # one line, not one per policy
+        console.print(
+            f"{len(not_run)} of {len(table) - (cmp.result is not None)} policies not run: the time limit ran "
+            f"out before them ({', '.join(map(str, not_run))}); a larger --time-limit runs them",
+            markup=False,
+            highlight=False,
+        )
     if cmp.solver_error is not None:
         console.print(f"the solver did not run: {cmp.solver_error}", markup=False, highlight=False)
     if REGRET in table.columns:
@@ -439,6 +454,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         deadline=solve_deadline(deadline, instance),
         validate=args.validate,
     )
+    compared = time.monotonic() - (deadline.end - deadline.limit)
     table = print_comparison(cmp, args.objective, instance.name or args.instance)
     if args.csv:
         with atomic_output(args.csv) as tmp:
@@ -458,6 +474,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             "rows": rows,
         }
         write_json(args.json, doc)
+    note_late(deadline, {"solved": compared}, command="compare", stage="the policies and the solve")
     return 0
 
 
