@@ -375,3 +375,21 @@ def test_combinatorial_bounds_need_unit_time_and_unknown_models_get_none():
     with pytest.raises(InputError, match="unit time model"):
         lower_bounds(inst)
     assert best(inst, "total-latency").value > 0  # the seconds bounds apply
+
+
+@pytest.mark.parametrize("objective", ["total-latency", "sum-ttft"])
+@pytest.mark.parametrize("model", ["unit", "infermax-linear"])
+def test_portfolio_bounds_do_not_move_with_the_clock(objective, model):
+    # Latencies are differences of times: arrivals a million seconds later change no bound beyond float
+    # rounding. The mean-busy-time bounds once differenced squares of absolute times: 0.0147 s at 1e6 + 1
+    # for a request whose first token takes 0.0058 s.
+    reqs = (Request("r0", 1.779, 4, 2), Request("r1", 1.528, 3, 3), Request("r2", 0.0, 2, 4))
+    if model == "unit":
+        reqs = tuple(replace(r, arrival=float(int(r.arrival))) for r in reqs)
+    base = Instance(reqs, Limits(kv_capacity=10, max_batch_tokens=4, max_prefill_tokens=4), TimeModel(model))
+    late = replace(base, requests=tuple(replace(r, arrival=r.arrival + 1e6) for r in reqs))
+    before = {b.source: b.value for b in portfolio(base, objective)}
+    after = {b.source: b.value for b in portfolio(late, objective)}
+    assert before.keys() == after.keys()
+    for source, value in before.items():
+        assert after[source] == pytest.approx(value, rel=1e-7, abs=1e-9), source

@@ -88,7 +88,11 @@ def preemptive_mean_busy(
     idx = np.flatnonzero(work > 0)
     if not idx.size:
         return out
-    w, r = work[idx], release[idx]
+    # Times count from the first release (a whole slot when slotted, where floor(v + o) = floor(v) + o): the
+    # integrals below difference squares of times, and of absolute times near 1e6 that left the seconds bound
+    # at 0.0147 s for a request whose first token takes 0.0058 s (arrival 1e6 + 1).
+    origin = float(np.floor(release[idx].min()) if slotted else release[idx].min())
+    w, r = work[idx], release[idx] - origin
     if np.all(r == r[0]):  # everything at once: consecutive intervals in smallest-work order
         integral = _slotted_integral if slotted else _continuous_integral
         order = np.argsort(w, kind="stable")
@@ -96,11 +100,11 @@ def preemptive_mean_busy(
         starts = ends - w[order]
         mean = np.empty(idx.size)
         mean[order] = (integral(ends) - integral(starts)) / w[order]
-        out[idx] = mean
+        out[idx] = mean + origin
         return out
     g = _slotted_scalar if slotted else _continuous_scalar
     acc, _ = _preemptive(w, r, g, by_remaining=False, deadline=deadline)
-    out[idx] = acc / w
+    out[idx] = acc / w + origin
     return out
 
 
