@@ -169,3 +169,26 @@ def test_no_schedule_that_could_be_validated_in_time_is_one_clear_error():
     )
     with pytest.raises(KvschedError, match="at least 1,953,126 batches"):
         solve(inst, options=SolverOptions(time_limit=0.5, threads=1))
+
+
+def test_optimal_is_judged_from_the_objectives_origin_not_from_absolute_times():
+    # A makespan counted from arrivals at 2e6 slots: 1e-6 of the value is two slots, so a relative tolerance
+    # called 2,000,012 optimal against a bound of 2,000,010 while the brute force reaches 2,000,011.
+    bound = [Bound(2_000_010.0, "area", Scope.ALL)]
+    assert certify(2_000_012.0, Scope.ALL, bound, origin=2_000_000.0)[0] == SolveStatus.FEASIBLE
+    assert certify(2_000_010.0, Scope.ALL, bound, origin=2_000_000.0)[0] == SolveStatus.OPTIMAL
+    with pytest.raises(ModelError):  # and a bound a slot above a schedule is caught
+        certify(2_000_009.0, Scope.ALL, bound, origin=2_000_000.0)
+
+
+@pytest.mark.parametrize("shift", [0.0, 2e6])
+def test_a_solve_of_shifted_arrivals_claims_only_what_the_brute_force_allows(shift):
+    reqs = (Request("r0", shift, 3, 3), Request("r1", 2.891 + shift, 4, 1), Request("r2", 1.0 + shift, 4, 4))
+    inst = Instance(reqs, Limits(kv_capacity=10, block_size=2), TimeModel("unit", {"slot": 2.0}))
+    opt = brute_force(inst, "makespan")
+    assert opt == 11.0 + shift
+    res = solve(inst, objective="makespan", options=SolverOptions(time_limit=2))
+    assert res.best_bound is not None and res.best_bound <= opt
+    assert res.objective >= opt
+    if res.status == SolveStatus.OPTIMAL:
+        assert res.objective == opt

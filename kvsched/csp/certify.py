@@ -22,16 +22,25 @@ from kvsched.csp.backends import RawSolution
 from kvsched.csp.certificate import Bound, Scope, best_bound
 from kvsched.csp.result import SolveStatus
 
-#: Relative tolerance between two objective values that should be equal (float rounding).
+#: Relative tolerance between two objective values that should be equal (float rounding), relative to the
+#: value less its origin (:func:`kvsched.csp.objectives.objective_origin`).
 OBJECTIVE_RTOL = 1e-6
+#: Relative float rounding of an absolute time (a few thousand operations at 2.2e-16 each).
+TIME_RTOL = 1e-12
 
 
 class ModelError(AssertionError):
     """The model disagrees with the semantic core, or a bound with a schedule (a bug in kvsched)."""
 
 
-def tolerance(value: float) -> float:
-    return OBJECTIVE_RTOL * max(1.0, abs(value))
+def tolerance(value: float, origin: float = 0.0) -> float:
+    """How far two values of an objective whose value is about ``value`` may differ by float rounding alone.
+
+    Relative to ``value - origin``, not to ``value``: a makespan of 2,000,012 slots counted from arrivals at
+    2,000,000 was "optimal" against a bound of 2,000,010 (1e-6 of the value is two slots), where the brute
+    force reaches 2,000,011. The origin's own rounding adds :data:`TIME_RTOL` of it.
+    """
+    return OBJECTIVE_RTOL * max(1.0, abs(value - origin)) + TIME_RTOL * abs(origin)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +62,13 @@ def model_bound(raw: RawSolution, *, scale: float, integral: bool, source: str, 
     return Bound(value * scale, source, scope)
 
 
-def check_bounds(bounds: Iterable[Bound], seen: Iterable[Seen]) -> None:
-    """Raise :class:`ModelError` if a bound exceeds a seen schedule of its scope."""
+def check_bounds(bounds: Iterable[Bound], seen: Iterable[Seen], origin: float = 0.0) -> None:
+    """Raise :class:`ModelError` if a bound exceeds a seen schedule of its scope (``origin``: the objective's,
+    :func:`tolerance`)."""
     seen = list(seen)
     for b in bounds:
         for s in seen:
-            if b.holds_for(s.scope) and b.value > s.value + tolerance(s.value):
+            if b.holds_for(s.scope) and b.value > s.value + tolerance(s.value, origin):
                 raise ModelError(
                     f"the {b.source} bound {b.value!r} exceeds the {s.what or 'known'} schedule of value "
                     f"{s.value!r} in its scope ({b.scope.description}): a bug in kvsched"
@@ -71,15 +81,17 @@ def certify(
     bounds: Sequence[Bound],
     seen: Iterable[Seen] = (),
     raw_status: SolveStatus | None = None,
+    origin: float = 0.0,
 ) -> tuple[SolveStatus, Bound | None]:
     """Status and best bound over ``scope`` of a solve whose best schedule replays to ``value``.
 
     ``raw_status`` is the back end's verdict on its model; an INFEASIBLE one is
-    a bug here, since the model was given a feasible warm start.
+    a bug here, since the model was given a feasible warm start. ``origin`` is the
+    objective's (:func:`kvsched.csp.objectives.objective_origin`).
     """
     if raw_status == SolveStatus.INFEASIBLE:
         raise ModelError("the model is infeasible although its warm start is feasible")
-    check_bounds(bounds, [*seen, Seen(value, scope, "returned")])
+    check_bounds(bounds, [*seen, Seen(value, scope, "returned")], origin)
     best = best_bound(bounds, scope)
-    proven = best is not None and value - best.value <= tolerance(value)
+    proven = best is not None and value - best.value <= tolerance(value, origin)
     return (SolveStatus.OPTIMAL if proven else SolveStatus.FEASIBLE), best

@@ -279,7 +279,7 @@ def _solve_exact(
         if form.in_class(schedule):
             run.seen[-1] = Seen(value, narrower(form.scope, scope_of(schedule)), label)
             run.adopt(schedule, value)
-            if best is None or value < best[1] - tolerance(value):
+            if best is None or value < best[1] - tolerance(value, run.origin):
                 best = (schedule, value, label)
     if best is None:
         if first is None:
@@ -330,11 +330,11 @@ def _pipeline_then_exact(
         return first
     exact = _solve_exact(run, form, objective, solver, options, deadline, first.schedule, export, True)
     pipeline = {"pipeline": {"objective": first.objective, "found_by": first.stats.get("found_by")}}
-    if exact is not None and exact.objective <= first.objective + tolerance(first.objective):
+    if exact is not None and exact.objective <= first.objective + tolerance(first.objective, run.origin):
         return replace(exact, stats={**exact.stats, **pipeline})
     # The model was declined before it saw the pipeline's schedule (too large for the time left): the
     # pipeline's schedule stands, against every bound found since.
-    status, bound = certify(first.objective, Scope.ALL, run.bounds, run.seen)
+    status, bound = certify(first.objective, Scope.ALL, run.bounds, run.seen, origin=run.origin)
     why = exact.stats.get("stopped", "") if exact is not None else "no schedule of the model's class in time"
     return Result.settled(
         status,
@@ -438,9 +438,9 @@ def _solve_built(
     if raw.x is not None:
         decoded = built.decode(raw.x)
         decoded_value = run.measure(replay(run.instance, decoded))  # strict: raises if illegal
-        _check_model(form, built, decoded, decoded_value, raw, options)
+        _check_model(form, built, decoded, decoded_value, raw, options, run.origin)
         run.seen.append(Seen(decoded_value, form.scope, "decoded"))
-        if decoded_value <= upper + tolerance(upper):
+        if decoded_value <= upper + tolerance(upper, run.origin):
             schedule, value, found_by = decoded, decoded_value, solver
     run.add_bound(
         model_bound(raw, scale=scale, integral=model.integral_objective, source=solver, scope=form.scope)
@@ -460,10 +460,12 @@ def _check_model(
     value: float,
     raw: RawSolution,
     options: SolverOptions,
+    origin: float,
 ) -> None:
-    """The model must value the decoded schedule as the core does, and never claim better."""
+    """The model must value the decoded schedule as the core does, and never claim better (``origin``: the
+    objective's, :func:`~kvsched.csp.certify.tolerance`)."""
     scale = form.scale
-    tol = tolerance(value)
+    tol = tolerance(value, origin)
     if built.encode is not None:
         own = built.encode(schedule)
         bad = built.model.violations(own)
@@ -498,7 +500,9 @@ def _finish(
     scope: Scope | None = None,
 ) -> Result:
     scope = scope or form.scope
-    status, bound = certify(value, scope, run.bounds, run.seen, None if raw is None else raw.status)
+    status, bound = certify(
+        value, scope, run.bounds, run.seen, None if raw is None else raw.status, origin=run.origin
+    )
     schedule = with_meta(schedule, solver=solver, objective=objective, status=str(status), scope=str(scope))
     every = [b for b in run.bounds if b.scope == Scope.ALL]
     stats = {

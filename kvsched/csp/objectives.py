@@ -12,6 +12,7 @@ from collections.abc import Callable
 import numpy as np
 
 from kvsched.errors import InputError
+from kvsched.instances.model import Instance
 from kvsched.schedule.validate import Trace
 
 
@@ -38,6 +39,16 @@ OBJECTIVES: dict[str, Callable[[Trace], float]] = {
     "makespan": makespan,
     "sum-ttft": sum_ttft,
 }
+
+
+def objective_origin(instance: Instance, name: str) -> float:
+    """The time an objective's value counts from: the first arrival for the makespan (an absolute time), 0
+    for the sums of differences. Tolerances between two values of an objective scale with the value less its
+    origin (:func:`kvsched.csp.certify.tolerance`): relative to an absolute time of 2e6 slots, 1e-6 is two
+    slots."""
+    if name == "makespan" and len(instance.requests):
+        return float(min(r.arrival for r in instance.requests))
+    return 0.0
 
 
 def objective_function(name: str) -> Callable[[Trace], float]:

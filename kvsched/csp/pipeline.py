@@ -84,7 +84,7 @@ def _proven(log: SolveLog, value: float) -> bool:
     """Whether the bounds found so far meet ``value``, the best schedule's: once they do, no later stage can
     change the answer (the schedule is optimal, and a bound above the best one would be above it too), so the
     stages left are skipped (an 8-request solve proven by its first bounds ran its LPs for 10 s of a 20 s limit)."""
-    return certify(value, Scope.ALL, log.bounds, log.seen)[0] == SolveStatus.OPTIMAL
+    return certify(value, Scope.ALL, log.bounds, log.seen, origin=log.origin)[0] == SolveStatus.OPTIMAL
 
 
 def _incumbents(log: SolveLog, objective: str, deadline: Deadline, whole: Deadline) -> list[Incumbent]:
@@ -326,7 +326,7 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
             log.keep(better.value, better.trace)
             best = better
             stats["improved_by"] = "large-neighbourhood search"
-    status, bound = certify(best.value, Scope.ALL, log.bounds, log.seen)
+    status, bound = certify(best.value, Scope.ALL, log.bounds, log.seen, origin=log.origin)
     schedule = with_meta(best.schedule, objective=objective, status=str(status), scope=str(Scope.ALL))
     log.report(incumbent=best.value)
     return Result.settled(

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from kvsched.csp.certificate import Bound, Scope, scope_of
 from kvsched.csp.certify import Seen
-from kvsched.csp.objectives import objective_function
+from kvsched.csp.objectives import objective_function, objective_origin
 from kvsched.csp.result import AnytimePoint
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
@@ -57,6 +57,8 @@ class SolveLog:
     def __init__(self, instance: Instance, objective: str, progress: Progress | None) -> None:
         self.instance = instance
         self.measure = objective_function(objective)
+        #: Where the objective counts from (tolerances between its values scale with the value less it).
+        self.origin = objective_origin(instance, objective)
         self.started = time.perf_counter()
         self.progress = progress
         self.points: list[AnytimePoint] = []
