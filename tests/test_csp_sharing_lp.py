@@ -87,3 +87,17 @@ def test_rounds_stop_once_the_value_stalls():
     assert not stalled(rising)
     flat = [*rising, (6.0, 150.02), (7.0, 149.9), (8.0, 150.05)]
     assert stalled(flat) and not stalled(flat[:-1])
+
+
+def test_the_bound_counts_time_from_the_first_arrival():
+    # Arrivals in Unix time (1.7e9 s) once made intervals of 3e7 s, which bound nothing.
+    from dataclasses import replace
+
+    from kvsched.csp.bounds.fluid_lp import fluid_lp_bound
+
+    inst = congested(12, STEPPED, 5)
+    late = replace(inst, requests=tuple(replace(r, arrival=r.arrival + 1.7e9) for r in inst.requests))
+    for bound in (sharing_lp_bound, fluid_lp_bound):
+        before, after = bound(inst, step=1.0), bound(late, step=1.0)
+        assert after.bound is not None and before.bound is not None
+        assert after.bound.value == pytest.approx(before.bound.value, rel=1e-6), bound.__name__

@@ -42,7 +42,7 @@ import time
 
 import numpy as np
 
-from kvsched.csp.bounds.lp_model import SAFETY, LPBoundResult, LPModel, solve_lp
+from kvsched.csp.bounds.lp_model import SAFETY, LPBoundResult, LPModel, from_first_arrival, solve_lp
 from kvsched.csp.bounds.seconds import Tokens, op_costs, prompt_isolated
 from kvsched.csp.bounds.seconds_lagrangian import batch_bounds, shortest_batch
 from kvsched.csp.bounds.separable import Separable
@@ -238,6 +238,7 @@ def fluid_lp_bound(
     """
     deadline = deadline or Deadline.never()
     started = time.monotonic()
+    instance = from_first_arrival(instance)
     bb = batch_bounds(instance)
     if bb is None:
         return LPBoundResult(None, 0.0, 0, 0, 0.0, "not supported")

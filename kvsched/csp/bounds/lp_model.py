@@ -11,13 +11,30 @@ finite box.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from kvsched.csp.certificate import Bound
 from kvsched.highs import new_highs, run_highs
+from kvsched.instances.model import Instance
 from kvsched.stop import Deadline
+
+
+def from_first_arrival(instance: Instance) -> Instance:
+    """``instance`` with every arrival counted from the first one (for a seconds-based cost model).
+
+    The LPs' interval grids start at time 0: arrivals at 1.7e9 s (Unix time) made intervals of 3e7 s, which
+    bound nothing. A batch's time does not depend on when it runs, so shifting every arrival and every
+    schedule by the same amount is a bijection that keeps each total latency, and so every bound. The
+    subtraction is exact (Sterbenz) for arrivals up to twice the first, and otherwise off by half an ulp of
+    the arrival, far inside the LPs' safety margin.
+    """
+    first = min((r.arrival for r in instance.requests), default=0.0)
+    if first == 0.0:
+        return instance
+    return replace(instance, requests=tuple(replace(r, arrival=r.arrival - first) for r in instance.requests))
+
 
 #: Relative safety margin on a reported value (float rounding in the dual evaluation).
 SAFETY = 1e-9

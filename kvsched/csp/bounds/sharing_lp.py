@@ -38,7 +38,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kvsched.csp.bounds.lp_model import SAFETY, LPBoundResult, LPModel, exclusive_cumsum, solve_lp
+from kvsched.csp.bounds.lp_model import (
+    SAFETY,
+    LPBoundResult,
+    LPModel,
+    exclusive_cumsum,
+    from_first_arrival,
+    solve_lp,
+)
 from kvsched.csp.bounds.seconds import Tokens, op_costs
 from kvsched.csp.bounds.seconds_lagrangian import batch_bounds, shortest_batch
 from kvsched.csp.bounds.separable import Separable
@@ -402,7 +409,7 @@ def sharing_lp_bound(
     """
     deadline = deadline or Deadline.never()
     started = time.monotonic()
-    data = _Data.of(instance)
+    data = _Data.of(from_first_arrival(instance))
     if data is None:
         return LPBoundResult(None, 0.0, 0, 0, 0.0, "not supported")
     span = float(data.arrival.max()) + (TAIL * data.isolated_mean() if tail is None else tail)
