@@ -64,6 +64,7 @@ from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.schedule.records import RunRecord
 from kvsched.schedule.validate import Trace, instance_cost_model
+from kvsched.schedule.violations import TIME_TOL
 from kvsched.stop import Deadline
 
 #: The bound's source name.
@@ -282,7 +283,7 @@ def incumbent_chains(
     trace
         A validated schedule's trace.
     origin
-        The time slot 0 starts at (the first arrival: no batch starts before it).
+        The time slot 0 starts at (the first arrival less the core's TIME_TOL: no batch starts before it).
 
     Returns
     -------
@@ -334,13 +335,15 @@ def prepare(instance: Instance, incumbent: Trace) -> SecondsChainData:
     forms = _pick_forms(all_forms)
     prompt = np.array([r.prompt for r in instance.requests], dtype=np.int64)
     output = np.array([r.output for r in instance.requests], dtype=np.int64)
-    # Slots count from the first arrival, before which no batch starts: from time 0, arrivals at 1e6 s made
-    # 1.9e8 slots of 5.4 ms (4.7 GB, 9-16 s of a 2 s solve of three requests, 2026-11-29). Latencies are
-    # differences, so times relative to it give the same bound.
+    # Slots count from the first arrival, before which no batch starts (but for the core's TIME_TOL): from
+    # time 0, arrivals at 1e6 s made 1.9e8 slots of 5.4 ms (4.7 GB, 9-16 s of a 2 s solve of three requests,
+    # 2026-11-29). Latencies are differences, so times relative to it give the same bound. A batch holding j
+    # starts at s >= a_j - TIME_TOL, so its slot floor((s - origin) / delta) is at least j's release.
     absolute = np.array([r.arrival for r in instance.requests], dtype=np.float64)
-    origin = float(absolute.min())
+    first = float(absolute.min())
+    origin = first - TIME_TOL
     arrival = absolute - origin
-    release = np.floor(arrival / delta).astype(np.int64)
+    release = np.floor((absolute - first) / delta).astype(np.int64)
     chunk = min((c for c in (lim.max_batch_tokens, lim.max_prefill_tokens) if c is not None), default=None)
     q = math.inf if chunk is None else float(chunk)
     earliest = release + (np.maximum(1, -(-prompt // chunk)) - 1 if chunk is not None else 0)
