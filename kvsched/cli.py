@@ -134,6 +134,10 @@ def _run(args: argparse.Namespace) -> int:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit's final flush cannot fail again
         return 141
+    except OSError as exc:  # the system refused a read or a write (a full disk, a lost mount): not a bug
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"kvsched {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
+        return EXIT_ERROR
     except Exception as exc:  # a bug: one line and a hint, the traceback only on request
         if os.environ.get("KVSCHED_DEBUG", "") not in ("", "0"):
             import traceback  # here: only a bug prints one

@@ -428,3 +428,37 @@ def test_a_kv_pool_the_machine_cannot_hold_is_one_line(files, tmp_path, capsys):
     assert main(argv) == 2
     err = [line for line in capsys.readouterr().err.splitlines() if "error" in line]
     assert len(err) == 1 and "KV pool: 1,000,000,000,000 tokens" in err[0] and "cannot be allocated" in err[0]
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_write_the_system_refuses_is_one_error_line_not_a_bug(files, capsys):
+    # A full disk once read "internal error: OSError ... this is a bug".
+    code = main(["simulate", str(files[0]), "-p", "vllm", "--no-progress", "--json", "/dev/full"])
+    assert code == common.EXIT_ERROR
+    err = _one_error_line(capsys)
+    assert "kvsched simulate: error: No space left on device" in err and "internal error" not in err
+
+
+def test_an_output_onto_a_pipe_is_written_not_read(files, tmp_path):
+    # The check that an output is not an instance file read its target first: on a pipe that read blocked
+    # for ever (kvsched simulate ... -o /dev/stdout | cat).
+    import os
+    import threading
+
+    from kvsched.instances.io import check_not_input
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got = []
+    checker = threading.Thread(target=lambda: got.append(check_not_input(fifo, "-o")), daemon=True)
+    checker.start()
+    checker.join(5.0)
+    assert got == [fifo]
+
+
+def test_a_time_limit_past_what_a_wait_takes_is_no_limit(files, capsys):
+    # threading refuses waits past TIMEOUT_MAX (about 9.2e9 s): --time-limit 1e10 was an internal error.
+    for solver in ("highs", "cpsat"):
+        args = ["solve", str(files[0]), "--time-limit", "1e10", "--solver", solver, "--formulation", "batch"]
+        assert main(args) == 0, capsys.readouterr().err
+        assert "error" not in capsys.readouterr().err

@@ -29,6 +29,7 @@ a schedule can say which instance it was made for.
 from __future__ import annotations
 
 import dataclasses
+import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
@@ -365,6 +366,8 @@ def check_not_input(path: str | Path, what: str) -> Path:
     """
     p = _not_an_example(Path(path), what)
     try:
+        if not stat.S_ISREG(p.stat().st_mode):
+            return p  # a pipe or a device (-o /dev/stdout): reading it would block, and it holds no file
         with p.open("rb") as fh:
             head = fh.read(256)
     except OSError:

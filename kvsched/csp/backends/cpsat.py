@@ -93,7 +93,8 @@ def solve_cpsat(model: LinearModel, options: SolverOptions, deadline: Deadline) 
 
     timer = None
     if deadline.bounded:
-        timer = threading.Timer(deadline.remaining(), solver.stop_search)
+        # (A wait past threading.TIMEOUT_MAX raises OverflowError: such a deadline is none.)
+        timer = threading.Timer(min(deadline.remaining(), threading.TIMEOUT_MAX), solver.stop_search)
         timer.daemon = True
         timer.start()
     start = time.perf_counter()
