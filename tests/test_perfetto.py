@@ -8,6 +8,7 @@ from itertools import pairwise
 
 import pytest
 
+from kvsched.errors import InputError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.io import load_instance
 from kvsched.schedule.metrics import batch_metrics, request_metrics
@@ -109,7 +110,7 @@ def test_measured_seconds_override_the_unit():
     assert doc["otherData"]["time_unit"] == "s"
     batches = [e for e in doc["traceEvents"] if e["pid"] == ENGINE_PID and e["ph"] == "X"]
     assert [e["dur"] for e in batches] == [0.5e6] * len(sched)
-    with pytest.raises(ValueError, match="unit"):
+    with pytest.raises(InputError, match="unit"):
         chrome_trace(FIG15, sched, unit="ms")
 
 

@@ -136,3 +136,25 @@ def test_a_file_that_is_no_npz_archive_is_not_taken_for_a_pickle(tmp_path):
     path.write_text("garbage")
     with pytest.raises(InputError, match=r"s.npz: not a readable .npz schedule \(not a zip archive\)$"):
         load_schedule(path, evicting_instance())
+
+
+def test_writers_refuse_a_schedule_of_another_instance_with_one_error(tmp_path):
+    # The writers that do not replay met such a schedule as an IndexError from deep inside.
+    from kvsched.heuristics import make_policy, simulate
+    from kvsched.instances.generators import generate
+    from kvsched.instances.io import load_instance
+    from kvsched.schedule.perfetto import chrome_trace
+    from kvsched.schedule.retime import retime
+    from tests.test_examples import EXAMPLES
+
+    inst = load_instance(EXAMPLES / "figure15.json")
+    sched = simulate(inst, make_policy("vllm")).schedule
+    one = generate("infermax-grid", n=1, prompt=4, output=4)
+    for write in (
+        lambda: save_schedule(sched, one, tmp_path / "s.json"),
+        lambda: chrome_trace(one, sched),
+        lambda: retime(one, sched, UnitCost()),
+    ):
+        with pytest.raises(InputError, match="request position 3, but the instance has 1 request"):
+            write()
+    assert not (tmp_path / "s.json").exists()

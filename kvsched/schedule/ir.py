@@ -453,3 +453,26 @@ def expect_schedule(value: object, name: str = "schedule") -> Schedule:
             hint = " (pass its .schedule)"
         raise InputError(f"{name}: expected a kvsched Schedule, got {type(value).__name__}{hint}")
     return value
+
+
+def expect_schedule_for(value: object, num_requests: int, name: str = "schedule") -> Schedule:
+    """:func:`expect_schedule`, and every request position it names (items, a run's chunk, evictions) below
+    ``num_requests``, else one :class:`~kvsched.errors.InputError`: a schedule of another instance, which the
+    writers that do not replay (``save_schedule``, ``chrome_trace``, ``retime``) met as an IndexError."""
+    schedule = expect_schedule(value, name)
+    top = -1
+    for e in schedule.entries:
+        if e.requests.size:
+            top = max(top, int(e.requests.max()))
+        evicted = getattr(e, "evicted", None)
+        if evicted is not None and evicted.size:
+            top = max(top, int(evicted.max()))
+        chunk = getattr(e, "chunk", None)
+        if chunk is not None:
+            top = max(top, int(chunk.request))
+    if top >= num_requests:
+        raise InputError(
+            f"{name}: it refers to request position {top}, but the instance has {num_requests} request"
+            f"{'s' * (num_requests != 1)} (a schedule of another instance?)"
+        )
+    return schedule

@@ -28,10 +28,11 @@ from typing import Any
 
 import numpy as np
 
+from kvsched.errors import InputError
 from kvsched.instances.io import check_not_input
-from kvsched.instances.model import Instance
+from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.core import TIME_TOL, EngineState
-from kvsched.schedule.ir import Phase, Run, Schedule
+from kvsched.schedule.ir import Phase, Run, Schedule, expect_schedule_for
 from kvsched.schedule.serving import time_unit
 
 ENGINE_PID = 1
@@ -228,9 +229,11 @@ def chrome_trace(
     overrides the instance's time unit, e.g. for a schedule retimed with
     measured seconds.
     """
+    expect_instance(instance)
+    expect_schedule_for(schedule, len(instance.requests))
     unit = unit or time_unit(instance)
     if unit not in US_PER_UNIT:
-        raise ValueError(f"unit must be one of {', '.join(US_PER_UNIT)}, not {unit!r}")
+        raise InputError(f"unit must be one of {', '.join(US_PER_UNIT)}, not {unit!r}")
     us = US_PER_UNIT[unit]
     title = name or instance.name or "schedule"
     events: list[dict[str, Any]] = [

@@ -22,7 +22,7 @@ from kvsched.costmodel import CostModel
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.core import EngineState
-from kvsched.schedule.ir import Batch, Schedule, expect_schedule
+from kvsched.schedule.ir import Batch, Schedule, expect_schedule_for
 from kvsched.stop import Deadline
 
 #: A bounded deadline is read once every this many batches.
@@ -70,7 +70,7 @@ def retime(
         ``deadline`` passed before the last batch.
     """
     expect_instance(instance)
-    count = len(expect_schedule(schedule))
+    count = len(expect_schedule_for(schedule, len(instance.requests)))
     # Duck-typed like the core: any object with batch_time is a cost model (the protocol also names `name`).
     if hasattr(timing, "batch_time"):
         cost_model: CostModel | None = timing  # type: ignore[assignment]
