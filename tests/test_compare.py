@@ -257,3 +257,11 @@ def test_cli_compare_hands_the_solve_one_deadline_from_the_command_start(monkeyp
     assert main([*args, "--threads", "1"]) == 0
     (deadline,) = seen
     assert deadline.limit == 2 and deadline.end - time.monotonic() < 2
+
+
+def test_nothing_to_compare_and_a_deadline_that_is_not_one_are_one_error_each():
+    inst = load_instance(EXAMPLES / "figure15.json")
+    with pytest.raises(InputError, match="nothing to compare"):
+        compare(inst, [], solver=None)
+    with pytest.raises(InputError, match="deadline: expected a kvsched Deadline"):
+        compare(inst, ["vllm"], solver=None, deadline=2.0)

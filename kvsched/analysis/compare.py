@@ -261,11 +261,18 @@ def compare(
     already checked each batch; the tests replay every policy's schedules).
     """
     _check_arguments(objective, solver, formulation)
+    if deadline is not None and not isinstance(deadline, Deadline):
+        got = type(deadline).__name__
+        raise InputError(
+            f"deadline: expected a kvsched Deadline (kvsched.Deadline.after(seconds)), got {got}"
+        )
     expect_instance(instance)
     expect_slo(slo)
     instance.check_requests()  # an impossible request is one error, not a failed row per policy
     measure = OBJECTIVES[objective]
     built = _policies(policy_names(policies), policy_params or {})
+    if not built and solver is None:
+        raise InputError("policies: nothing to compare (no policy and no solver)")
     solver_error = None
     if solver is not None:
         solver_error = _check_solver(
