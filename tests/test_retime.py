@@ -205,3 +205,13 @@ def test_retime_stops_at_its_deadline_and_takes_runs_lazily():
     out = retime(inst, sched, instance_cost_model(inst), deadline=Deadline.after(600))
     assert len(out) == len(sched)
     replay(inst, out)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -1.0, 0.0])
+def test_durations_that_no_batch_can_have_are_one_error(bad: float) -> None:
+    inst = Instance((Request("a", 0.0, 2, 3),), Limits(kv_capacity=8), TimeModel("unit"))
+    sched = simulate(inst, make_policy("vllm")).schedule
+    durations = [1.0] * len(sched)
+    durations[1] = bad
+    with pytest.raises(InputError, match="batch 1's duration"):
+        retime(inst, sched, durations)

@@ -85,6 +85,12 @@ def retime(
             ) from None
         if durations.size != count:
             raise InputError(f"timing: {durations.size} durations for {count} batches")
+        bad = np.flatnonzero(~(np.isfinite(durations) & (durations > 0)))
+        if bad.size:  # a NaN or negative duration once went on into a schedule file no reader accepts
+            k = int(bad[0])
+            raise InputError(
+                f"timing: batch {k}'s duration is {durations[k]!r}; durations are finite and > 0"
+            )
     state = EngineState(instance, cost_model) if cost_model is not None or check else None
     arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
     out = []
