@@ -48,7 +48,7 @@ from kvsched.instances.io import (
     validated,
 )
 from kvsched.instances.model import Instance, Limits, Request, TimeModel, expect_instance
-from kvsched.schedule.ir import Batch, Phase, Schedule, expect_schedule_for
+from kvsched.schedule.ir import Batch, Phase, Schedule, expect_schedule, expect_schedule_for
 from kvsched.schedule.retime import retime
 
 SCHEMA_VERSION = 1
@@ -168,6 +168,7 @@ def save_schedule(schedule: Schedule, instance: Instance, path: str | Path) -> N
     A ``.npz`` path gets the columnar format instead (:mod:`kvsched.schedule.columnar`),
     which keeps coalesced runs; JSON spells every batch out.
     """
+    expect_schedule(schedule)  # first: swapped arguments name the schedule
     expect_instance(instance)
     expect_schedule_for(schedule, len(instance.requests))
     check_not_input(path, "save_schedule")
