@@ -227,6 +227,18 @@ def test_the_instances_package_exports_its_nouns():
             r"^deadline: expected",
         ),
         (
+            lambda inst: kvsched.validate(
+                inst, kvsched.simulate(inst, kvsched.make_policy("vllm")).schedule, "unit"
+            ),
+            r"^cost_model: expected a cost model, got the name 'unit': use kvsched.make_cost_model$",
+        ),
+        (
+            lambda inst: kvsched.replay(
+                inst, kvsched.simulate(inst, kvsched.make_policy("vllm")).schedule, 3
+            ),
+            r"^cost_model: expected a cost model \(kvsched.make_cost_model\), got int$",
+        ),
+        (
             lambda inst: kvsched.solve(inst, warm_start="vllm"),
             r"^warm_start: expected a kvsched Schedule, got str$",
         ),

@@ -8,6 +8,8 @@ from typing import Protocol, cast, runtime_checkable
 
 import numpy as np
 
+from kvsched.errors import InputError
+
 #: Phase.DECODE; kept literal so cost models do not import the schedule package.
 DECODE = 1
 
@@ -144,3 +146,17 @@ def chunk_run_times(
             tokens[n] = last
         out[j] = model.batch_time(BatchView(tokens, kv, phases))
     return out
+
+
+def expect_cost_model(value: object, name: str = "cost_model") -> CostModel:
+    """``value`` if it is a cost model (anything with ``batch_time``, duck-typed as the core reads it), else
+    one :class:`~kvsched.errors.InputError` naming ``name`` (not an AttributeError from deep inside)."""
+    if isinstance(value, str):
+        raise InputError(
+            f"{name}: expected a cost model, got the name {value!r}: use kvsched.make_cost_model"
+        )
+    if not hasattr(value, "batch_time"):
+        raise InputError(
+            f"{name}: expected a cost model (kvsched.make_cost_model), got {type(value).__name__}"
+        )
+    return cast(CostModel, value)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kvsched.costmodel import CostModel
+from kvsched.costmodel.base import expect_cost_model
 from kvsched.errors import InputError
 from kvsched.heuristics.base import Policy
 from kvsched.heuristics.step import BATCHES_PER_TOKEN, Record, Stepper, batch_limit
@@ -111,10 +112,8 @@ def simulate(
         )
     if not isinstance(policy, Policy):
         raise InputError(f"policy: expected a Policy (kvsched.make_policy), got {type(policy).__name__}")
-    if cost_model is not None and not hasattr(cost_model, "batch_time"):  # duck-typed, as the core reads it
-        raise InputError(
-            f"cost_model: expected a cost model (kvsched.make_cost_model), got {type(cost_model).__name__}"
-        )
+    if cost_model is not None:
+        expect_cost_model(cost_model)
     if deadline is not None and not isinstance(deadline, Deadline):
         raise InputError(
             f"deadline: expected a kvsched.Deadline (Deadline.after(seconds)), got {type(deadline).__name__}"

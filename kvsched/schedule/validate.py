@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from kvsched.costmodel import CostModel
+from kvsched.costmodel.base import expect_cost_model
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.core import BatchRecord, EngineState, ScheduleError, Violation
@@ -97,6 +98,8 @@ def replay(
     """
     expect_instance(instance)
     expect_schedule(schedule)
+    if cost_model is not None:
+        expect_cost_model(cost_model)
     if cost_model is None and check_durations:
         cost_model = instance_cost_model(instance)
     state = EngineState(instance, cost_model if check_durations else None)
