@@ -83,6 +83,10 @@ class Deadline:
         """Seconds left (never negative; ``math.inf`` without a limit)."""
         return max(0.0, self.end - time.monotonic())
 
+    def elapsed(self) -> float:
+        """Seconds since a bounded deadline's budget began (its end less its limit): a command's time so far."""
+        return time.monotonic() - (self.end - self.limit)
+
     def expired(self) -> bool:
         return time.monotonic() >= self.end
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import time
 from pathlib import Path
 from typing import Any
 
@@ -322,7 +321,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             # Time is kept for the table and for drawing the figures after the solve.
             deadline=solve_deadline(deadline, instance, ("summary", "figures"), warn="report"),
         )
-        compared = time.monotonic() - (deadline.end - deadline.limit)
+        compared = deadline.elapsed()
         print_comparison(cmp, args.objective, instance.name or args.target)
         path = instance_report(
             instance, args.out, objective=args.objective, source=args.target, comparison=cmp
