@@ -12,7 +12,7 @@ from kvsched.csp import Deadline, SolverOptions, SolveStatus, solve
 from kvsched.csp.backends import RawSolution
 from kvsched.csp.formulations import make_formulation
 from kvsched.csp.formulations.base import Declined
-from kvsched.errors import KvschedError
+from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.validate import replay
@@ -96,3 +96,31 @@ def test_auto_runs_the_exact_model_alone_where_the_pipeline_finds_no_schedule(mo
     result = solve(inst, time_limit=6, options=SolverOptions(threads=1))
     assert result.formulation == "batch-indexed" and "pipeline" not in result.stats
     assert replay(inst, result.schedule).ok
+
+
+@pytest.mark.parametrize("formulation", ["auto", "batch", "time"])
+def test_an_illegal_warm_start_is_refused_not_dropped(formulation):
+    # A schedule of another instance (its requests fit by position, its batches do not) used to be
+    # skipped as "not an incumbent" and the solve reported as if it had never been given.
+    inst = Instance(tuple(Request(f"r{k}", 0.0, 4, 3) for k in range(3)), Limits(kv_capacity=8))
+    other = Instance(tuple(Request(f"r{k}", 0.0, 2, 1) for k in range(3)), Limits(kv_capacity=8))
+    foreign = simulate(other, make_policy("vllm")).schedule
+    with pytest.raises(InputError, match="warm_start: not a legal schedule of this instance"):
+        solve(inst, formulation=formulation, warm_start=foreign, time_limit=5)
+
+
+def test_a_legal_warm_start_is_replayed_once(monkeypatch):
+    inst = Instance(tuple(Request(f"r{k}", float(k), 4, 3) for k in range(3)), Limits(kv_capacity=8))
+    warm = simulate(inst, make_policy("vllm")).schedule
+    calls = []
+    real = driver.replay
+
+    def counting(instance, schedule, *args, **kwargs):
+        calls.append(schedule is warm)
+        return real(instance, schedule, *args, **kwargs)
+
+    monkeypatch.setattr(driver, "replay", counting)
+    monkeypatch.setattr("kvsched.csp.run.replay", counting)
+    result = solve(inst, formulation="batch", warm_start=warm, time_limit=5)
+    assert result.status in (SolveStatus.OPTIMAL, SolveStatus.FEASIBLE)
+    assert sum(calls) == 1  # the check's replay is the evaluation's

@@ -195,6 +195,12 @@ def solve(
     check_options(options)
     if warm_start is not None:
         expect_schedule(warm_start, "warm_start")  # (a policy's: simulate it and pass its .schedule)
+        # Each stage would drop an illegal warm start without a word (it is not an incumbent): a
+        # schedule of another instance, or one timed by another cost model, is the caller's mistake.
+        try:
+            warm_trace = replay(instance, warm_start)
+        except KvschedError as exc:
+            raise InputError(f"warm_start: not a legal schedule of this instance: {exc}") from None
     if export is not None:
         check_export_path(export)
     if deadline is None:
@@ -204,6 +210,8 @@ def solve(
     check_solver(solver)
     check_replayable(instance, deadline)
     run = SolveLog(instance, objective, progress)
+    if warm_start is not None:
+        run.replayed(warm_start, warm_trace)  # its first evaluation reads this replay
     if formulation == "auto":
         chosen, why = choose_formulation(instance, objective, allow_eviction)
         if chosen == "pipeline":
@@ -211,17 +219,11 @@ def solve(
         elif allow_eviction:
             result = _pipeline_then_exact(run, objective, solver, options, deadline, warm_start, export)
         else:
-            result = solve(
-                instance,
-                objective=objective,
-                formulation=chosen,
-                solver=solver,
-                options=options,
-                warm_start=warm_start,
-                export=export,
-                allow_eviction=allow_eviction,
-                deadline=deadline,
-                progress=progress,
+            form = make_formulation(
+                chosen, instance, objective, allow_eviction=False, solver=solver, seed=options.seed
+            )
+            result = _solve_exact(
+                run, form, objective, solver, options, deadline, warm_start, export, strengthen
             )
         return replace(result, stats={**result.stats, "auto": why})
     form = make_formulation(

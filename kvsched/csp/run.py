@@ -67,6 +67,7 @@ class SolveLog:
         self.best_value: float | None = None
         self._best_trace: tuple[float, Trace] | None = None
         self._pending: dict[int, Trace] = {}
+        self._replayed: dict[int, Trace] = {}
 
     def elapsed(self) -> float:
         return time.perf_counter() - self.started
@@ -93,7 +94,7 @@ class SolveLog:
         is checked against every bound of its own scope but not reported as the
         best schedule (the caller reports it once it knows it is in scope).
         """
-        trace = replay(self.instance, schedule)
+        trace = self._replayed.pop(id(schedule), None) or replay(self.instance, schedule)
         value = self.measure(trace)
         if incumbent and (self._best_trace is None or value < self._best_trace[0]):
             self._best_trace = (value, trace)  # the result reuses it: no second replay
@@ -101,6 +102,11 @@ class SolveLog:
         if not incumbent:
             self._pending[id(schedule)] = trace
         return value
+
+    def replayed(self, schedule: Schedule, trace: Trace) -> None:
+        """Let the first :meth:`evaluate` of ``schedule`` read ``trace``, its strict replay made elsewhere
+        (the caller keeps ``schedule`` alive: the key is its identity)."""
+        self._replayed[id(schedule)] = trace
 
     def adopt(self, schedule: Schedule, value: float) -> None:
         """Report a schedule evaluated with ``incumbent=False`` as in scope after all."""
