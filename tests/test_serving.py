@@ -256,3 +256,23 @@ def test_an_slo_value_that_is_no_number_is_an_input_error(value):
     with pytest.raises(InputError, match=r"^slo: ttft: must be a positive finite number"):
         SLO(ttft=value)
     assert SLO(ttft=np.float64(0.2), tpot=np.int64(1)).ttft == 0.2
+
+
+def test_the_metrics_of_an_illegal_trace_say_so():
+    # A replay with strict=False measures what was replayed; the count of its violations goes with the
+    # figures, so they are never read as an engine's.
+    sched = simulate(FIG15, make_policy("vllm")).schedule
+    cut = type(sched)(sched.entries[:-1])  # the last batch dropped: its requests never finish
+    trace = replay(FIG15, cut, strict=False)
+    m = serving_metrics(trace)
+    assert m.violations == len(trace.violations) > 0 and m.completed < m.num_requests
+    assert m.to_dict()["violations"] == m.violations
+    assert "ILLEGAL schedule" in str(serving_table(m).caption)
+    legal = serving_metrics(_trace(FIG15))
+    assert legal.violations == 0 and "ILLEGAL" not in str(serving_table(legal).caption)
+
+
+@pytest.mark.parametrize("text", [None, 5, ["ttft=1"]])
+def test_parse_slo_refuses_what_is_not_text(text):
+    with pytest.raises(InputError, match="--slo: expected text"):
+        parse_slo(text, "s")

@@ -106,6 +106,8 @@ def parse_slo(text: str, unit: str, flag: str = "--slo") -> SLO:
     a number with ``ms`` or ``s`` (``ttft=200ms``, as vLLM's ``--goodput`` takes
     milliseconds).
     """
+    if not isinstance(text, str):
+        raise InputError(f"{flag}: expected text such as 'ttft=200ms,tpot=50ms', got {type(text).__name__}")
     values: dict[str, float] = {}
     for part in (p.strip() for p in text.split(",")):
         if not part:
@@ -235,7 +237,9 @@ class ServingMetrics:
     ``slo`` when given (for every request), else each request's own
     (``ttft_slo``, ``tbt_slo`` judged on its p99 gap, as
     :func:`~kvsched.schedule.metrics.request_metrics`; a request without one is
-    good once complete); ``None`` when there are no SLOs at all.
+    good once complete); ``None`` when there are no SLOs at all. ``violations`` counts the traces'
+    violations: a trace replayed with ``strict=False`` may be of an illegal schedule, whose figures are
+    those of what was replayed (incomplete requests left out), not of anything an engine could run.
     """
 
     time_unit: str
@@ -250,6 +254,7 @@ class ServingMetrics:
     e2el: Distribution
     slo: SLO | None
     good_requests: int | None
+    violations: int = 0
 
     @property
     def in_seconds(self) -> bool:
@@ -293,6 +298,7 @@ class ServingMetrics:
         out["request_goodput"] = per_unit["goodput_per_time_unit"] if sec else None
         out["good_requests"] = self.good_requests
         out["goodput_fraction"] = self.goodput_fraction
+        out["violations"] = self.violations
         out.update(self.slo.to_dict() if self.slo else dict.fromkeys(f"slo_{k}" for k in _SLO_KEYS))
         return out
 
@@ -385,6 +391,7 @@ def serving_metrics(
         e2el=Distribution.of(req["latency"]),
         slo=slo,
         good_requests=None if good is None else int(good.sum()),
+        violations=sum(len(t.violations) for t in found),
     )
 
 
@@ -420,6 +427,8 @@ def serving_table(m: ServingMetrics, title: str = "Serving metrics") -> Table:
             f"goodput ({which}): {m.good_requests:,} of {m.num_requests:,} requests, "
             f"{_cell(rates['goodput_per_time_unit'])} / {per}"
         )
+    if m.violations:
+        notes.insert(0, f"ILLEGAL schedule: {m.violations:,} violation(s), incomplete requests left out")
     table.caption = "; ".join(notes)
     return table
 
