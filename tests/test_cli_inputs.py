@@ -117,6 +117,20 @@ def test_outputs_never_overwrite_an_input_and_folders_are_made(files, tmp_path, 
     assert "is not a folder" in _one_error_line(capsys)
 
 
+def test_outputs_never_overwrite_another_instance_file(files, tmp_path, capsys):
+    # Not this command's input, but an instance all the same (a typo in -o): refused as the API refuses it.
+    other = tmp_path / "other.json"
+    other.write_bytes(files[0].read_bytes())
+    before = other.read_bytes()
+    for flag in ("-o", "--json"):
+        assert main(["simulate", str(files[0]), "-p", "vllm", flag, str(other)]) == 2
+        assert "is a kvsched instance file; refusing to overwrite it" in _one_error_line(capsys)
+    assert other.read_bytes() == before
+    # generate writes instances: replacing one it wrote before is what a rerun does.
+    assert main(["generate", "synthetic", "--n", "3", "--out", str(other)]) == 0
+    assert len(load_instance(other)) == 3
+
+
 def test_per_engine_outputs_never_overwrite_an_input(files, tmp_path, capsys):
     # With --engines K, -o OUT writes OUT.engine0.json ... : those names are checked, not OUT.
     src = tmp_path / "e.engine0.json"

@@ -162,6 +162,7 @@ def check_outputs(
     *,
     extra_outputs: Iterable[tuple[str, str | Path]] = (),
     extra_inputs: Iterable[str | Path] = (),
+    instances: bool = False,
 ) -> None:
     """Check every output flag of ``args`` before the work starts.
 
@@ -170,7 +171,10 @@ def check_outputs(
     command writes or reads beside its flags (a replay table's metadata). An
     output must not be an input of the command (nothing is lost to a typo), nor
     another output's file (the second would replace the first), must not be a
-    folder, and its folder must exist or be creatable.
+    folder, and its folder must exist or be creatable. Unless the outputs are
+    ``instances`` (``generate --out``), none may replace a kvsched instance file
+    or a bundled example: an instance is an input, if not of this command then of
+    another.
     """
     given_inputs = [getattr(args, name, None) for name in inputs]
     sources = {
@@ -181,7 +185,7 @@ def check_outputs(
     for flag, value in [*named, *extra_outputs]:
         if not value:
             continue
-        check_output_path(value, flag, sources)
+        check_output_path(value, flag, sources, instance=instances)
         path = Path(value)
         if path.exists() and not path.is_file():
             continue  # a device or pipe (-o /dev/stdout): written in place, several outputs may share it
@@ -193,11 +197,18 @@ def check_outputs(
         written[key] = flag
 
 
-def check_output_path(value: str | Path, flag: str, sources: set[tuple[object, ...]] | None = None) -> Path:
-    """One output file checked (see :func:`check_outputs`); its folder is created."""
+def check_output_path(
+    value: str | Path, flag: str, sources: set[tuple[object, ...]] | None = None, *, instance: bool = False
+) -> Path:
+    """One output file checked (see :func:`check_outputs`; ``instance``: the output is an instance file);
+    its folder is created."""
     path = Path(value)
     if sources and _same_file_key(path) in sources:
         raise InputError(f"{flag}: {path} is also an input of this command; refusing to overwrite it")
+    if not instance:
+        from kvsched.instances.io import check_not_input
+
+        check_not_input(path, flag)
     if path.is_dir():
         raise InputError(f"{flag}: {path} is a folder; give a file name")
     folder = path.parent
