@@ -115,8 +115,8 @@ _EXPORTS: dict[str, str] = {
 
 def example(name: str) -> Path:
     """The path of a bundled example instance, by name (``"figure15"``, ``"sharegpt-small"``, ...)."""
-    path = EXAMPLES_DIR / f"{name}.json"
-    if name.endswith(".schedule") or not path.is_file():
+    path = EXAMPLES_DIR / f"{name}.json" if isinstance(name, str) else None
+    if path is None or name.endswith(".schedule") or not path.is_file():
         known = sorted(p.stem for p in EXAMPLES_DIR.glob("*.json") if not p.stem.endswith(".schedule"))
         from kvsched.errors import InputError
 

@@ -337,6 +337,65 @@ def test_a_python_built_instance_with_an_impossible_request_is_one_input_error(b
             call()
 
 
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        # An empty instance crashed solve, lower_bounds and serving_metrics deep inside; a file says
+        # the same (its schema needs at least one request).
+        (lambda i: kvsched.Instance((), i.limits), r"requests: an instance needs at least one request"),
+        (lambda i: kvsched.Instance(({"id": "a"},), i.limits), r"requests\[0\]: expected a kvsched.Request"),
+        (lambda i: kvsched.Instance(i.requests, i.limits, None), r"time_model: expected kvsched.TimeModel"),
+    ],
+)
+def test_a_python_built_instance_of_the_wrong_shape_is_one_input_error(make, message):
+    inst = make(load_instance(kvsched.example("figure15")))
+    for call in (
+        lambda: kvsched.lower_bounds(inst),
+        lambda: kvsched.simulate(inst, kvsched.make_policy("vllm")),
+        lambda: kvsched.solve(inst, options=kvsched.SolverOptions(time_limit=5, threads=1)),
+        lambda: kvsched.compare(inst, policies=["vllm"], solver=None),
+    ):
+        with pytest.raises(InputError, match=message):
+            call()
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (
+            lambda: load_instance(None),
+            r"path: expected a file path \(a str or a pathlib.Path\), got NoneType",
+        ),
+        (lambda: load_instance(b"x.json"), r"path: expected a file path .* got bytes"),
+        (lambda: load_instance(kvsched.example("tiny"), limits={"kv_capacity": 8}), r"limits: expected"),
+        (lambda: load_instance(kvsched.example("tiny"), limits=kvsched.Limits("8")), r"limits.kv_capacity"),
+        (lambda: load_instance(kvsched.example("tiny"), limit_overrides=[1]), r"limit_overrides: expected"),
+        (lambda: kvsched.example(None), r"example: unknown example None"),
+        (lambda: kvsched.generate("synthetic", n=True), r"n must be an integer"),
+        (
+            lambda: kvsched.replay(*_figure15_run(), then=5),
+            r"then: expected a function of the engine state \(or None\), got int",
+        ),
+    ],
+)
+def test_api_arguments_of_the_wrong_type_are_one_input_error(call, message):
+    with pytest.raises(InputError, match=message):
+        call()
+
+
+def _figure15_run() -> tuple[kvsched.Instance, kvsched.Schedule]:
+    inst = load_instance(kvsched.example("figure15"))
+    return inst, kvsched.simulate(inst, kvsched.make_policy("vllm")).schedule
+
+
+def test_a_huge_prediction_noise_stays_in_range():
+    # exp(50 z) overflowed to inf, which int64 read as its minimum: predicted outputs of -9.2e18.
+    inst = kvsched.generate("synthetic", n=500, predict_sigma=50)
+    predicted = [r.predicted_output for r in inst.requests]
+    assert min(predicted) == 1 and max(predicted) == 2**31 - 1
+    inst.check_requests()
+
+
 def test_the_api_writers_never_overwrite_an_input(tmp_path):
     inst = load_instance(kvsched.example("figure15"))
     run = kvsched.simulate(inst, kvsched.make_policy("vllm"))

@@ -1,5 +1,6 @@
 """Instance files: round trip, CSV traces, and one clear error per bad input."""
 
+import dataclasses
 import json
 
 import pytest
@@ -162,3 +163,54 @@ def test_shared_splitwise_trace_loads():
     inst = load_instance(path, limits=Limits(kv_capacity=10**6), time_model=TimeModel("unit"))
     assert len(inst) == 8819
     assert all(r.prompt >= 1 and r.output >= 1 for r in inst.requests)
+
+
+#: A path no one may write, not even root (Linux: /proc takes no new files).
+UNWRITABLE = "/proc/kvsched-test/x.json"
+needs_proc = pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs Linux /proc")
+
+
+def test_save_instance_checks_its_arguments_up_front(tmp_path):
+    inst = load_instance(write(tmp_path, doc()))
+    with pytest.raises(InputError, match=r"^instance: expected an Instance .* got NoneType$"):
+        save_instance(None, tmp_path / "o.json")
+    for path in (None, 5, b"o.json"):
+        with pytest.raises(InputError, match=r"^path: expected a file path .* got (NoneType|int|bytes)$"):
+            save_instance(inst, path)
+    # A file that loading refuses is not written: an empty instance wrote one.
+    with pytest.raises(InputError, match=r"^requests: an instance needs at least one request$"):
+        save_instance(dataclasses.replace(inst, requests=()), tmp_path / "o.json")
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_save_instance_creates_a_missing_folder_and_names_a_path_it_cannot_write(tmp_path):
+    inst = load_instance(write(tmp_path, doc()))
+    out = tmp_path / "new" / "deeper" / "o.json"
+    save_instance(inst, str(out))  # the folders are created, as the commands create theirs
+    assert load_instance(out) == inst
+    (tmp_path / "d.json").mkdir()
+    with pytest.raises(InputError, match=r"^save_instance: .*d\.json is a folder, not a file$"):
+        save_instance(inst, tmp_path / "d.json")
+    with pytest.raises(InputError, match=r"^save_instance: cannot create the folder .*i\.json"):
+        save_instance(inst, tmp_path / "i.json" / "o.json")  # i.json is a file
+
+
+@needs_proc
+def test_save_instance_names_a_path_it_cannot_write():
+    inst = Instance((Request("a", 0.0, 2, 2),), Limits(kv_capacity=8), TimeModel("unit"))
+    with pytest.raises(InputError, match=r"^save_instance: (cannot create the folder )?/proc/kvsched-test"):
+        save_instance(inst, UNWRITABLE)
+    with pytest.raises(InputError, match=r"^save_instance: /proc/x\.json cannot be written \(.+\)$"):
+        save_instance(inst, "/proc/x.json")
+
+
+def test_write_output_turns_only_os_errors_into_input_errors(tmp_path):
+    from kvsched.instances.io import write_output
+
+    def broken(_path):
+        raise ValueError("a bug in the writer")
+
+    # A writer's own bug stays a bug: only the file system's refusal is the caller's input error.
+    with pytest.raises(ValueError, match="a bug in the writer"):
+        write_output(tmp_path / "x.json", "test", broken)
+    assert write_output(tmp_path / "a" / "x.txt", "test", lambda p: p.write_text("x")).read_text() == "x"

@@ -127,3 +127,20 @@ def test_cli_trace_flags(tmp_path):
     # Checked before the work: a trace never overwrites an input.
     assert main(["simulate", inst, "-p", "vllm", "--trace", inst]) == 2
     assert main(["replay", inst, str(EXAMPLES / "figure15-vllm.schedule.json"), "--trace", inst]) == 2
+
+
+def test_write_chrome_trace_path_faults_are_one_input_error(tmp_path):
+    import os
+
+    sched = simulate(FIG15, make_policy("vllm")).schedule
+    out = write_chrome_trace(FIG15, sched, tmp_path / "new" / "t.json")  # the folder is created
+    assert json.loads(out.read_text())["traceEvents"]
+    with pytest.raises(InputError, match=r"^instance: expected an Instance"):
+        write_chrome_trace(None, sched, None)  # the arguments in their order: the instance first
+    with pytest.raises(InputError, match=r"^path: expected a file path .* got NoneType$"):
+        write_chrome_trace(FIG15, sched, None)
+    with pytest.raises(InputError, match=r"^write_chrome_trace: .* is a folder, not a file$"):
+        write_chrome_trace(FIG15, sched, tmp_path)
+    if os.path.isdir("/proc/self"):
+        with pytest.raises(InputError, match=r"^write_chrome_trace: /proc/t\.json cannot be written \(.+\)$"):
+            write_chrome_trace(FIG15, sched, "/proc/t.json")

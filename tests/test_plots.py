@@ -221,3 +221,106 @@ def test_many_schedules_get_a_legend_below_the_axes_not_over_them():
     for fig in (plots.plot_cdfs(inst, many), plots.plot_kv(inst, many)):
         assert fig.axes[0].get_legend() is None and len(fig.legends) == 1
         assert len(fig.legends[0].get_texts()) == len(many) + (fig.axes[0].get_ylabel() == "KV tokens held")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_requests": -1}, r"^max_requests: expected an int >= 1, got -1$"),
+        ({"max_requests": 0}, r"^max_requests: expected an int >= 1, got 0$"),
+        ({"max_requests": "x"}, r"^max_requests: expected an int >= 1, got 'x'$"),
+        ({"max_requests": True}, r"^max_requests: expected an int >= 1, got True$"),
+        ({"max_requests": 2.0}, r"^max_requests: expected an int >= 1, got 2.0$"),
+        ({"title": 5}, r"^title: expected a str \(or None for the default title\), got int$"),
+        ({"trace": 5}, r"^trace: expected a Trace"),
+    ],
+)
+def test_gantt_checks_its_keywords(fig15, kwargs, message):
+    inst, schedules = fig15
+    with pytest.raises(InputError, match=message):
+        plots.plot_gantt(inst, schedules["vllm"], **kwargs)
+
+
+def test_gantt_takes_any_int_count_and_no_title(fig15):
+    inst, schedules = fig15
+    fig = plots.plot_gantt(inst, schedules["vllm"], max_requests=np.int64(2), title=None)
+    assert len(fig.axes[0].get_yticks()) == 2 and fig.axes[0].get_title(loc="left").startswith("schedule")
+
+
+@pytest.mark.parametrize("plot", [plots.plot_kv, plots.plot_cdfs])
+def test_kv_and_cdf_plots_check_their_keywords(fig15, plot):
+    inst, schedules = fig15
+    with pytest.raises(InputError, match=r"^title: expected a str"):
+        plot(inst, schedules, title=5)
+    for traces in (5, [replay(inst, schedules["vllm"])]):
+        with pytest.raises(InputError, match=r"^traces: expected a mapping of the schedules' names"):
+            plot(inst, schedules, traces=traces)
+    with pytest.raises(InputError, match=r"^traces\['vllm'\]: expected a Trace .* got int$"):
+        plot(inst, schedules, traces={"vllm": 5})
+    with pytest.raises(InputError, match=r"^instance: expected an Instance"):
+        plot(None, {})
+    # Another instance's replay would draw its KV or its gaps under this instance's name.
+    tiny = load_instance(EXAMPLES / "tiny.json")
+    foreign = replay(tiny, simulate(tiny, make_policy("vllm")).schedule)
+    with pytest.raises(InputError, match=r"^traces\['vllm'\]: a replay of another instance \(tiny\)$"):
+        plot(inst, schedules, traces={"vllm": foreign})
+    with pytest.raises(InputError, match=r"^trace: a replay of another instance"):
+        plots.plot_gantt(inst, schedules["vllm"], trace=foreign)
+    same = load_instance(EXAMPLES / "figure15.json")  # equal, not the same object: accepted
+    assert plots.plot_gantt(inst, schedules["vllm"], trace=replay(same, schedules["vllm"]))
+    assert plot(
+        inst, schedules, traces={"vllm": replay(inst, schedules["vllm"]), "sarathi": None}, title=None
+    )
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ([1, 2], r"^source: point 0: expected \(time, incumbent, bound\).* got 1$"),
+        ("x", r"^source: expected a solve's Result or its anytime points .* got str$"),
+        (None, r"^source: expected a solve's Result .* got NoneType$"),
+        ([(0, 1, "a")], r"^source: point 0: .* got \(0, 1, 'a'\)$"),
+        ([(0, 1, 1), (1, 1)], r"^source: point 1: .* got \(1, 1\)$"),
+        ([(0, 1, 1, 1)], r"^source: point 0: "),
+        ([(float("nan"), 1, 1)], r"^source: point 0: .*finite time >= 0"),
+        ([(-1, 1, 1)], r"^source: point 0: "),
+        ([(0, float("inf"), 1)], r"^source: point 0: "),
+        ([(True, 1, 1)], r"^source: point 0: "),
+    ],
+)
+def test_anytime_points_are_checked(source, message):
+    with pytest.raises(InputError, match=message):
+        plots.plot_anytime(source)
+    with pytest.raises(InputError, match=message):
+        plots.anytime_points(source)
+
+
+def test_anytime_points_take_every_form_of_a_point():
+    from kvsched.csp import AnytimePoint
+
+    nan = float("nan")
+    source = [AnytimePoint(0.3, 5.0, None), np.array([0.1, nan, 2.0]), (np.float64(0.2), 4, None)]
+    pts = plots.anytime_points(iter(source))  # a generator too: read once
+    assert pts["time"].tolist() == [0.1, 0.2, 0.3]
+    # A missing incumbent or bound (None or NaN) is NaN, and not drawn.
+    assert pts["incumbent"].isna().tolist() == [True, False, False]
+    assert pts["bound"].isna().tolist() == [False, True, True]
+    assert plots.plot_anytime(source, title=None).axes[0].get_title() == "solver progress"
+
+
+def test_save_figure_path_faults_are_one_input_error(tmp_path, fig15):
+    import os
+
+    inst, schedules = fig15
+    fig = plots.plot_gantt(inst, schedules["vllm"], max_requests=3)
+    assert plots.save_figure(fig, tmp_path / "new" / "g.png").stat().st_size > 1000  # the folder is created
+    with pytest.raises(InputError, match=r"^path: expected a file path .* got NoneType$"):
+        plots.save_figure(fig, None)
+    with pytest.raises(InputError, match=r"^path: .*x\.txt: use a \.png, \.svg or \.pdf file name$"):
+        plots.save_figure(fig, tmp_path / "x.txt")
+    (tmp_path / "d.png").mkdir()
+    with pytest.raises(InputError, match=r"^save_figure: .*d\.png is a folder, not a file$"):
+        plots.save_figure(fig, tmp_path / "d.png")
+    if os.path.isdir("/proc/self"):
+        with pytest.raises(InputError, match=r"^save_figure: /proc/x\.png cannot be written \(.+\)$"):
+            plots.save_figure(fig, "/proc/x.png")

@@ -158,3 +158,31 @@ def test_writers_refuse_a_schedule_of_another_instance_with_one_error(tmp_path):
         with pytest.raises(InputError, match="request position 3, but the instance has 1 request"):
             write()
     assert not (tmp_path / "s.json").exists()
+
+
+@pytest.mark.parametrize("suffix", [".json", ".npz"])
+def test_save_schedule_path_faults_are_one_input_error(tmp_path, suffix):
+    inst = evicting_instance()
+    sched = evicting_schedule(inst, UnitCost())
+    out = tmp_path / "new" / f"s{suffix}"
+    save_schedule(sched, inst, out)  # a missing folder is created (as save_figure and the commands do)
+    assert load_schedule(out, inst).same_as(sched)
+    for path in (None, 5):
+        with pytest.raises(InputError, match=r"^path: expected a file path"):
+            save_schedule(sched, inst, path)
+    (tmp_path / f"d{suffix}").mkdir()
+    with pytest.raises(InputError, match=r"^save_schedule: .* is a folder, not a file$"):
+        save_schedule(sched, inst, tmp_path / f"d{suffix}")
+    with pytest.raises(InputError, match=r"^save_schedule: .* is a folder, not a file$"):
+        save_schedule(sched, inst, tmp_path)
+    (tmp_path / "f").write_text("")
+    with pytest.raises(InputError, match=r"^save_schedule: cannot create the folder .*f \("):
+        save_schedule(sched, inst, tmp_path / "f" / f"s{suffix}")
+
+
+@pytest.mark.skipif(not __import__("os").path.isdir("/proc/self"), reason="needs Linux /proc")
+def test_save_schedule_names_a_path_it_cannot_write():
+    inst = evicting_instance()
+    sched = evicting_schedule(inst, UnitCost())
+    with pytest.raises(InputError, match=r"^save_schedule: /proc/wrong\.json cannot be written \(.+\)$"):
+        save_schedule(sched, inst, "/proc/wrong.json")

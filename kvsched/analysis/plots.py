@@ -15,7 +15,9 @@ against the capacity M.
 from __future__ import annotations
 
 import io
+import math
 from collections.abc import Iterable, Mapping, Sequence
+from numbers import Integral, Real
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +30,12 @@ from matplotlib.patches import Patch
 from kvsched.csp.certificate import Scope
 from kvsched.csp.result import AnytimePoint, Result
 from kvsched.errors import InputError
-from kvsched.instances.io import check_not_input
-from kvsched.instances.model import Instance
-from kvsched.schedule.ir import Phase, Schedule
+from kvsched.instances.io import check_not_input, write_output
+from kvsched.instances.model import Instance, expect_instance
+from kvsched.schedule.ir import Phase, Schedule, expect_schedule
 from kvsched.schedule.metrics import batch_metrics, request_metrics
 from kvsched.schedule.tokens import generation_events
-from kvsched.schedule.validate import Trace, replay
+from kvsched.schedule.validate import Trace, expect_trace, replay
 
 FORMATS = (".png", ".svg", ".pdf")
 COLORS = {"prefill": "#1a1a1a", "refill": "#1a1a1a", "decode": "#a0a0a0", "evicted": "#d62728"}
@@ -139,27 +141,75 @@ def _expect_named(schedules: object) -> None:
         )
 
 
+def _is_number(value: object) -> bool:
+    """A real number that is not a bool (``True`` is no time or objective)."""
+    return isinstance(value, Real) and not isinstance(value, bool)
+
+
+def _anytime_row(k: int, point: object) -> tuple[Any, Any, Any]:
+    """Point ``k`` of a caller's anytime points as a ``(time, incumbent, bound)`` row; else one
+    :class:`InputError` naming it.
+
+    The time must be a finite number >= 0 (as ``kvsched plot anytime`` requires of a result file). An
+    incumbent or bound may be missing, as ``None`` or NaN (not found yet: that step is not drawn, as
+    the solvers report it), but not infinite.
+    """
+    if isinstance(point, AnytimePoint):
+        row: tuple[Any, ...] | None = (point.time, point.incumbent, point.bound)
+    elif isinstance(point, Iterable) and not isinstance(point, str | bytes | Mapping):
+        row = tuple(point)
+    else:
+        row = None
+    if (
+        row is None
+        or len(row) != 3
+        or not (_is_number(row[0]) and math.isfinite(row[0]) and row[0] >= 0)
+        or not all(v is None or (_is_number(v) and not math.isinf(v)) for v in row[1:])
+    ):
+        raise InputError(
+            f"source: point {k}: expected (time, incumbent, bound): a finite time >= 0 and numbers, "
+            f"the last two None while unknown; got {repr(point)[:60]}"
+        )
+    return row[0], row[1], row[2]
+
+
 def anytime_points(source: Result | Iterable[Any]) -> pd.DataFrame:
     """A solver's progress as columns ``time``, ``incumbent``, ``bound``.
 
-    ``source`` is a :class:`~kvsched.csp.Result` (its final objective and
-    bound close the curve at its runtime) or ``[[time, incumbent, bound], ...]``.
+    Parameters
+    ----------
+    source
+        A :class:`~kvsched.csp.Result` (its final objective and bound close the curve at its
+        runtime), or points: :class:`~kvsched.csp.AnytimePoint` or ``(time, incumbent, bound)``
+        triples of numbers (an unknown incumbent or bound ``None`` or NaN).
+
+    Returns
+    -------
+    pandas.DataFrame
+        One float row per point, sorted by time (a missing value NaN).
     """
-    if not isinstance(source, Result | Iterable):
-        raise InputError(
-            f"source: expected a solve's Result or its anytime points, got {type(source).__name__}"
-        )
     if isinstance(source, Result):
         rows = [(p.time, p.incumbent, p.bound) for p in source.anytime]
         if source.objective is not None:
             rows.append((source.runtime, source.objective, source.best_bound))
+    elif isinstance(source, Iterable) and not isinstance(source, str | bytes):
+        rows = [_anytime_row(k, p) for k, p in enumerate(source)]
     else:
-        rows = [(p.time, p.incumbent, p.bound) if isinstance(p, AnytimePoint) else tuple(p) for p in source]
+        raise InputError(
+            "source: expected a solve's Result or its anytime points ((time, incumbent, bound) triples), "
+            f"got {type(source).__name__}"
+        )
     frame = pd.DataFrame(rows, columns=["time", "incumbent", "bound"], dtype=float)
     return frame.sort_values("time", kind="stable").reset_index(drop=True)
 
 
 # ----------------------------------------------------------------------------- figures
+def _expect_title(title: object) -> None:
+    """One :class:`InputError` for a ``title`` that is not text (``None`` or ``""``: the default title)."""
+    if title is not None and not isinstance(title, str):
+        raise InputError(f"title: expected a str (or None for the default title), got {type(title).__name__}")
+
+
 def _legend_patches(kinds: Iterable[str]) -> list[Patch]:
     labels = {"prefill": "(p)refill", "refill": "(p)refill", "decode": "decode", "evicted": "evicted"}
     seen: dict[str, Patch] = {}
@@ -182,8 +232,14 @@ def plot_gantt(
     ``trace``. At most ``max_requests`` requests (the first by position) are
     drawn; the KV line covers them all.
     """
-    trace = replay(instance, schedule) if trace is None else trace
-    shown = min(len(instance), max_requests)
+    expect_instance(instance)
+    expect_schedule(schedule)
+    # An int >= 1: a bool is not a count, and no rows (0) left an empty chart and a matplotlib warning.
+    if not (isinstance(max_requests, Integral) and not isinstance(max_requests, bool) and max_requests >= 1):
+        raise InputError(f"max_requests: expected an int >= 1, got {max_requests!r}")
+    _expect_title(title)
+    trace = replay(instance, schedule) if trace is None else expect_trace(trace, instance=instance)
+    shown = min(len(instance), int(max_requests))
     seg = gantt_segments(instance, schedule)
     if len(seg) > MERGE_ABOVE:  # one box per batch (as seed 003 Fig. 15) while that stays legible
         seg = _merge_touching(seg)
@@ -240,8 +296,17 @@ def _replays(
     instance: Instance, schedules: Mapping[str, Schedule], traces: Mapping[str, Trace] | None
 ) -> dict[str, Trace]:
     """Each schedule's replay: the one given in ``traces``, else replayed (validated) here."""
+    if traces is not None and not isinstance(traces, Mapping):
+        raise InputError(
+            f"traces: expected a mapping of the schedules' names to their traces, got {type(traces).__name__}"
+        )
     given = traces or {}
-    return {name: given.get(name) or replay(instance, schedule) for name, schedule in schedules.items()}
+    return {
+        name: replay(instance, schedule)
+        if given.get(name) is None
+        else expect_trace(given[name], f"traces[{name!r}]", instance)
+        for name, schedule in schedules.items()
+    }
 
 
 def plot_kv(
@@ -252,7 +317,9 @@ def plot_kv(
     traces: Mapping[str, Trace] | None = None,
 ) -> Figure:
     """KV usage over time of several schedules (each replayed, unless its replay is in ``traces``), against M."""
+    expect_instance(instance)
     _expect_named(schedules)
+    _expect_title(title)
     fig = Figure(figsize=(10, 4), layout="constrained")
     ax = fig.subplots()
     for name, trace in _replays(instance, schedules, traces).items():
@@ -276,7 +343,9 @@ def plot_cdfs(
 ) -> Figure:
     """Empirical CDFs of TTFT (per request) and TBT (per token gap) of several schedules (each replayed,
     unless its replay is in ``traces``)."""
+    expect_instance(instance)
     _expect_named(schedules)
+    _expect_title(title)
     fig = Figure(figsize=(10, 4), layout="constrained")
     left, right = fig.subplots(1, 2)
     for name, trace in _replays(instance, schedules, traces).items():
@@ -305,6 +374,7 @@ def plot_anytime(source: Result | Iterable[Any], *, title: str = "") -> Figure:
     ranges over and its source, and a narrower scope than every schedule adds
     the bound valid for every legal schedule as a dashed line.
     """
+    _expect_title(title)
     pts = anytime_points(source)
     fig = Figure(figsize=(8, 4), layout="constrained")
     ax = fig.subplots()
@@ -418,15 +488,17 @@ def plot_regret_vs_size(frame: pd.DataFrame, *, against: str | None = None, titl
 
 # ----------------------------------------------------------------------------- output
 def save_figure(fig: Figure, path: str | Path) -> Path:
-    """Write ``fig`` as PNG, SVG or PDF (by the suffix of ``path``)."""
+    """Write ``fig`` as PNG, SVG or PDF (by the suffix of ``path``); returns the path.
+
+    A missing folder is created, and a path that cannot be written is one :class:`InputError`
+    (:func:`~kvsched.instances.io.write_output`).
+    """
     if not isinstance(fig, Figure):
         raise InputError(f"fig: expected a matplotlib Figure (kvsched.plot_*), got {type(fig).__name__}")
     path = check_not_input(path, "save_figure")
     if path.suffix.lower() not in FORMATS:
-        raise InputError(f"--out: {path}: use a .png, .svg or .pdf file name")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    return path
+        raise InputError(f"path: {path}: use a .png, .svg or .pdf file name")  # the API's argument, not --out
+    return write_output(path, "save_figure", lambda p: fig.savefig(p, dpi=120))
 
 
 def png_bytes(fig: Figure, dpi: int = 110) -> bytes:

@@ -35,7 +35,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kvsched.errors import InputError
+from kvsched.errors import InputError, expect_path
 from kvsched.instances import EXAMPLES_DIR
 from kvsched.instances.model import (
     MAX_TIME,
@@ -45,6 +45,7 @@ from kvsched.instances.model import (
     Limits,
     Request,
     TimeModel,
+    expect_instance,
     new_requests,
 )
 
@@ -97,6 +98,8 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
         msg = "unknown field"
     elif err["type"] == "missing":
         msg = "required field is missing"
+    elif err["type"] == "value_error":  # a validator's own words, without pydantic's "Value error, "
+        msg = msg.removeprefix("Value error, ")
     elif err["type"] in ("model_type", "model_attributes_type", "dict_type"):
         # pydantic's own message names the schema class ("... or instance of InstanceSchema").
         got = "null" if err.get("input") is None else _JSON_TYPES.get(type(err.get("input")), "another value")
@@ -348,8 +351,10 @@ def instance_to_dict(instance: Instance) -> dict[str, Any]:
     }
 
 
-def _not_an_example(p: Path, what: str) -> Path:
-    """``p`` unless it lies in the bundled examples (inputs every user shares); else one :class:`InputError`."""
+def _not_an_example(path: object, what: str) -> Path:
+    """``path`` as a :class:`Path` unless it lies in the bundled examples (inputs every user shares); else
+    one :class:`InputError`, also for a ``path`` that names no file at all (``None``, a number)."""
+    p = Path(expect_path(path))
     if p.resolve().parent == EXAMPLES_DIR:
         raise InputError(f"{what}: {p} is in kvsched's bundled examples; write elsewhere")
     return p
@@ -364,7 +369,7 @@ def check_not_input(path: str | Path, what: str) -> Path:
     kvsched instance file (its first bytes name the instance format) for an output of another kind
     (a schedule, a trace, a figure).
     """
-    p = _not_an_example(Path(path), what)
+    p = _not_an_example(path, what)
     try:
         if not stat.S_ISREG(p.stat().st_mode):
             return p  # a pipe or a device (-o /dev/stdout): reading it would block, and it holds no file
@@ -383,7 +388,7 @@ def check_instance_path(path: str | Path, what: str = "--out") -> Path:
     A ``.csv`` name is refused: :func:`load_instance` reads such a file as a CSV trace, so the JSON
     written there could not be read back.
     """
-    p = Path(path)
+    p = Path(expect_path(path))
     if p.suffix.lower() == ".csv":
         raise InputError(
             f"{what}: {p.name}: an instance is written as JSON, and a .csv file is read as a trace; use .json"
@@ -391,17 +396,38 @@ def check_instance_path(path: str | Path, what: str = "--out") -> Path:
     return p
 
 
+def write_output(path: Path, what: str, write: Callable[[Path], object]) -> Path:
+    """Run ``write(path)`` with ``path``'s folder created first; returns ``path``.
+
+    The one rule of the API's writers (:func:`save_instance`, ``save_schedule``, ``save_figure``,
+    ``write_chrome_trace``): a missing folder is created, as the commands create theirs, and a path
+    that cannot be written is one :class:`InputError` naming the writer ``what`` and the path. Only an
+    :class:`OSError` is turned into one: from creating the folder, or from ``write``, which should do
+    nothing but the write (its document built before, so that no fault of the caller's reads as one
+    of the file system's).
+    """
+    folder = path.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot create the folder {folder} ({exc.strerror or exc})") from None
+    try:
+        write(path)
+    except OSError as exc:
+        why = "is a folder, not a file" if path.is_dir() else f"cannot be written ({exc.strerror or exc})"
+        raise InputError(f"{what}: {path} {why}") from None
+    return path
+
+
 def save_instance(instance: Instance, path: str | Path) -> None:
-    """Write ``instance`` as a JSON instance file (a path that cannot be written is an :class:`InputError`)."""
+    """Write ``instance`` as a JSON instance file (a path that cannot be written is an :class:`InputError`;
+    a missing folder is created)."""
     import json
 
+    expect_instance(instance).check_requests()  # what loading it back checks: a file that loads
     p = _not_an_example(check_instance_path(path, "save_instance"), "save_instance")
     text = json.dumps(instance_to_dict(instance), indent=1) + "\n"
-    try:
-        p.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        why = "is a folder, not a file" if p.is_dir() else f"cannot be written ({exc.strerror or exc})"
-        raise InputError(f"{p}: {why}") from None
+    write_output(p, "save_instance", lambda q: q.write_text(text, encoding="utf-8"))
 
 
 def load_instance(
@@ -428,7 +454,15 @@ def load_instance(
         other limit of the file (or of ``limits``); for a CSV trace without
         ``limits`` they must include ``kv_capacity``.
     """
-    p = Path(path)
+    p = Path(expect_path(path))
+    if limits is not None:
+        if not isinstance(limits, Limits):
+            raise InputError(f"limits: expected kvsched.Limits(...), got {type(limits).__name__}")
+        limits.check()
+    if limit_overrides is not None and not isinstance(limit_overrides, Mapping):
+        raise InputError(
+            f"limit_overrides: expected a mapping such as {{'kv_capacity': 64}}, got {type(limit_overrides).__name__}"
+        )
     overrides = dict(limit_overrides or {})
     if time_model is not None:
         check_time_model(time_model, "time_model")

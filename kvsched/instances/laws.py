@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from kvsched.errors import InputError
-from kvsched.instances.model import Instance, Limits, Request, TimeModel
+from kvsched.instances.model import MAX_TOKENS, Instance, Limits, Request, TimeModel
 
 #: The most requests a generator makes (its columns stay far below any memory limit).
 MAX_REQUESTS = 10_000_000
@@ -163,8 +163,7 @@ class LogNormal:
         return cls(mean * math.exp(-(sigma**2) / 2), sigma, max)
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
-        x = np.rint(self.median * np.exp(self.sigma * rng.standard_normal(n)))
-        return np.clip(x, 1, self.max).astype(np.int64)
+        return _lognormal_lengths(self.median, self.sigma * rng.standard_normal(n), self.max)
 
     def to_params(self, side: str) -> dict[str, Any]:
         return {
@@ -203,8 +202,19 @@ def noisy_predictions(rng: np.random.Generator, outputs: np.ndarray, sigma: floa
     be too long as too short by the same factor. ``sigma = 0`` is an exact oracle.
     """
     require(sigma >= 0 and math.isfinite(sigma), f"predict_sigma must be >= 0, got {sigma}")
-    noisy = np.rint(outputs * np.exp(sigma * rng.standard_normal(len(outputs))))
-    return np.maximum(noisy, 1).astype(np.int64)
+    noise = sigma * rng.standard_normal(len(outputs))
+    return _lognormal_lengths(outputs, noise, MAX_TOKENS)
+
+
+def _lognormal_lengths(median: Any, noise: np.ndarray, top: int) -> np.ndarray:
+    """``round(median * exp(noise))`` as token counts in ``[1, top]``.
+
+    The noise is capped before ``exp`` where the length would pass ``top`` anyway: with a large sigma ``exp``
+    overflows to inf, and inf cast to int64 is its minimum. Below the cap the arithmetic is the plain
+    formula's, so seeded instances keep their lengths.
+    """
+    capped = np.minimum(noise, np.log(top / median) + 1.0)
+    return np.clip(np.rint(median * np.exp(capped)), 1, top).astype(np.int64)
 
 
 def require(ok: bool, message: str) -> None:
@@ -271,7 +281,10 @@ def assemble(
 def check_n_seed(n: int, seed: int) -> None:
     """Raise :class:`InputError` unless ``n >= 1`` and ``seed >= 0`` are integers."""
     require(
-        isinstance(n, int | np.integer) and 1 <= n <= MAX_REQUESTS,
+        isinstance(n, int | np.integer) and not isinstance(n, bool) and 1 <= n <= MAX_REQUESTS,
         f"n must be an integer in 1..{MAX_REQUESTS:,}, got {n!r}",
     )
-    require(isinstance(seed, int | np.integer) and seed >= 0, f"seed must be an integer >= 0, got {seed!r}")
+    require(
+        isinstance(seed, int | np.integer) and not isinstance(seed, bool) and seed >= 0,
+        f"seed must be an integer >= 0, got {seed!r}",
+    )

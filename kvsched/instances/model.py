@@ -248,10 +248,21 @@ class Instance:
             raise InputError(f"limits: expected kvsched.Limits(...), got {type(self.limits).__name__}")
         self.limits.check()
         reqs = self.requests
+        if not isinstance(reqs, tuple | list):
+            raise InputError(f"requests: expected a tuple of kvsched.Request, got {type(reqs).__name__}")
+        if not reqs:  # as a file's schema says: every command and bound needs something to schedule
+            raise InputError("requests: an instance needs at least one request")
+        if not isinstance(self.time_model, TimeModel):
+            raise InputError(
+                f"time_model: expected kvsched.TimeModel(...), got {type(self.time_model).__name__}"
+            )
         # The common case in one pass, the rules written out for the fields a request usually sets and the
         # others at their defaults (which every rule takes): the greedies check their instance on every run,
         # and calling each field's rule took 4 times as long (2.1 ms against 0.5 ms at 1k requests). Anything
         # else takes the rules themselves, below.
+        for k, r in enumerate(reqs):
+            if not isinstance(r, Request):
+                raise InputError(f"requests[{k}]: expected a kvsched.Request, got {type(r).__name__}")
         if all(
             type(r.prompt) is int and type(r.output) is int and 1 <= r.prompt <= MAX_TOKENS
             and 1 <= r.output <= MAX_TOKENS

@@ -46,6 +46,7 @@ from kvsched.instances.io import (
     instance_fingerprint,
     read_json,
     validated,
+    write_output,
 )
 from kvsched.instances.model import Instance, Limits, Request, TimeModel, expect_instance
 from kvsched.schedule.ir import Batch, Phase, Schedule, expect_schedule, expect_schedule_for
@@ -166,18 +167,21 @@ def save_schedule(schedule: Schedule, instance: Instance, path: str | Path) -> N
     """Write ``schedule`` as a kvsched JSON schedule file (its meta names the instance's fingerprint).
 
     A ``.npz`` path gets the columnar format instead (:mod:`kvsched.schedule.columnar`),
-    which keeps coalesced runs; JSON spells every batch out.
+    which keeps coalesced runs; JSON spells every batch out. A missing folder is created, and a
+    path that cannot be written is one :class:`InputError` (:func:`~kvsched.instances.io.write_output`).
     """
     expect_schedule(schedule)  # first: swapped arguments name the schedule
     expect_instance(instance)
     expect_schedule_for(schedule, len(instance.requests))
-    check_not_input(path, "save_schedule")
-    if Path(path).suffix.lower() == ".npz":
+    p = check_not_input(path, "save_schedule")
+    if p.suffix.lower() == ".npz":
         from kvsched.schedule.columnar import save_columnar
 
-        return save_columnar(schedule, instance, path)
+        # save_columnar builds its columns in memory (no OSError) and then writes them.
+        write_output(p, "save_schedule", lambda q: save_columnar(schedule, instance, q))
+        return
     text = json.dumps(schedule_to_dict(schedule, instance), separators=(",", ":")) + "\n"
-    Path(path).write_text(text, encoding="utf-8")
+    write_output(p, "save_schedule", lambda q: q.write_text(text, encoding="utf-8"))
 
 
 def load_schedule(path: str | Path, instance: Instance) -> Schedule:

@@ -29,10 +29,10 @@ from typing import Any
 import numpy as np
 
 from kvsched.errors import InputError
-from kvsched.instances.io import check_not_input
+from kvsched.instances.io import check_not_input, write_output
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.core import TIME_TOL, EngineState
-from kvsched.schedule.ir import Phase, Run, Schedule, expect_schedule_for
+from kvsched.schedule.ir import Phase, Run, Schedule, expect_schedule, expect_schedule_for
 from kvsched.schedule.serving import time_unit
 
 ENGINE_PID = 1
@@ -262,11 +262,17 @@ def chrome_trace(
 def write_chrome_trace(
     instance: Instance, schedule: Schedule, path: str | Path, *, name: str = "", unit: str | None = None
 ) -> Path:
-    """Write :func:`chrome_trace` to ``path`` (compact JSON); returns the path."""
+    """Write :func:`chrome_trace` to ``path`` (compact JSON); returns the path.
+
+    A missing folder is created, and a path that cannot be written is one :class:`InputError`
+    (:func:`~kvsched.instances.io.write_output`).
+    """
+    # The arguments in their order: a wrong instance or schedule is named before the path.
+    expect_instance(instance)
+    expect_schedule(schedule)
     p = check_not_input(path, "write_chrome_trace")
-    doc = chrome_trace(instance, schedule, name=name, unit=unit)
-    p.write_text(json.dumps(doc, separators=(",", ":")) + "\n")
-    return p
+    text = json.dumps(chrome_trace(instance, schedule, name=name, unit=unit), separators=(",", ":")) + "\n"
+    return write_output(p, "write_chrome_trace", lambda q: q.write_text(text, encoding="utf-8"))
 
 
 __all__ = ["ENGINE_PID", "REQUESTS_PID", "US_PER_UNIT", "chrome_trace", "write_chrome_trace"]

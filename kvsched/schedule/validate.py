@@ -52,14 +52,18 @@ class Trace:
         return sum(e.repeat if type(e) is RunRecord else 1 for e in self.entries)
 
 
-def expect_trace(value: object, name: str = "trace") -> Trace:
-    """``value`` if it is a :class:`Trace`, else one :class:`~kvsched.errors.InputError` naming ``name``
-    (a simulation's or a solve's result is the common mistake: its ``.trace`` is the trace)."""
+def expect_trace(value: object, name: str = "trace", instance: Instance | None = None) -> Trace:
+    """``value`` if it is a :class:`Trace` (of ``instance``, where given), else one
+    :class:`~kvsched.errors.InputError` naming ``name`` (a simulation's or a solve's result is the common
+    mistake: its ``.trace`` is the trace)."""
     if not isinstance(value, Trace):
         hint = " (pass its .trace)" if isinstance(getattr(value, "trace", None), Trace) else ""
         raise InputError(
             f"{name}: expected a Trace (kvsched.validate or a run's .trace), got {type(value).__name__}{hint}"
         )
+    # (Equal instances loaded twice are two objects: compared by value where they are not one.)
+    if instance is not None and value.instance is not instance and value.instance != instance:
+        raise InputError(f"{name}: a replay of another instance ({value.instance.name or 'unnamed'})")
     return value
 
 
@@ -100,6 +104,10 @@ def replay(
     expect_schedule(schedule)
     if cost_model is not None:
         expect_cost_model(cost_model)
+    if then is not None and not callable(then):
+        raise InputError(
+            f"then: expected a function of the engine state (or None), got {type(then).__name__}"
+        )
     if cost_model is None and check_durations:
         cost_model = instance_cost_model(instance)
     state = EngineState(instance, cost_model if check_durations else None)
