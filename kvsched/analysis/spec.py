@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +34,9 @@ OBJECTIVES = ("total-latency", "makespan", "sum-ttft")
 SOLVERS = ("highs", "cbc", "cpsat")
 #: Length of the hexadecimal cell and instance keys.
 KEY_LENGTH = 20
+#: The most cells one spec may expand to: a million cells of a millisecond each already run for a quarter
+#: of an hour, and an axis of 1e8 seeds expanded as a list took gigabytes before anything ran.
+MAX_CELLS = 1_000_000
 
 
 def _as_list(value: Any) -> Any:
@@ -90,8 +94,10 @@ class InstanceBlock(_Model):
     @classmethod
     def _seeds(cls, value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
-            if value < 1:
-                raise ValueError("a number of seeds must be >= 1 (or give a list of seeds)")
+            if not 1 <= value <= MAX_CELLS:
+                raise ValueError(
+                    f"a number of seeds must be from 1 to {MAX_CELLS:,} (or give a list of seeds)"
+                )
             return list(range(value))
         return value
 
@@ -172,6 +178,15 @@ class SweepSpec(_Model):
     policies: list[PolicyEntry] = Field(min_length=1)
     solver: SolverSpec | None = None
 
+    @model_validator(mode="after")
+    def _not_too_many_cells(self) -> SweepSpec:
+        count = (len(self.policies) + (self.solver is not None)) * sum(map(_block_size, self.instances))
+        if count > MAX_CELLS:
+            raise ValueError(
+                f"the grid has {count:,} cells (policies x instances); at most {MAX_CELLS:,} in one spec"
+            )
+        return self
+
     @field_validator("policies", mode="before")
     @classmethod
     def _all(cls, value: Any) -> Any:
@@ -213,6 +228,14 @@ class SweepSpec(_Model):
                 for inst in _instance_configs(block, base):
                     out.append(Cell.make(self.name, inst, self.objective, runner))
         return out
+
+
+def _block_size(block: InstanceBlock) -> int:
+    """How many instances ``block`` expands to (its axes' product), counted without expanding it."""
+    axes = [block.file, block.kv_capacity] if block.file is not None else [block.n, block.kv_capacity]
+    if block.file is None:
+        axes += [block.seeds, *block.params.values()]
+    return math.prod(len(axis or [None]) for axis in axes)
 
 
 def _canonical(data: Any) -> str:
