@@ -20,6 +20,7 @@ from kvsched.csp.bounds.chain import (
     mean_busy_prices,
     warm_incumbent,
 )
+from kvsched.csp.bounds.chain_guide import ChainGuide
 from kvsched.csp.bounds.chain_lp import chain_lp
 from kvsched.csp.certificate import Scope
 from kvsched.csp.objectives import OBJECTIVES
@@ -94,6 +95,26 @@ def test_bound_below_every_legal_schedule(built):
         value = OBJECTIVES[objective](trace)
         bound = chain_lagrangian(built.instance, objective, max_iterations=15).bound.value
         assert bound <= value + TOL * max(1.0, value)
+
+
+@pytest.mark.parametrize("budget", [None, 16])
+@pytest.mark.parametrize("objective", CHAIN_OBJECTIVES)
+def test_the_bound_counts_slots_from_the_first_arrival(objective, budget):
+    # Slots used to be indexed from 0: arrivals at 1e7 slots made arrays of 1e7 slots (822 MB, and the
+    # bound fell back to the KV area within a 4 s limit). Both objectives are sums of times less
+    # arrivals: a shift by whole slots changes nothing, and the arrays span the schedule only.
+    inst = _shaped(12, 0.3, budget=budget, arrivals=True)
+    moved = replace(inst, requests=tuple(replace(r, arrival=r.arrival + 1e7) for r in inst.requests))
+    here, there = (chain_lagrangian(i, objective, max_iterations=30) for i in (inst, moved))
+    assert there.data.origin == 1e7 and here.data.origin == 0
+    assert there.y.size == here.y.size < 1000
+    assert there.bound.value == here.bound.value > 0
+    # What reads a trace's times against the relaxation's slots reads them from the same origin.
+    traces = warm_incumbent(inst), warm_incumbent(moved)
+    assert np.array_equal(in_system(here.data, traces[0], 50), in_system(there.data, traces[1], 50))
+    if objective == "total-latency":
+        guides = ChainGuide.from_lagrangian(here), ChainGuide.from_lagrangian(there)
+        assert np.allclose(guides[0](traces[0]), guides[1](traces[1]))
 
 
 def test_refuses_what_it_does_not_bound():

@@ -198,6 +198,11 @@ class ChainData:
         The time model's slot length (bounds are returned in the instance's time unit).
     objective
         Kernel objective code.
+    origin
+        Whole slots taken off every time: the first arrival's slot. Both objectives are sums of times
+        less arrivals, so they are the same counted from there, and the relaxation's arrays then span
+        the schedule, not the time before it (arrivals at 1e7 slots took 822 MB). Times read off a
+        trace are in slots less ``origin`` (:meth:`slots_of`).
     """
 
     release: np.ndarray
@@ -214,6 +219,7 @@ class ChainData:
     slot: float
     objective: int
     growth: int = 0
+    origin: int = 0
 
     @classmethod
     def from_instance(cls, instance: Instance, objective: str = "total-latency") -> ChainData:
@@ -231,6 +237,9 @@ class ChainData:
         prompt = np.array([r.prompt for r in instance.requests], dtype=np.int64)
         output = np.array([r.output for r in instance.requests], dtype=np.int64)
         arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64) / cost.slot
+        # (A float less a whole number below it, under 2**53, is exact: the shift moves no arrival.)
+        origin = int(np.floor(arrival.min()))
+        arrival -= origin
         release = np.floor(arrival + 1e-9).astype(np.int64)
         chunk = min(
             (c for c in (lim.max_batch_tokens, lim.max_prefill_tokens) if c is not None), default=None
@@ -258,7 +267,12 @@ class ChainData:
             # ceil(c / b) <= c for c tokens), so C bounds the growth in blocks too; under the first-token
             # objective the chains have no last op to follow.
             growth=int(lim.max_batch_tokens or 0) if OBJECTIVES[objective] == LATENCY else 0,
+            origin=origin,
         )
+
+    def slots_of(self, times: np.ndarray) -> np.ndarray:
+        """Times of the instance (its time unit, from 0) as this relaxation counts them: slots from the origin."""
+        return times / self.slot - self.origin
 
     @property
     def n(self) -> int:
@@ -387,7 +401,7 @@ def warm_incumbent(instance: Instance) -> Trace:
 
 def not_done(data: ChainData, trace: Trace, horizon: int) -> np.ndarray:
     """R(t): requests not complete by slot ``t < horizon`` of ``trace`` (arrived or not)."""
-    done = np.ceil(trace.state.completion / data.slot - 1e-9).astype(np.int64)
+    done = np.ceil(data.slots_of(trace.state.completion) - 1e-9).astype(np.int64)
     count = np.zeros(horizon + 1)
     np.add.at(count, np.clip(done, 0, horizon), 1.0)
     return data.n - np.cumsum(count)[:horizon]
@@ -395,7 +409,7 @@ def not_done(data: ChainData, trace: Trace, horizon: int) -> np.ndarray:
 
 def in_system(data: ChainData, trace: Trace, horizon: int) -> np.ndarray:
     """N(t): requests arrived and not complete in each slot ``t < horizon`` of ``trace``."""
-    done = np.ceil(trace.state.completion / data.slot - 1e-9).astype(np.int64)
+    done = np.ceil(data.slots_of(trace.state.completion) - 1e-9).astype(np.int64)
     count = np.zeros(horizon + 1)
     np.add.at(count, np.clip(data.release, 0, horizon), 1.0)
     np.add.at(count, np.clip(done, 0, horizon), -1.0)
@@ -467,12 +481,12 @@ def chain_lagrangian(
     deadline = deadline or Deadline.never()
     data = ChainData.from_instance(instance, objective)
     trace = incumbent if incumbent is not None else warm_incumbent(instance)
-    completion = trace.state.completion / data.slot
+    completion = data.slots_of(trace.state.completion)
     horizon = max(1, math.ceil(float(completion.max()) * (1 + HORIZON_MARGIN)) + 1)
     upper = float(
         np.sum(completion - data.arrival)
         if data.objective == LATENCY
-        else np.sum(trace.state.first_token / data.slot - data.arrival)
+        else np.sum(data.slots_of(trace.state.first_token) - data.arrival)
     )
     if y0 is None:
         y = in_system(data, trace, horizon) / data.capacity

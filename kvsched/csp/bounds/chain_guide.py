@@ -93,7 +93,7 @@ class ChainGuide:
         if pos.size != int(data.output.sum()):
             raise ValueError("the guide reads complete schedules only")
         # A batch that starts at s lies in slot floor(s) and lasts one slot.
-        slots = np.floor(ends / data.slot - 1.0 + 1e-9).astype(np.int64)
+        slots = np.floor(data.slots_of(ends) - 1.0 + 1e-9).astype(np.int64)
         priced = slots < y.size
         cost = np.zeros(len(slots))
         cost[priced] = self.weights[priced] * y[slots[priced]]
