@@ -195,12 +195,6 @@ def solve(
     check_options(options)
     if warm_start is not None:
         expect_schedule(warm_start, "warm_start")  # (a policy's: simulate it and pass its .schedule)
-        # Each stage would drop an illegal warm start without a word (it is not an incumbent): a
-        # schedule of another instance, or one timed by another cost model, is the caller's mistake.
-        try:
-            warm_trace = replay(instance, warm_start)
-        except KvschedError as exc:
-            raise InputError(f"warm_start: not a legal schedule of this instance: {exc}") from None
     if export is not None:
         check_export_path(export)
     if deadline is None:
@@ -211,7 +205,13 @@ def solve(
     check_replayable(instance, deadline)
     run = SolveLog(instance, objective, progress)
     if warm_start is not None:
-        run.replayed(warm_start, warm_trace)  # its first evaluation reads this replay
+        # Each stage would drop an illegal warm start without a word (it is not an incumbent): a
+        # schedule of another instance, or one timed by another cost model, is the caller's mistake.
+        # Replayed inside the time limit, and only once: the first evaluation reads this replay.
+        try:
+            run.replayed(warm_start, replay(instance, warm_start))
+        except KvschedError as exc:
+            raise InputError(f"warm_start: not a legal schedule of this instance: {exc}") from None
     if formulation == "auto":
         chosen, why = choose_formulation(instance, objective, allow_eviction)
         if chosen == "pipeline":
