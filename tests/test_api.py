@@ -279,6 +279,17 @@ def test_wrong_arguments_raise_input_error_naming_them(call, message):
         call(load_instance(kvsched.example("figure15")))
 
 
+def _every_entry_point_refuses(inst: kvsched.Instance, message: str) -> None:
+    for call in (
+        lambda: kvsched.lower_bounds(inst),
+        lambda: kvsched.simulate(inst, kvsched.make_policy("vllm")),
+        lambda: kvsched.solve(inst, options=kvsched.SolverOptions(time_limit=5, threads=1)),
+        lambda: kvsched.compare(inst, policies=["vllm"], solver=None),
+    ):
+        with pytest.raises(InputError, match=message):
+            call()
+
+
 @pytest.mark.parametrize(
     ("bad", "message"),
     [
@@ -327,14 +338,7 @@ def test_wrong_arguments_raise_input_error_naming_them(call, message):
 def test_a_python_built_instance_with_an_impossible_request_is_one_input_error(bad, message):
     good = tuple(kvsched.Request(f"r{k}", float(k), 4, 2) for k in range(3))
     inst = kvsched.Instance((*good, bad), kvsched.Limits(100), kvsched.TimeModel("unit"))
-    for call in (
-        lambda: kvsched.lower_bounds(inst),
-        lambda: kvsched.simulate(inst, kvsched.make_policy("vllm")),
-        lambda: kvsched.solve(inst, options=kvsched.SolverOptions(time_limit=5, threads=1)),
-        lambda: kvsched.compare(inst, policies=["vllm"], solver=None),
-    ):
-        with pytest.raises(InputError, match=message):
-            call()
+    _every_entry_point_refuses(inst, message)
 
 
 @pytest.mark.parametrize(
@@ -349,14 +353,7 @@ def test_a_python_built_instance_with_an_impossible_request_is_one_input_error(b
 )
 def test_a_python_built_instance_of_the_wrong_shape_is_one_input_error(make, message):
     inst = make(load_instance(kvsched.example("figure15")))
-    for call in (
-        lambda: kvsched.lower_bounds(inst),
-        lambda: kvsched.simulate(inst, kvsched.make_policy("vllm")),
-        lambda: kvsched.solve(inst, options=kvsched.SolverOptions(time_limit=5, threads=1)),
-        lambda: kvsched.compare(inst, policies=["vllm"], solver=None),
-    ):
-        with pytest.raises(InputError, match=message):
-            call()
+    _every_entry_point_refuses(inst, message)
 
 
 @pytest.mark.parametrize(
