@@ -199,6 +199,22 @@ def test_the_pipeline_reports_the_batch_count_bound(monkeypatch):
     assert max(sources.values()) <= result.objective + TOL * result.objective
 
 
+def test_a_start_predicted_to_overrun_is_not_made(monkeypatch):
+    # The data and the first pricing check no deadline (at 100k requests: 9 s and 14-17 s): the pipeline
+    # skips the stage, and seconds_lagrangian itself starts no pricing predicted to overrun.
+    monkeypatch.setattr(driver, "AUTO_EXACT_MAX", 0)
+    import kvsched.csp.bounds.seconds_lagrangian as sl
+
+    monkeypatch.setattr(sl, "PRICING_SECONDS_PER_OP", 1e6)
+    reqs = tuple(Request(f"r{k}", 0.0, 3 + k % 3, 2 + k % 4) for k in range(8))
+    inst = Instance(reqs, Limits(kv_capacity=14, max_batch_tokens=4, max_prefill_tokens=4), LINEAR)
+    got = seconds_lagrangian(inst, incumbent=warm_incumbent(inst), deadline=Deadline.after(30.0))
+    assert got.iterations == 0 and got.seconds < 5
+    result = solve(inst, formulation="auto", options=SolverOptions(time_limit=10.0))
+    assert "predicted to take" in result.stats["seconds_lagrangian"]
+    assert SOURCE not in {b.source for b in result.bounds}
+
+
 @pytest.mark.parametrize("policy", ["sarathi", "vllm-v1", "sarathi-ef"])
 def test_incumbent_chains_read_runs_as_their_batches(policy):
     # The chains read a run of decode batches whole; spelled out batch by batch they are the same slots.

@@ -38,7 +38,7 @@ from kvsched.csp.bounds.chain import ChainLagrangian, compiled_kernels
 from kvsched.csp.bounds.chain_guide import ChainGuide
 from kvsched.csp.bounds.fluid_lp import fluid_lp_anytime
 from kvsched.csp.bounds.seconds_lagrangian import compiled_kernels as seconds_kernels
-from kvsched.csp.bounds.seconds_lagrangian import seconds_lagrangian
+from kvsched.csp.bounds.seconds_lagrangian import predict_start, seconds_lagrangian
 from kvsched.csp.bounds.sharing_lp import sharing_lp_bound
 from kvsched.csp.certificate import Bound, Scope, scope_of
 from kvsched.csp.certify import certify
@@ -177,6 +177,16 @@ def _seconds_lagrangian(log: SolveLog, best: Incumbent, deadline: Deadline) -> d
     stats = _batch_count(log, deadline.share(BATCH_COUNT_SHARE))
     if deadline.remaining() < 2 * float(best.stats.get("replay_s", 0.0)):
         return {**stats, "seconds_lagrangian": "not run: no time left", "out_of_time": ["seconds lagrangian"]}
+    # Its data and first pricing check no deadline: at 100k requests they took 9 s and 14-17 s, and a 60 s
+    # solve spent 8.5 s on the data alone and then had no time to price.
+    need = predict_start(log.instance)
+    if deadline.bounded and need > deadline.remaining():
+        return {
+            **stats,
+            "seconds_lagrangian": f"not run: its data and first pricing are predicted to take {need:.1f} s, "
+            f"{deadline.remaining():.1f} s left",
+            "out_of_time": ["seconds lagrangian"],
+        }
     if not use_compiled(seconds_kernels(), deadline):
         return {
             **stats,

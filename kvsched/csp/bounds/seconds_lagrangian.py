@@ -86,6 +86,12 @@ ALPHA0 = 0.5
 #: Warm start of the first form's machine prices: this share of the requests in the incumbent's system.
 WARM = 0.0
 ALPHA_STEP = 0.1
+#: Seconds per op (output token) of building the relaxation's data from the incumbent's trace, and of the
+#: first pricing from its chains. Measured 2026-11-29 on the 2-core machine at load 2 under the A100 fit:
+#: the data 0.1 / 0.5 / 9.4 s and a pricing 0.1-0.5 / 1.1-1.5 / 13.7-17.3 s at 0.25M / 2.2M / 34.5M ops
+#: (Azure conversations 1k and 10k, ShareGPT 100k), so about 0.3 and 0.5 us an op, with margin here.
+PREPARE_SECONDS_PER_OP = 4e-7
+PRICING_SECONDS_PER_OP = 8e-7
 
 
 def _kernels():
@@ -479,6 +485,12 @@ def in_system(data: SecondsChainData) -> np.ndarray:
     ) / (data.window_sizes())
 
 
+def predict_start(instance: Instance) -> float:
+    """Seconds the data and the first pricing are predicted to take (neither checks a deadline inside)."""
+    ops = float(sum(r.output for r in instance.requests))
+    return (PREPARE_SECONDS_PER_OP + PRICING_SECONDS_PER_OP) * ops
+
+
 def seconds_lagrangian(
     instance: Instance,
     objective: str = "total-latency",
@@ -531,9 +543,10 @@ def seconds_lagrangian(
         history.append((time.perf_counter() - wall, to_bound(value)))
 
     # The share mixture: any alpha in [0, 1] is valid; it moves towards the side that prices more.
+    first = PRICING_SECONDS_PER_OP * float(data.output.sum())  # a first pricing predicted to overrun: none
     ascent = Subgradient(
         data.upper, price, (scale_mu, scale_y, scale_z, 1.0), on_improve=improved, patience=PATIENCE,
-        signed={3: Signed(ALPHA_STEP, 0.0, 1.0)},
+        signed={3: Signed(ALPHA_STEP, 0.0, 1.0)}, first_cost=lambda x: first,
     )  # fmt: skip
     ascent.run((mu, y, z, alpha), deadline, max_iterations)
     best = ascent.best
