@@ -181,6 +181,28 @@ def test_cli_plot_commands(tmp_path, capsys, results):
     assert ".png, .svg or .pdf" in capsys.readouterr().err
 
 
+def test_plot_policies_start_only_within_the_time_limit(tmp_path, capsys):
+    # --policies all ran every policy whatever --time-limit said (94 s for a 2 s limit on 2,000 requests).
+    out = tmp_path / "c.png"
+    assert (
+        main(["plot", "cdf", str(FIG15), "--policies", "all", "--time-limit", "0.001", "--out", str(out)])
+        == 0
+    )
+    err = capsys.readouterr().err
+    assert "35 of 36 policies not run: the time limit ran out before them" in err
+    assert out.stat().st_size > 1000  # the one policy that ran is drawn
+
+
+def test_plot_draws_the_policies_that_can_run(tmp_path, capsys):
+    # A whole-prompt policy cannot run prompts over the budget: a line, as in compare, not the end of the plot.
+    out = tmp_path / "k.png"
+    chunked = str(EXAMPLES / "chunked-prefill.json")
+    assert main(["plot", "kv", chunked, "--policies", "vllm,sarathi", "--out", str(out)]) == 0
+    assert "kvsched plot: vllm could not run: policy 'vllm' cannot run request" in capsys.readouterr().err
+    assert main(["plot", "kv", chunked, "--policies", "vllm", "--out", str(out)]) == 2
+    assert "--policies: none of vllm could run this instance" in capsys.readouterr().err
+
+
 def test_anytime_from_a_solve_result_file(tmp_path):
     result = tmp_path / "res.json"
     assert main(["solve", str(FIG15), "--time-limit", "10", "--threads", "1", "--json", str(result)]) == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from kvsched.commands.common import (
 )
 from kvsched.commands.outputs import add_slo_arg
 from kvsched.commands.solve import add_solver_args, model_kwargs, note_late, solver_options
-from kvsched.errors import InputError
+from kvsched.errors import InputError, KvschedError
 from kvsched.schedule.metrics import format_number
 from kvsched.stop import Deadline
 
@@ -168,7 +169,8 @@ def cmd_regret(args: argparse.Namespace) -> int:
 
 
 # ----------------------------------------------------------------------------- plot
-def _solve(instance: Any, args: argparse.Namespace) -> Any:  # -> Result
+def _solve(instance: Any, args: argparse.Namespace, deadline: Deadline, figure: str = "figure") -> Any:
+    """The solve a figure draws (a Result), within the command's ``deadline`` less the ``figure``'s time."""
     from kvsched.csp import solve
 
     return solve(
@@ -177,28 +179,68 @@ def _solve(instance: Any, args: argparse.Namespace) -> Any:  # -> Result
         formulation=args.formulation,
         solver=args.solver,
         options=solver_options(args),
+        deadline=solve_deadline(deadline, instance, (figure,), warn="plot"),
         **model_kwargs(args),
     )
 
 
-def _schedules_for(instance: Any, args: argparse.Namespace) -> dict[str, Any]:
-    from kvsched.heuristics import make_policy, simulate
+def _schedules_for(
+    instance: Any, args: argparse.Namespace, deadline: Deadline
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The schedules ``plot kv`` / ``plot cdf`` draw, and their traces (each replayed once, as it ran).
 
-    out = {name: simulate(instance, make_policy(name)).schedule for name in _policy_names(args.policies)}
+    As in ``compare``, a policy starts only within :data:`~kvsched.analysis.compare.POLICY_SHARE` of the
+    time left where a solve follows (else within the time left less the figure's): ``--policies all`` on
+    2,000 requests ran for 94 s under ``--time-limit 2``. Those not started are named on one line.
+    """
+    from kvsched.analysis.compare import POLICY_SHARE
+    from kvsched.heuristics import POLICIES, make_policy, simulate
+
+    names = _policy_names(args.policies)
+    names = list(POLICIES) if names is None else names
+    usable = solve_deadline(deadline, instance, ("figure",))
+    starts_by = usable.share(POLICY_SHARE) if args.solve else usable
+    schedules: dict[str, Any] = {}
+    traces: dict[str, Any] = {}
+    not_run: list[str] = []
+    for name in names:
+        if schedules and starts_by.expired():  # at least one schedule, or there is no figure
+            not_run.append(name)
+            continue
+        try:
+            sim = simulate(instance, make_policy(name))
+        except (
+            KvschedError
+        ) as exc:  # as compare: a policy that cannot run the instance is a line, not the end
+            print(f"kvsched plot: {name} could not run: {exc}", file=sys.stderr)
+            continue
+        schedules[name], traces[name] = sim.schedule, sim.trace
+    if not schedules and not args.solve:
+        raise InputError(f"--policies: none of {', '.join(names)} could run this instance")
+    if not_run:
+        print(
+            f"kvsched plot: {len(not_run)} of {len(names)} policies not run: the time limit ran out before "
+            f"them ({', '.join(not_run)}); a larger --time-limit runs them",
+            file=sys.stderr,
+        )
     if args.solve:
-        res = _solve(instance, args)
+        res = _solve(instance, args, deadline)
         assert res.schedule is not None
-        out[f"optimum ({res.formulation}/{res.solver})"] = res.schedule
-    return out
+        label = f"optimum ({res.formulation}/{res.solver})"
+        schedules[label], traces[label] = res.schedule, res.trace
+    return schedules, traces
 
 
 def cmd_plot(args: argparse.Namespace) -> int:
     from kvsched.analysis import plots
 
+    # --time-limit bounds the whole command: loading, the policies and the solve count against it.
+    deadline = Deadline.for_command(args.time_limit)
     kind = args.kind
     if Path(args.out).suffix.lower() not in plots.FORMATS:
         raise InputError(f"--out: {args.out}: use a .png, .svg or .pdf file name")
     check_outputs(args, ["out"], inputs=["source", "schedule"])
+    ran = None  # when the schedules drawn were made (an instance only)
     if kind in ("load", "regret"):
         frame = _frame(args)
         if kind == "load":
@@ -206,40 +248,49 @@ def cmd_plot(args: argparse.Namespace) -> int:
         else:
             fig = plots.plot_regret_vs_size(frame, against=args.against)
     elif kind == "anytime":
-        fig = plots.plot_anytime(*_anytime_source(args))
+        source = _anytime_source(args, deadline)
+        ran = deadline.elapsed()
+        fig = plots.plot_anytime(*source)
     else:
         instance = load_instance_from_args(args.instance, args)
         if kind == "gantt":
-            name, schedule = _one_schedule(instance, args)
-            fig = plots.plot_gantt(instance, schedule, title=name)
+            name, schedule, trace = _one_schedule(instance, args, deadline)
+            ran = deadline.elapsed()
+            fig = plots.plot_gantt(instance, schedule, title=name, trace=trace)
         else:
-            schedules = _schedules_for(instance, args)
-            fig = (plots.plot_kv if kind == "kv" else plots.plot_cdfs)(instance, schedules)
+            schedules, traces = _schedules_for(instance, args, deadline)
+            ran = deadline.elapsed()
+            fig = (plots.plot_kv if kind == "kv" else plots.plot_cdfs)(instance, schedules, traces=traces)
     with atomic_output(args.out) as tmp:
         plots.save_figure(fig, tmp)
     path = args.out
     Console(stderr=True).print(f"wrote {path}", highlight=False)
+    if ran is not None:
+        stage = "the solve" if kind == "anytime" or (kind == "gantt" and args.solve) else "the schedules"
+        note_late(deadline, {"solved": ran}, command="plot", stage=stage)
     return 0
 
 
-def _one_schedule(instance: Any, args: argparse.Namespace) -> tuple[str, Any]:
+def _one_schedule(instance: Any, args: argparse.Namespace, deadline: Deadline) -> tuple[str, Any, Any]:
+    """The name, schedule and trace (None: replayed by the figure) ``plot gantt`` draws."""
     given = [x for x in (args.policy, args.schedule) if x] + (["solve"] if args.solve else [])
     if len(given) != 1:
         raise InputError("plot gantt: give exactly one of --policy NAME, --schedule FILE or --solve")
     if args.policy:
         from kvsched.heuristics import make_policy, simulate
 
-        return args.policy, simulate(instance, make_policy(args.policy)).schedule
+        sim = simulate(instance, make_policy(args.policy))
+        return args.policy, sim.schedule, sim.trace
     if args.schedule:
         from kvsched.schedule.io import load_schedule
 
-        return Path(args.schedule).name, load_schedule(args.schedule, instance)
-    res = _solve(instance, args)
+        return Path(args.schedule).name, load_schedule(args.schedule, instance), None
+    res = _solve(instance, args, deadline)
     assert res.schedule is not None
-    return f"optimum ({res.formulation}/{res.solver}, {res.status})", res.schedule
+    return f"optimum ({res.formulation}/{res.solver}, {res.status})", res.schedule, res.trace
 
 
-def _anytime_source(args: argparse.Namespace) -> tuple[Any, ...]:
+def _anytime_source(args: argparse.Namespace, deadline: Deadline) -> tuple[Any, ...]:
     """A result document from ``kvsched solve --json``, or an instance to solve now."""
     path = Path(args.instance)
     try:
@@ -254,7 +305,7 @@ def _anytime_source(args: argparse.Namespace) -> tuple[Any, ...]:
             points = [*points, [doc["runtime"], doc["objective"], doc.get("best_bound")]]
         return (_anytime_rows(points, path),)
     instance = load_instance_from_args(args.instance, args)
-    res = _solve(instance, args)
+    res = _solve(instance, args, deadline, "curve")
     return (res,)
 
 

@@ -358,12 +358,17 @@ OUTPUT_SECONDS_PER_TOKEN = {
     "schedule.npz": 3.0e-7,
     "trace": 4.5e-6,
     "figures": 1.5e-5,
+    "figure": 4.5e-6,
+    "curve": 0.0,
 }
 #: Seconds an output takes whatever the instance's size. ``report``'s figures (three Gantt charts, KV usage,
 #: CDFs, the anytime curve; matplotlib's layout and PNG encoding) took 5.1 s for 200 requests (6,755 output
 #: tokens) and 7.8 s for 1,000 (247k tokens; 1.1e-5 s a token beyond the fixed part) on 2 cores at load 1
 #: (2026-11-29), where 2 s had been kept for them.
-OUTPUT_FIXED_SECONDS = {"figures": 8.0}
+#: ``plot``'s one figure (KV usage or CDFs of three schedules, or a Gantt chart, from their traces) took
+#: 0.5-2.3 s at 417k tokens, 0.9-9.4 s at 2.2 M and 0.5-1.6 s at 247k (2026-11-29, load 3).
+#: ``plot anytime``'s curve has a point per improvement, not per token.
+OUTPUT_FIXED_SECONDS = {"figures": 8.0, "figure": 1.5, "curve": 1.0}
 #: The solve keeps at least this share of the limit: beyond it the output overruns (and the command says so).
 OUTPUT_SHARE = 0.5
 

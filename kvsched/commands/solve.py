@@ -179,7 +179,12 @@ def _outputs(args: argparse.Namespace) -> list[str]:
 
 
 def note_late(
-    deadline: Deadline, seconds: dict[str, float], *, command: str = "solve", stage: str = "the solve"
+    deadline: Deadline,
+    seconds: dict[str, float],
+    *,
+    command: str = "solve",
+    stage: str = "the solve",
+    reason: str = "a first schedule is always made, and it can take longer",
 ) -> None:
     """Say on stderr when the command ended past its limit (beyond ``max(1 s, 5%)``), and where the time went.
 
@@ -187,7 +192,7 @@ def note_late(
     solve) returned, in seconds since the command started. The solve always returns a schedule, so a limit
     below what the instance's first schedule takes (at 100k requests several seconds, finished against
     reserved peaks) or below its output cannot be met; the command says so rather than leave a script to find
-    out from the clock.
+    out from the clock. ``reason`` says why ``stage`` may overrun (``kvsched bound`` makes no schedule).
     """
     late = time.monotonic() - deadline.end
     if not deadline.bounded or late <= max(1.0, 0.05 * deadline.limit):
@@ -195,10 +200,7 @@ def note_late(
     solved = seconds["solved"]
     if solved > deadline.limit:
         # (Not "the first schedule took that long": the stage that overran is not known here.)
-        why = (
-            f"{stage} returned at {solved:.1f} s; every solve returns a schedule, and a first one can take "
-            "longer"
-        )
+        why = f"{stage} returned at {solved:.1f} s; {reason}"
     else:
         why = f"the output took {late + deadline.limit - solved:.1f} s after {stage}"
     print(
