@@ -91,3 +91,12 @@ def test_bad_fluid_flags_are_an_error_even_under_all(capsys, args, message):
     assert main(["bound", args[0], FIG15, *args[1:]]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and message in err, err
+
+
+def test_bound_says_when_the_time_limit_cut_the_portfolio(capsys):
+    # The portfolio skips the stages it has no time to start: the printout says so instead of looking whole.
+    assert main(["bound", "all", FIG15, "--time-limit", "0.001"]) == 0
+    out = capsys.readouterr().out
+    assert "not computed: portfolio: the stages not started before --time-limit ran out" in out
+    assert main(["bound", "all", FIG15]) == 0
+    assert "not computed: portfolio" not in capsys.readouterr().out
