@@ -211,6 +211,20 @@ def test_no_policy_starts_past_its_share_of_the_time_limit(monkeypatch):
     assert cmp.result is not None and replay(inst, cmp.result.schedule).ok
 
 
+def test_a_policy_still_running_at_the_time_limit_is_stopped(monkeypatch):
+    # A slow policy on 100k requests ran for 17 minutes inside compare --time-limit 20: simulate now gets the
+    # policies' deadline, and a policy it stops is a row of its own (no figures), not a stalled command.
+    import kvsched.heuristics.simulator as simulator
+    from kvsched.instances.generators import generate
+
+    monkeypatch.setattr(simulator, "DEADLINE_EVERY", 1)  # check at every entry: a tiny run can be cut
+    inst = generate("synthetic", n=300, seed=1)
+    cmp = compare(inst, ["vllm", "sarathi"], solver=None, deadline=Deadline.after(0.01))
+    errors = cmp.table.loc[["vllm", "sarathi"], "error"].tolist()
+    assert errors[0] == compare_mod.CUT and errors[1] in (compare_mod.CUT, compare_mod.NOT_RUN)
+    assert "vllm" not in cmp.schedules
+
+
 def test_without_a_deadline_every_policy_runs():
     inst = load_instance(EXAMPLES / "figure15.json")
     cmp = compare(inst, ["vllm", "sarathi"], solver=None)

@@ -25,7 +25,7 @@ from kvsched.commands.outputs import add_slo_arg
 from kvsched.commands.solve import add_solver_args, model_kwargs, note_late, solver_options
 from kvsched.errors import InputError, KvschedError
 from kvsched.schedule.metrics import format_number
-from kvsched.stop import Deadline
+from kvsched.stop import Deadline, DeadlineReached
 
 PLOT_KINDS = ("gantt", "kv", "load", "regret", "cdf", "anytime")
 
@@ -208,10 +208,13 @@ def _schedules_for(
             not_run.append(name)
             continue
         try:
-            sim = simulate(instance, make_policy(name))
-        except (
-            KvschedError
-        ) as exc:  # as compare: a policy that cannot run the instance is a line, not the end
+            # (The first one always finishes: a figure needs a schedule.)
+            sim = simulate(instance, make_policy(name), deadline=starts_by if schedules else None)
+        except DeadlineReached:
+            not_run.append(name)
+            continue
+        except KvschedError as exc:
+            # As compare: a policy that cannot run the instance is a line, not the end of the figure.
             print(f"kvsched plot: {name} could not run: {exc}", file=sys.stderr)
             continue
         schedules[name], traces[name] = sim.schedule, sim.trace
@@ -219,8 +222,8 @@ def _schedules_for(
         raise InputError(f"--policies: none of {', '.join(names)} could run this instance")
     if not_run:
         print(
-            f"kvsched plot: {len(not_run)} of {len(names)} policies not run: the time limit ran out before "
-            f"them ({', '.join(not_run)}); a larger --time-limit runs them",
+            f"kvsched plot: {len(not_run)} of {len(names)} policies not run or not finished: the time limit "
+            f"ran out ({', '.join(not_run)}); a larger --time-limit runs them",
             file=sys.stderr,
         )
     if args.solve:

@@ -327,7 +327,7 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
     interval ``lo .. hi`` where the solver's optimum is not proven, and a
     legend below says what each column is measured against.
     """
-    from kvsched.analysis.compare import MAX_REGRET_ALL, MAX_REGRET_SCOPE, NOT_RUN, REGRET, REGRET_PCT
+    from kvsched.analysis.compare import CUT, MAX_REGRET_ALL, MAX_REGRET_SCOPE, NOT_RUN, REGRET, REGRET_PCT
 
     table = cmp.table.sort_values("objective", na_position="last")
     # A wide table: use at least 160 columns when the output is not a terminal (files, CI logs).
@@ -371,7 +371,7 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
         label = f"tokens per {unit}" if c == "tokens_per_s" else c.replace("_", " ")
         out.add_column(label, justify="right", overflow="fold")
     for name, row in table.iterrows():
-        if row["error"] == NOT_RUN:  # listed below, on one line
+        if row["error"] in (NOT_RUN, CUT):  # listed below, on one line each
             continue
         out.add_row(
             str(name),
@@ -381,16 +381,21 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
         )
     console.print(out)
     errors = table["error"].dropna()
-    for name, err in errors[errors != NOT_RUN].items():
+    for name, err in errors[~errors.isin([NOT_RUN, CUT])].items():
         console.print(f"{name}: could not run: {err}", markup=False, highlight=False)
-    not_run = list(errors[errors == NOT_RUN].index)
-    if not_run:  # one line, not one per policy
-        console.print(
-            f"{len(not_run)} of {len(table) - (cmp.result is not None)} policies not run: the time limit ran "
-            f"out before them ({', '.join(map(str, not_run))}); a larger --time-limit runs them",
-            markup=False,
-            highlight=False,
-        )
+    policies = len(table) - (cmp.result is not None)
+    for kind, words in (
+        (NOT_RUN, "not run: the time limit ran out before them"),
+        (CUT, "not finished: the time limit ran out while they ran"),
+    ):
+        names = list(errors[errors == kind].index)
+        if names:  # one line, not one per policy
+            console.print(
+                f"{len(names)} of {policies} policies {words} ({', '.join(map(str, names))}); a larger "
+                "--time-limit runs them",
+                markup=False,
+                highlight=False,
+            )
     if cmp.solver_error is not None:
         console.print(f"the solver did not run: {cmp.solver_error}", markup=False, highlight=False)
     if REGRET in table.columns:
