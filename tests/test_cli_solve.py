@@ -116,3 +116,16 @@ def test_a_warm_start_file_must_be_a_legal_schedule_of_the_instance(tmp_path, ca
     assert main(["solve", str(EXAMPLES / "tiny.json"), "--time-limit", "10", "--warm-start", old]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "warm_start: not a legal schedule" in err, err
+
+
+def test_a_warm_start_policy_is_cut_at_half_the_time_limit(tmp_path, monkeypatch, capsys):
+    # --warm-start NAME simulated the policy whatever --time-limit said (minutes at 100k requests).
+    import kvsched.heuristics.simulator as simulator
+
+    monkeypatch.setattr(simulator, "DEADLINE_EVERY", 1)
+    inst = tmp_path / "i.json"
+    assert main(["generate", "synthetic", "--n", "300", "--out", str(inst)]) == 0
+    assert main(["solve", str(inst), "--time-limit", "0.05", "--warm-start", "vllm"]) == 0
+    assert "--warm-start vllm did not finish within half of --time-limit 0.05; solving without it" in (
+        capsys.readouterr().err
+    )

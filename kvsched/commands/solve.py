@@ -35,7 +35,7 @@ from kvsched.commands.outputs import (
 from kvsched.commands.warmup import note_cold_kernels
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
-from kvsched.stop import Deadline, check_time_limit
+from kvsched.stop import Deadline, DeadlineReached, check_time_limit
 from kvsched.threads import check_threads
 
 SOLVERS = ("highs", "cbc", "cpsat")
@@ -230,7 +230,16 @@ def cmd_solve(args: argparse.Namespace) -> int:
         if path.suffix in (".json", ".npz") or path.is_file():
             warm = load_schedule(path, instance)  # (solve refuses an illegal one, naming warm_start)
         else:
-            warm = simulate(instance, make_policy(args.warm_start)).schedule
+            # Within the command's limit less the solve's first share: a slow policy on 100k requests runs
+            # for minutes, and the solve makes a first schedule of its own in any case.
+            try:
+                warm = simulate(instance, make_policy(args.warm_start), deadline=deadline.share(0.5)).schedule
+            except DeadlineReached:
+                print(
+                    f"kvsched solve: note: --warm-start {args.warm_start} did not finish within half of "
+                    f"--time-limit {deadline.limit:g}; solving without it",
+                    file=sys.stderr,
+                )
     result = solve(
         instance,
         objective=args.objective,
