@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import shutil
 import sqlite3
 import sys
 from pathlib import Path
@@ -535,3 +536,189 @@ def test_a_ray_address_without_the_ray_backend_is_refused(tmp_path, capsys):
     )
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--address" in err and not (tmp_path / "r.sqlite").exists()
+
+
+# ----------------------------------------------------------------------------- damaged databases
+@pytest.fixture(scope="module")
+def one_instance_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real sweep of one instance (the solver + two policies), copied by each test that damages it."""
+    folder = tmp_path_factory.mktemp("one-instance")
+    data = tiny()
+    data["instances"][0]["seeds"] = 1
+    run_sweep(parse_spec(data), folder / "r.sqlite", workers=1, progress=False)
+    return folder / "r.sqlite"
+
+
+def _damaged(source: Path, tmp_path: Path, sql: str, *params: Any, name: str = "bad.sqlite") -> Path:
+    path = tmp_path / name
+    shutil.copy(source, path)
+    conn = sqlite3.connect(path)
+    with conn:
+        conn.execute(sql, params)
+    conn.close()
+    return path
+
+
+def _last_key(path: Path) -> str:
+    """The key of the database's last row: the damaged row, so that the error must find it."""
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT key FROM cells ORDER BY rowid DESC LIMIT 1").fetchone()[0]
+    finally:
+        conn.close()
+
+
+def _one_error_line(capsys: pytest.CaptureFixture[str], *fragments: str) -> str:
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error" not in err, err
+    assert all(f in err for f in fragments), err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "says"),
+    [
+        ("config", "xx", "column config is not valid JSON"),
+        ("config", "[1]", "column config is not a JSON object (a list)"),
+        ("config", '{"instance": 5}', "column config: instance is not a JSON object"),
+        ("config", '{"instance": {"params": [1]}}', "column config: instance.params is not a JSON object"),
+        ("metrics", "{not json", "column metrics is not valid JSON"),
+        ("metrics", "[1,2,3]", "column metrics is not a JSON object (a list)"),
+        ("metrics", "null", "column metrics is not a JSON object (a null)"),
+        ("objective", "abc", "column objective is not a number ('abc')"),
+        ("n", "many", "column n is not a number ('many')"),
+        ("runtime", b"\x00\x01", "column runtime is not a number"),
+    ],
+)
+def test_a_damaged_row_is_one_error_naming_the_database_the_row_and_the_column(
+    one_instance_db, tmp_path, capsys, column, value, says
+):
+    # Each was an "internal error" (JSONDecodeError, AttributeError, ValueError from pandas), exit 3.
+    key = _last_key(one_instance_db)
+    bad = _damaged(one_instance_db, tmp_path, f"UPDATE cells SET {column} = ? WHERE key = ?", value, key)
+    with pytest.raises(InputError, match=f"{bad}: row {key}: ") as info:
+        load_results(bad)
+    assert says in str(info.value)
+    for argv in (
+        ["results", str(bad)],
+        ["results", str(bad), "--to", "csv", "--out", str(tmp_path / "x.csv")],
+        ["regret", str(bad)],
+    ):
+        assert main(argv) == 2
+        _one_error_line(capsys, str(bad), key, says)
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_plot_and_report_of_a_damaged_database_are_one_error_and_write_nothing(
+    one_instance_db, tmp_path, capsys
+):
+    key = _last_key(one_instance_db)
+    bad = _damaged(one_instance_db, tmp_path, "UPDATE cells SET metrics = '[1,2,3]' WHERE key = ?", key)
+    for kind in ("load", "regret"):
+        assert main(["plot", kind, str(bad), "--out", str(tmp_path / f"{kind}.png")]) == 2
+        _one_error_line(capsys, str(bad), key, "column metrics")
+        assert not (tmp_path / f"{kind}.png").exists()
+    assert main(["report", str(bad), "--out", str(tmp_path / "rep")]) == 2
+    _one_error_line(capsys, str(bad), key, "column metrics")
+    assert not (tmp_path / "rep").exists()
+
+
+def test_null_json_columns_still_read_as_empty(one_instance_db, tmp_path):
+    # An error row has no metrics; NULL (or empty) is no data, not damage.
+    key = _last_key(one_instance_db)
+    path = _damaged(
+        one_instance_db, tmp_path, "UPDATE cells SET metrics = NULL, config = '' WHERE key = ?", key
+    )
+    frame = load_results(path)
+    row = frame.set_index("key").loc[key]
+    assert len(frame) == 3 and pd.isna(row["mean_latency"]) and pd.isna(row["rate"])
+
+
+@pytest.mark.parametrize("version", ["99", "abc", "0"])
+def test_a_schema_version_this_kvsched_does_not_know_is_refused(one_instance_db, tmp_path, capsys, version):
+    # It was read silently (and version 'abc' overwritten with 2 on open).
+    bad = _damaged(
+        one_instance_db, tmp_path, "UPDATE meta SET value = ? WHERE name = 'schema_version'", version
+    )
+    with pytest.raises(InputError, match=f"{bad}: results database schema_version '{version}' is not one"):
+        load_results(bad)
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(tiny(solver=None)))
+    assert main(["sweep", str(spec), "--db", str(bad), "--workers", "1"]) == 2  # nor written to
+    _one_error_line(capsys, str(bad), f"'{version}'")
+    conn = sqlite3.connect(bad)
+    assert conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()[0] == version
+    assert conn.execute("SELECT COUNT(*) FROM cells").fetchone()[0] == 3
+    conn.close()
+    if version == "99":
+        assert main(["results", str(bad)]) == 2
+        _one_error_line(capsys, "written by a newer kvsched?")
+
+
+def _min_policy_objective(path: Path) -> float:
+    conn = sqlite3.connect(path)
+    try:
+        return conn.execute("SELECT MIN(objective) FROM cells WHERE kind = 'policy'").fetchone()[0]
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("against", ["certified", "optimum", "bound", "best-policy"])
+def test_a_lower_bound_above_a_validated_schedule_is_refused(one_instance_db, tmp_path, capsys, against):
+    # regret --against certified printed -40 % / -25 % "vs a bound valid for every schedule", exit 0.
+    best = _min_policy_objective(one_instance_db)
+    bad = _damaged(one_instance_db, tmp_path, "UPDATE cells SET lower_bound = ?", best + 8)
+    with pytest.raises(InputError, match=f"{bad}: instance .*: lower_bound {best + 8:g} of row .* is above"):
+        instance_regret(load_results(bad), against)
+    assert main(["regret", str(bad), "--against", against]) == 2
+    _one_error_line(capsys, str(bad), f"lower_bound {best + 8:g}", "is above the objective")
+
+
+def test_a_bound_within_the_relative_tolerance_is_kept(one_instance_db, tmp_path):
+    best = _min_policy_objective(one_instance_db)
+    close = _damaged(one_instance_db, tmp_path, "UPDATE cells SET lower_bound = ?", best * (1 + 1e-12))
+    per = instance_regret(load_results(close), "certified")
+    assert per["regret"].min() == pytest.approx(0.0, abs=1e-9)
+
+
+def test_a_solver_bound_is_held_to_the_schedules_of_its_scope(tmp_path):
+    path = tmp_path / "scoped.sqlite"
+    rows = [
+        # A chunking policy may beat the contiguous optimum: a contiguous bound above it is no contradiction.
+        _row("s1", "i1", "solver", "opt", "optimal", 10, bound=10, lower_bound=8, **_C),
+        _row("a1", "i1", "policy", "A", "ok", 9, lower_bound=8),
+        # A bound over every schedule covers the policies too.
+        _row("s2", "i2", "solver", "opt", "feasible", 20, bound=19, lower_bound=15, n=8, **_A),
+        _row("a2", "i2", "policy", "A", "ok", 18, lower_bound=15, n=8),
+    ]
+    with open_db(path, create=True) as db:
+        for row in rows[:2]:
+            db.write(row)
+    per = instance_regret(load_results(path), "bound")
+    assert per["regret"].tolist() == [-1.0]
+    with open_db(path) as db:
+        for row in rows[2:]:
+            db.write(row)
+    with pytest.raises(
+        InputError, match=r"instance i2 .*: bound 19 of row s2 is above the objective 18 of row a2"
+    ):
+        instance_regret(load_results(path), "optimum")
+    # A solver's bound above its own schedule is impossible whatever its scope.
+    with open_db(path) as db:
+        db.write(_row("s2", "i2", "solver", "opt", "feasible", 20, bound=21, n=8, **_C))
+        db.write(_row("a2", "i2", "policy", "A", "ok", 25, lower_bound=15, n=8))
+    with pytest.raises(InputError, match=r"bound 21 of row s2 is above the objective 20 of row s2"):
+        regret_table(load_results(path), "optimum")
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [(b"", "not a kvsched results database (it is empty)"), (b"\x5c\xf4\x05garbage", "not an SQLite")],
+)
+def test_report_reads_a_sqlite_name_as_a_database(tmp_path, capsys, content, says):
+    # An empty or damaged .sqlite was read as an instance: "not valid JSON" / "not UTF-8 text".
+    path = tmp_path / "r.sqlite"
+    path.write_bytes(content)
+    assert main(["report", str(path), "--out", str(tmp_path / "rep")]) == 2
+    _one_error_line(capsys, str(path), says)
+    assert not (tmp_path / "rep").exists()

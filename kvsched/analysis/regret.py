@@ -43,6 +43,8 @@ AGAINST = ("optimum", "bound", "certified", "best-policy")
 TIE_RTOL = 1e-9
 _SOLVED = ("optimal", "feasible")
 _COLUMN = {"optimum": REGRET, "bound": MAX_REGRET_SCOPE, "certified": MAX_REGRET_ALL}
+#: Relative tolerance of a bound above a schedule's value (floating-point noise, not a contradiction).
+BOUND_RTOL = 1e-9
 
 
 def default_against(frame: pd.DataFrame) -> str:
@@ -74,6 +76,48 @@ def _reference(group: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def _check_bounds(group: pd.DataFrame, ikey: Any, objective_name: Any, source: str) -> None:
+    """Refuse a bound above the value of a validated schedule it covers (one instance and objective).
+
+    Such a bound is impossible (the database was edited or damaged) and every regret against it
+    would be false, e.g. negative "against a bound valid for every schedule". A bound over every
+    legal schedule (``lower_bound``, or a solver's ``bound`` of scope ``all``) covers every policy
+    and solver schedule. A solver's bound over a narrower scope covers only the solver schedules
+    of that scope: a policy may evict or chunk and so beat the contiguous optimum, which is no
+    contradiction. A row of unrecorded scope is held to its own schedule only.
+    """
+    solved = group[(group["kind"] == "solver") & group["status"].isin(_SOLVED)]
+    ran = group[(group["kind"] == "policy") & (group["status"] == "ok")]
+    scope = solved["scope"] if "scope" in solved else pd.Series(None, index=solved.index, dtype=object)
+    # (bound, its column, the row holding it, the schedules it covers) for every stored bound.
+    checks: list[tuple[float, str, Any, pd.DataFrame]] = []
+    everything = pd.concat([solved, ran])
+    for idx, value in group["lower_bound"].dropna().items():
+        checks.append((float(value), "lower_bound", group.at[idx, "key"], everything))
+    for idx, value in solved["bound"].dropna().items():
+        if scope[idx] == "all":
+            covers = everything
+        elif pd.notna(scope[idx]):
+            covers = solved[scope == scope[idx]]
+        else:
+            covers = solved.loc[[idx]]
+        checks.append((float(value), "bound", solved.at[idx, "key"], covers))
+    for bound, column, key, covers in checks:
+        values = covers["objective"].astype(float)
+        values = values[np.isfinite(values)]
+        if values.empty:
+            continue
+        lowest = values.idxmin()
+        value = float(values[lowest])
+        if bound > value and not math.isclose(bound, value, rel_tol=BOUND_RTOL):
+            raise InputError(
+                f"{source}: instance {ikey} ({objective_name}): {column} {bound:.10g} of row {key} is above "
+                f"the objective {value:.10g} of row {covers.at[lowest, 'key']} ({covers.at[lowest, 'name']}, "
+                "a validated schedule it covers): impossible, so no regret against it would be true "
+                "(a damaged or hand-edited database?)"
+            )
+
+
 def instance_regret(frame: pd.DataFrame, against: str | None = None) -> pd.DataFrame:
     """One row per (instance, policy): objective, reference, regret, regret_pct, win.
 
@@ -82,15 +126,21 @@ def instance_regret(frame: pd.DataFrame, against: str | None = None) -> pd.DataF
     ``scope`` is the set of schedules the reference ranges over, and the three
     named regret columns of :func:`~kvsched.analysis.compare.add_regret` are
     kept where the instance has a solver row (the interval when not proven).
+
+    Raises :class:`InputError` naming the database (``frame.attrs["source"]``),
+    the instance and both rows when a stored bound lies above a validated
+    schedule it covers (see :func:`_check_bounds`).
     """
     against = against or default_against(frame)
     if against not in AGAINST:
         raise InputError(f"--against: unknown reference {against!r} (known: {', '.join(AGAINST)})")
+    source = str(frame.attrs.get("source", "results"))
     parts = []
     for (ikey, objective_name), group in frame.groupby(["instance_key", "objective_name"], sort=False):
         policies = group[group["kind"] == "policy"]
         if policies.empty:
             continue
+        _check_bounds(group, ikey, objective_name, source)
         ref = _reference(group)
         table = policies.set_index("name")[["objective", "status", "n", "kv_capacity", "seed"]].copy()
         table["objective"] = table["objective"].astype(float)

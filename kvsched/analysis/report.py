@@ -329,12 +329,19 @@ def _regret_legend(cmp: Comparison) -> str:
 
 
 # ----------------------------------------------------------------------------- a results database
-def database_report(db_path: str | Path, out_dir: str | Path, *, against: str | None = None) -> Path:
-    """Regret table, latency vs load and regret vs size of a results database; returns the report's path."""
+def database_report(
+    db_path: str | Path, out_dir: str | Path, *, against: str | None = None, frame: pd.DataFrame | None = None
+) -> Path:
+    """Regret table, latency vs load and regret vs size of a results database; returns the report's path.
+
+    ``frame`` is the database's :func:`~kvsched.analysis.store.load_results`, when the caller read it
+    already (to refuse a bad database before making the output folder); it is read here otherwise.
+    """
     from kvsched.analysis.regret import default_against, describe_reference, regret_table
     from kvsched.analysis.store import load_results
 
-    frame = load_results(db_path)
+    if frame is None:
+        frame = load_results(db_path)
     if frame.empty:
         raise InputError(f"{db_path}: the results database is empty")
     against = against or default_against(frame)

@@ -40,6 +40,7 @@ records the new ``schema_version`` in table ``meta``.
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -108,6 +109,19 @@ def is_database(path: str | Path) -> bool:
         return False
 
 
+#: File names that are results databases whatever their content (kvsched sweep writes results.sqlite).
+DB_SUFFIXES = (".sqlite", ".sqlite3", ".db")
+
+
+def names_database(path: str | Path) -> bool:
+    """Whether ``path`` is meant as a results database: an SQLite header, or a database's suffix.
+
+    A command taking an instance or a database decides by this, so that an empty or damaged
+    ``.sqlite`` gets the database's own error, not an instance reader's ("not valid JSON").
+    """
+    return is_database(path) or Path(path).suffix.lower() in DB_SUFFIXES
+
+
 class ResultsDB:
     """An open results database. Use :func:`open_db`."""
 
@@ -170,6 +184,8 @@ def open_db(path: str | Path, *, create: bool = False) -> Iterator[ResultsDB]:
             if "cells" not in tables and (tables or not create):
                 other = f"its tables: {', '.join(sorted(tables)[:5])}" if tables else "it is empty"
                 raise InputError(f"{path}: not a kvsched results database ({other})")
+            if "meta" in tables:
+                _check_version(conn, path)
             conn.executescript(_SCHEMA)
             cols = {r[1] for r in conn.execute("PRAGMA table_info(cells)")}
             if not set(COLUMNS) - set(ADDED) <= cols:
@@ -182,6 +198,27 @@ def open_db(path: str | Path, *, create: bool = False) -> Iterator[ResultsDB]:
         yield ResultsDB(conn, path)
     finally:
         conn.close()
+
+
+def _check_version(conn: sqlite3.Connection, path: Path) -> None:
+    """Refuse a database whose recorded ``schema_version`` this kvsched does not know.
+
+    A newer layout may give a column another meaning, so reading it as ours could report
+    wrong numbers, and migrating it would write our version over its own. No record (a
+    database from before versions were kept) is version 1, migrated as usual.
+    """
+    row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+    if row is None:
+        return
+    text = str(row[0]).strip()
+    version = int(text) if text.isdigit() else None
+    if version is not None and 1 <= version <= SCHEMA_VERSION:
+        return
+    newer = ": written by a newer kvsched?" if version is None or version > SCHEMA_VERSION else ""
+    raise InputError(
+        f"{path}: results database schema_version {row[0]!r} is not one this kvsched reads "
+        f"(1 to {SCHEMA_VERSION}){newer}"
+    )
 
 
 def _migrate(conn: sqlite3.Connection, cols: set[str]) -> None:
@@ -201,9 +238,72 @@ def _migrate(conn: sqlite3.Connection, cols: set[str]) -> None:
         )
 
 
-def _json_column(series: pd.Series) -> pd.DataFrame:
-    records = [json.loads(v) if isinstance(v, str) and v else {} for v in series]
-    return pd.DataFrame.from_records(records, index=series.index)
+#: The INTEGER and REAL columns: SQLite stores any value in any column, so a hand-edited row may hold text.
+_NUMERIC: tuple[str, ...] = tuple(c for c, t in _TYPES.items() if t in ("INTEGER", "REAL"))
+
+
+def _check_numbers(db: ResultsDB, frame: pd.DataFrame) -> None:
+    """Refuse a row whose numeric column holds text or bytes: one line naming the row and the column.
+
+    pandas gives such a column a non-numeric dtype (object, or str under pandas 3), so only those
+    columns are looked at (a column of NULLs is one too), and SQLite finds the first offending row
+    in one scan per column.
+    """
+    for column in _NUMERIC:
+        if pd.api.types.is_numeric_dtype(frame[column]):
+            continue
+        bad = db.conn.execute(
+            f"SELECT key, {column} FROM cells WHERE typeof({column}) NOT IN ('integer', 'real', 'null') "
+            "ORDER BY rowid LIMIT 1"
+        ).fetchone()
+        if bad is not None:
+            raise InputError(f"{db.path}: row {bad[0]}: column {column} is not a number ({bad[1]!r:.60})")
+
+
+def _decode(value: Any) -> Any:
+    """One JSON cell: NULL or empty text is an empty object (rows that have none, e.g. error rows)."""
+    # pandas reads NULL in a text column as None, or as NaN under pandas 3's str dtype.
+    if value is None or value == "" or (isinstance(value, float) and math.isnan(value)):
+        return {}
+    return json.loads(value)
+
+
+def _json_objects(frame: pd.DataFrame, column: str, path: Path) -> list[dict[str, Any]]:
+    """The JSON objects of ``column``, one per row; anything else is one line naming the row.
+
+    Decoded in one pass; only when that fails (or gives a non-object) are the rows walked
+    again to name the first bad one, so a large good database pays nothing extra.
+    """
+    values = frame[column].tolist()
+    try:
+        records = [_decode(v) for v in values]
+        if all(type(r) is dict for r in records):
+            return records
+    except (TypeError, ValueError):  # JSONDecodeError is a ValueError; TypeError: not text (a number)
+        pass
+    for key, value in zip(frame["key"], values, strict=True):
+        try:
+            record = _decode(value)
+        except (TypeError, ValueError) as exc:
+            reason = "not JSON text" if isinstance(exc, TypeError) else f"not valid JSON: {exc}"
+            raise InputError(f"{path}: row {key}: column {column} is {reason}") from None
+        if type(record) is not dict:
+            got = type(record).__name__ if record is not None else "null"
+            raise InputError(f"{path}: row {key}: column {column} is not a JSON object (a {got})")
+    raise AssertionError("a failed decode found no bad row")  # pragma: no cover
+
+
+def _instance_params(frame: pd.DataFrame, configs: list[dict[str, Any]], path: Path) -> list[dict[str, Any]]:
+    """``config.instance.params`` of each row ({} where absent); a non-object is one line naming the row."""
+    params = []
+    for key, config in zip(frame["key"], configs, strict=True):
+        instance = config.get("instance", {})
+        value = instance.get("params", {}) if type(instance) is dict else None
+        if type(value) is not dict:
+            field = "instance.params" if type(instance) is dict else "instance"
+            raise InputError(f"{path}: row {key}: column config: {field} is not a JSON object")
+        params.append(value)
+    return params
 
 
 def load_results(path: str | Path) -> pd.DataFrame:
@@ -214,23 +314,33 @@ def load_results(path: str | Path) -> pd.DataFrame:
     ``mean_latency``, ``p99_ttft``, ``evictions``) as their own columns. A name
     that would clash with a stored column gets a ``param_`` or ``metric_``
     prefix. JSON columns ``config``, ``metrics`` and ``anytime`` stay as text.
+
+    Raises :class:`InputError` (one line naming the database, the row's key and
+    the column) for a row whose ``config`` or ``metrics`` is not a JSON object,
+    or whose numeric column holds text. ``frame.attrs["source"]`` is the
+    database's path, for later errors to name it.
     """
+    path = Path(path)
     with open_db(path) as db:
         frame = db.raw_frame()
+        if not frame.empty:
+            _check_numbers(db, frame)
+    frame.attrs["source"] = str(path)
     if frame.empty:
         return frame
-    configs = frame["config"].map(json.loads)
     params = pd.DataFrame.from_records(
-        [c.get("instance", {}).get("params", {}) for c in configs], index=frame.index
+        _instance_params(frame, _json_objects(frame, "config", path), path), index=frame.index
     )
-    metrics = _json_column(frame["metrics"])
+    metrics = pd.DataFrame.from_records(_json_objects(frame, "metrics", path), index=frame.index)
     out = [frame]
     taken = set(frame.columns)
     for extra, prefix in ((params, "param_"), (metrics, "metric_")):
         renamed = extra.rename(columns={c: prefix + c for c in extra.columns if c in taken})
         taken |= set(renamed.columns)
         out.append(renamed)
-    return pd.concat(out, axis=1)
+    result = pd.concat(out, axis=1)
+    result.attrs["source"] = str(path)
+    return result
 
 
 EXPORT_FORMATS = ("csv", "parquet")

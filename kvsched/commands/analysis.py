@@ -344,16 +344,21 @@ def _anytime_rows(points: Any, path: Path) -> list[list[float | None]]:
 # ----------------------------------------------------------------------------- report
 def cmd_report(args: argparse.Namespace) -> int:
     from kvsched.analysis.report import database_report, instance_report
-    from kvsched.analysis.store import is_database
+    from kvsched.analysis.store import load_results, names_database
 
     # --time-limit bounds the command: loading and the policies count against the solve.
     deadline = Deadline.for_command(args.time_limit)
     if not Path(args.target).exists():
         raise InputError(f"{args.target}: no such file")
     compared = None  # when the policies and the solve returned (an instance only)
-    if is_database(args.target):
+    # By header or by suffix: an empty or damaged .sqlite gets the database's error, not an instance's.
+    if names_database(args.target):
+        # Read first, as an instance is: a bad database is one error line and leaves no empty --out folder.
+        frame = load_results(args.target)
+        if frame.empty:
+            raise InputError(f"{args.target}: the results database is empty")
         check_output_folder(args.out, "--out", [args.target])
-        path = database_report(args.target, args.out, against=args.against)
+        path = database_report(args.target, args.out, against=args.against, frame=frame)
     else:
         from kvsched.analysis import compare
         from kvsched.commands.solve import print_comparison
