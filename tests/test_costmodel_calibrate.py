@@ -188,3 +188,23 @@ def test_unknown_cost_model_name_lists_the_choices(capsys):
         InputError, match=r"not a cost model .* a coefficient file, or a shipped coefficient set"
     ):
         resolve_cost_model("nope")
+
+
+def test_a_fit_that_cannot_be_done_names_the_table(tmp_path, monkeypatch, capsys):
+    """A FitError (the fits do not know files) reaches the user prefixed by the table it came from."""
+    import kvsched.costmodel.calibrate as cal
+    from kvsched.costmodel.fitting import FitError
+
+    def unfittable(*args, **kwargs):
+        raise FitError("the table cannot be fitted: least squares gives non-finite coefficients")
+
+    path = DATA_DIR / PACKAGED_COMPUTE[("llama-2-7b", "a100-80gb")]
+    monkeypatch.setattr(cal, "fit_token_term", unfittable)
+    with pytest.raises(
+        InputError, match=rf"^{path}: the table cannot be fitted: least squares gives non-finite"
+    ):
+        calibrate(path, folds=3)
+    assert main(["calibrate", str(path), "--folds", "3", "--out", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}: the table cannot be fitted" in err
+    assert not (tmp_path / "o.json").exists()

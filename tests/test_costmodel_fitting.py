@@ -150,3 +150,48 @@ def test_stepped_fit_of_real_replay_tables_keeps_the_token_term_nonnegative(name
     steps = sorted((int(k[4:]), v) for k, v in fit.params.items() if k.startswith("step"))
     for n in [1, *(k + 1 for k, _ in steps)]:
         assert cost.non_attention(np.array([float(n)]))[0] >= 0
+
+
+# ------------------------------------------------------------ non-finite fits (bug B5)
+def _no_warnings(call, *args, **kwargs):
+    """``call(*args, **kwargs)`` with every warning an error: no raw numpy warning may reach stderr."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        return call(*args, **kwargs)
+
+
+def test_wls_refuses_non_finite_rows_and_solutions_in_one_error():
+    from kvsched.costmodel.fitting import FitError
+
+    x = np.stack([np.ones(5), np.array([1.0, 2.0, 3.0, 4.0, 1e308])], 1)
+    with pytest.raises(FitError, match="cannot be fitted: its weighted rows are not finite"):
+        _no_warnings(wls, x, np.full(5, 1e-10))
+    with pytest.raises(FitError, match="cannot be fitted: a row's time is not positive"):
+        _no_warnings(wls, x[:, :1], np.array([1.0, 0.0, 1.0, 1.0, 1.0]))
+    # Finite rows whose solution overflows: 1e-300 x c = 1e300 needs c = 1e600.
+    with pytest.raises(FitError, match="non-finite coefficients or residuals"):
+        _no_warnings(wls, np.full((4, 1), 1e-300), np.full(4, 1e300), weights=np.ones(4))
+
+
+def test_r_squared_refuses_overflowing_sums_rather_than_report_a_wrong_figure():
+    from kvsched.costmodel.fitting import FitError, r_squared
+
+    y = np.array([1e300, -1e300, 1e300])
+    with pytest.raises(FitError, match="sums of squares overflow"):
+        _no_warnings(r_squared, y, np.zeros(3))
+
+
+def test_fits_of_absurd_rows_are_one_fit_error_without_numpy_warnings():
+    from kvsched.costmodel.features import BatchFeatures
+    from kvsched.costmodel.fitting import FitError, fit_batches
+
+    batch = np.array([1.0, 2.0, 4.0, 8.0])
+    with pytest.raises(FitError):
+        _no_warnings(fit_decode, batch, np.full(4, 1e308), np.full(4, 1e-3))
+    with pytest.raises(FitError):
+        _no_warnings(fit_token_term, "stepped", GRID, np.full(GRID.size, 1e-320))
+    feats = [BatchFeatures(float(i + 1), 1.0, 1e308, 0.0, 0.0, 0.0, 0.0, 0.0) for i in range(12)]
+    with pytest.raises(FitError, match="cannot be fitted"):
+        _no_warnings(fit_batches, feats, np.linspace(1e-3, 2e-3, 12), form="linear")

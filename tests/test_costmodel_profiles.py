@@ -1,5 +1,9 @@
 """Profiling tables: the packaged data reads as expected; a malformed table is one clear error."""
 
+import re
+import warnings
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
@@ -114,3 +118,98 @@ def test_calibrate_needs_a_model_and_a_gpu_it_can_tell(tmp_path, table, capsys):
     assert "llama-2-70b does not match" in capsys.readouterr().err
     assert main(["calibrate", str(write(tmp_path, table))]) == 2  # tmp_path names no GPU
     assert "no GPU named in the path" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- implausible magnitudes (bug B5)
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (
+            1e300,
+            r"line 2: 1e\+300 is not a plausible time \(a non-zero time lies between 1e-06 and 1e\+06 ms",
+        ),
+        (2e6, r"line 2: 2000000\.0 is not a plausible time"),
+        (1e-300, r"line 2: 1e-300 is not a plausible time"),
+    ],
+)
+def test_implausible_operator_time_is_refused_naming_column_and_line(tmp_path, table, value, message):
+    bad = table.assign(**{"time_stats.mlp_up_proj.median": [value] * len(table)})
+    with pytest.raises(InputError, match=r"mlp\.csv: column 'time_stats\.mlp_up_proj\.median', " + message):
+        load_compute(write(tmp_path, bad))
+
+
+def test_time_ceiling_and_floor_themselves_are_plausible(tmp_path, table):
+    edge = table.assign(**{"time_stats.mlp_up_proj.median": [1e6] + [1e-6] * (len(table) - 1)})
+    # Loads without an error (the first token count is measured twice: the median merges it with 1e-6).
+    assert load_compute(write(tmp_path, edge)).layer.max() > 100
+
+
+def test_count_beyond_two_to_the_53_is_refused(tmp_path, table):
+    bad = table.assign(num_tokens=[1e300] * len(table))
+    with pytest.raises(
+        InputError, match=r"column 'num_tokens', line 2: 1e\+300 is too large \(at most 2\*\*53"
+    ):
+        load_compute(write(tmp_path, bad))
+
+
+def test_implausible_attention_time_is_refused(tmp_path):
+    df = pd.read_csv(ATTENTION_SAMPLE)
+    df.loc[3, "median_ms"] = 1e300
+    with pytest.raises(InputError, match=r"column 'median_ms', line 5: 1e\+300 is not a plausible time"):
+        load_attention(write(tmp_path, df, "a.csv"))
+
+
+def test_calibrate_refuses_a_huge_table_in_one_line_without_numpy_warnings(tmp_path, table, capsys):
+    """Every mlp_up_proj median 1e300 used to fit a0 = 3e298 and print 0.00 % errors and RuntimeWarnings."""
+    (tmp_path / "a100").mkdir()
+    path = write(tmp_path / "a100", table.assign(**{"time_stats.mlp_up_proj.median": [1e300] * len(table)}))
+    out = tmp_path / "out.json"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a numpy RuntimeWarning would fail the test
+        code = main(["calibrate", str(path), "--folds", "3", "--out", str(out)])
+    captured = capsys.readouterr()
+    assert code == 2 and not out.exists() and captured.out == ""
+    assert captured.err.count("\n") == 1 and "Warning" not in captured.err
+    assert "column 'time_stats.mlp_up_proj.median', line 2: 1e+300 is not a plausible time" in captured.err
+
+
+def test_calibrate_refuses_a_row_whose_times_are_all_zero(tmp_path, table, capsys):
+    """A zero total time used to end in an internal LinAlgError (weights 1 / 0)."""
+    (tmp_path / "a100").mkdir()
+    bad = table.copy()
+    bad.loc[5, [c for c in bad.columns if c.startswith("time_stats.")]] = 0.0
+    path = write(tmp_path / "a100", bad)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main(["calibrate", str(path), "--folds", "3", "--out", str(tmp_path / "o.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"every operator time at num_tokens = {int(bad.num_tokens[5])}" in err
+
+
+REPLAY = Path(__file__).parent.parent / "benchmarks/data/executor_h100/opt_d10.csv"
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "message"),
+    [
+        (
+            "measured_s",
+            1e300,
+            r"1e\+300 is not a plausible time \(a non-zero time lies between 1e-09 and 1000 s\)",
+        ),
+        ("measured_s", 1e-300, r"1e-300 is not a plausible time"),
+        ("prefill_quad", 1e300, r"1e\+300 is too large"),
+    ],
+)
+def test_replay_table_goes_through_the_same_magnitude_rule(tmp_path, capsys, column, value, message):
+    df = pd.read_csv(REPLAY)
+    df.loc[3, column] = value
+    path = write(tmp_path, df, "replay.csv")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        code = main(
+            ["calibrate", "--from-replay", str(path), "--folds", "3", "--out", str(tmp_path / "f.json")]
+        )
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1
+    assert re.search(rf"replay\.csv: column '{column}', line 5: {message}", err)

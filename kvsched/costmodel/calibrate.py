@@ -21,7 +21,7 @@ Fidelity is reported only on measured rows (see :mod:`kvsched.costmodel.fidelity
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +34,8 @@ from kvsched.costmodel.fitting import (
     DECODE_NAMES,
     PREFILL_NAMES,
     TOKEN_FORMS,
+    Fit,
+    FitError,
     fit_decode,
     fit_prefill,
     fit_token_term,
@@ -237,6 +239,13 @@ def calibrate(
     spec, g = _resolve(prof, path, model, gpu)
     n = prof.num_tokens
     y, ar = _non_attention(prof, spec, g, tp, all_reduce)
+    if (y <= 0).any():
+        # Fits and fidelity are relative (weights and errors 1 / time): a zero time has no relative error.
+        zero = int(n[np.argmax(y <= 0)])
+        raise InputError(
+            f"{path}: every operator time at num_tokens = {zero}, tp = {tp} is 0: a profiled row needs a "
+            "non-zero time"
+        )
     L = spec.layers
 
     # ---- token term: every reported form, held out
@@ -244,11 +253,12 @@ def calibrate(
     rows: list[FidelityRow] = []
     token_fit = {}
     token_pred = {}
+    fit_tokens = _naming(path, fit_token_term)
     for f in forms:
-        fit = fit_token_term(f, n, y)
+        fit = fit_tokens(f, n, y)
 
         def fp(train: np.ndarray, test: np.ndarray, f: str = f) -> np.ndarray:
-            return token_time(fit_token_term(f, n[train], y[train]).params, n[test])
+            return token_time(fit_tokens(f, n[train], y[train]).params, n[test])
 
         token_pred[f] = held_out(n.size, folds, seed, fp)
         token_fit[f] = fit
@@ -292,6 +302,7 @@ def calibrate(
     base_fit: dict[str, dict[str, float]] = {}
     for term in ("decode", "prefill"):
         fitter, predictor, names = _TERMS[term]
+        fitter = _naming(att_path, fitter)
         measured = here is not None and _rows(here, term)[0].size >= len(names)
         tok, kv, t = _rows(here if measured else base, term)  # type: ignore[arg-type]
         if t.size == 0:
@@ -412,6 +423,18 @@ def calibrate(
         seed=seed,
         meta={"linear_surrogate": surrogate},
     )
+
+
+def _naming(path: Path, fit: Callable[..., Fit]) -> Callable[..., Fit]:
+    """``fit``, with a :class:`FitError` it raises prefixed by the table ``path`` (fits do not know files)."""
+
+    def named(*args: Any, **kwargs: Any) -> Fit:
+        try:
+            return fit(*args, **kwargs)
+        except FitError as exc:
+            raise InputError(f"{path}: {exc}") from None
+
+    return named
 
 
 _TERMS = {

@@ -26,8 +26,10 @@ continues the steps at their mean rate over the last 1024 measured tokens.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 import numpy as np
 
@@ -41,6 +43,13 @@ HINGE_CANDIDATES = 128
 EXTRAPOLATION_WINDOW = 1024
 #: (step, up to) pairs of the default knot layout.
 KNOT_LAYOUT = ((32, 256), (64, 1024), (128, 4096), (1024, 1 << 20))
+
+
+class FitError(InputError):
+    """A table whose least-squares fit is not finite (its numbers are too large or small for float64).
+
+    The message has no file name: the caller that read the table prefixes it.
+    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,15 +82,36 @@ def wls(
     """
     x = np.asarray(x, dtype=np.float64)
     y = np.asarray(y, dtype=np.float64)
-    w = 1.0 / y if weights is None else np.asarray(weights, dtype=np.float64)
-    xw, yw = x * w[:, None], y * w
+    if weights is None and not (y > 0).all():
+        raise FitError(
+            "the table cannot be fitted: a row's time is not positive (rows are weighted by 1 / time, "
+            "for relative errors)"
+        )
+    # Overflow is detected below and reported as one FitError, not as numpy warnings on stderr.
+    with np.errstate(all="ignore"):
+        w = 1.0 / y if weights is None else np.asarray(weights, dtype=np.float64)
+        xw, yw = x * w[:, None], y * w
+    if not (np.isfinite(xw).all() and np.isfinite(yw).all()):
+        raise FitError(
+            "the table cannot be fitted: its weighted rows are not finite (numbers too large or small)"
+        )
     cons = np.zeros(x.shape[1], dtype=bool) if nonneg is None else np.asarray(nonneg, dtype=bool)
     active = np.ones(x.shape[1], dtype=bool)
     coef = np.zeros(x.shape[1])
     while True:
         coef[:] = 0.0
         if active.any():
-            coef[active] = np.linalg.lstsq(xw[:, active], yw, rcond=None)[0]
+            try:
+                with np.errstate(all="ignore"):
+                    coef[active] = np.linalg.lstsq(xw[:, active], yw, rcond=None)[0]
+                    residual = xw @ coef - yw
+            except np.linalg.LinAlgError as exc:
+                raise FitError(f"the table cannot be fitted: least squares failed ({exc})") from None
+            if not (np.isfinite(coef).all() and np.isfinite(residual).all()):
+                raise FitError(
+                    "the table cannot be fitted: least squares gives non-finite coefficients or residuals "
+                    "(numbers too large or small for float64)"
+                )
         neg = cons & active & (coef < 0)
         if not neg.any():
             return coef
@@ -89,10 +119,39 @@ def wls(
 
 
 def r_squared(y: np.ndarray, pred: np.ndarray) -> float:
-    """1 - SS_res / SS_tot (1.0 for a perfect fit of constant data)."""
-    ss_res = float(np.sum((y - pred) ** 2))
-    ss_tot = float(np.sum((y - y.mean()) ** 2))
+    """1 - SS_res / SS_tot (1.0 for a perfect fit of constant data).
+
+    Raises
+    ------
+    FitError
+        When the sums of squares overflow: no R^2 is reported then rather than a wrong one.
+    """
+    with np.errstate(all="ignore"):
+        ss_res = float(np.sum((y - pred) ** 2))
+        ss_tot = float(np.sum((y - y.mean()) ** 2))
+    if not (np.isfinite(ss_res) and np.isfinite(ss_tot)):
+        raise FitError("the table cannot be fitted: its sums of squares overflow float64 (times too large)")
     return 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res == 0 else 0.0)
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def _quiet(fit: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Run a fit with numpy's floating-point warnings off.
+
+    Its designs, predictions and error sums may overflow on absurd tables; :func:`wls` and
+    :func:`r_squared` check what comes out and raise one :class:`FitError`, so the raw warnings
+    would only repeat that on stderr.
+    """
+
+    @functools.wraps(fit)
+    def quiet(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with np.errstate(all="ignore"):
+            return fit(*args, **kwargs)
+
+    return quiet
 
 
 def _need_rows(n: np.ndarray, k: int, what: str) -> None:
@@ -171,6 +230,7 @@ def _shapes(form: str, n: np.ndarray, knots: Sequence[int] | None) -> list:  # t
     return [identifiable_knots(default_knots(float(np.max(n))) if knots is None else knots, n)]
 
 
+@_quiet
 def fit_token_term(form: str, n: np.ndarray, y: np.ndarray, *, knots: Sequence[int] | None = None) -> Fit:
     """Fit a token-term form to token counts ``n`` and times ``y`` (seconds).
 
@@ -224,6 +284,7 @@ DECODE_NAMES = ("b0", "b1", "b2")
 PREFILL_NAMES = ("p0", "p1", "p2", "p4")
 
 
+@_quiet
 def fit_decode(batch: np.ndarray, kv: np.ndarray, t: np.ndarray, weights: np.ndarray | None = None) -> Fit:
     """Fit decode attention (per layer) to rows of ``batch`` decodes each holding ``kv`` KV.
 
@@ -236,6 +297,7 @@ def fit_decode(batch: np.ndarray, kv: np.ndarray, t: np.ndarray, weights: np.nda
     return Fit(dict(zip(DECODE_NAMES, map(float, coef), strict=True)), r_squared(t, x @ coef))
 
 
+@_quiet
 def fit_prefill(chunk: np.ndarray, kv: np.ndarray, t: np.ndarray, weights: np.ndarray | None = None) -> Fit:
     """Fit prefill attention (per layer) to rows of one ``chunk`` over ``kv`` KV (``weights`` as in :func:`wls`)."""
     chunk, kv, t = (np.asarray(a, dtype=np.float64) for a in (chunk, kv, t))
@@ -261,6 +323,7 @@ def predict_prefill(params: dict[str, float], chunk: np.ndarray, kv: np.ndarray)
 BATCH_NAMES = ("b0", "b1", "b2", "p0", "p1", "p2", "p3", "p4")
 
 
+@_quiet
 def fit_batches(
     features: Sequence[BatchFeatures],
     t: np.ndarray,

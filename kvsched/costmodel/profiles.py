@@ -50,6 +50,19 @@ ATTENTION_COLUMNS = (
 )
 ALLREDUCE_COLUMNS = ("time_stats.all_reduce.median", "num_workers", "size")
 MS = 1e-3
+#: The longest time a profiling or measurement table may hold, in seconds (1e6 ms). A plausibility
+#: ceiling, not a physical limit: the packaged tables' longest operator median is 34 ms and a whole
+#: measured batch takes under a second, so 1000 s leaves three orders of magnitude of headroom, while
+#: refusing values like 1e300 whose squares overflow float64 in the least-squares fit.
+MAX_TIME_S = 1e3
+#: The shortest non-zero time, in seconds (1e-6 ms): one clock cycle of a 1 GHz GPU, far below a kernel
+#: launch (microseconds; the packaged tables' shortest median is 1 us). Shorter times turn the fit's
+#: relative weights 1 / t into overflow or into held-out errors of 1e13 %.
+MIN_TIME_S = 1e-9
+#: The largest count, size or sum a table may hold: beyond 2**53 float64 no longer represents every
+#: integer, so such a value cannot be an exact count (and products of two of them in a design
+#: matrix stay far from overflow below it).
+MAX_COUNT = float(2**53)
 
 
 def _median(op: str) -> str:
@@ -95,23 +108,65 @@ def require_columns(df: pd.DataFrame, columns: Iterable[str], path: Path, hint: 
             raise InputError(f"{path}: missing column {col!r}{hint}")
 
 
+def time_unit(col: str) -> tuple[float, str] | None:
+    """Seconds per unit and the unit's name for a column whose name says it holds a time, else None.
+
+    Vidur's ``time_stats.<op>.median`` and ``median_ms`` are milliseconds; kvsched's replay tables
+    name seconds ``<what>_s`` (``tokens_per_s`` is a rate, not a time).
+    """
+    if col.endswith(".median") or col.endswith("_ms"):
+        return MS, "ms"
+    if col.endswith("_s") and not col.endswith("_per_s"):
+        return 1.0, "s"
+    return None
+
+
+def _time_bounds(seconds: float) -> tuple[float, float]:
+    """The plausible non-zero times in a column whose unit is ``seconds`` long, in that unit."""
+    # Rounded, so that 1e-9 s / 1e-3 is exactly 1e-6 ms and a table holding that bound passes.
+    return float(f"{MIN_TIME_S / seconds:.12g}"), float(f"{MAX_TIME_S / seconds:.12g}")
+
+
+def _time_range(seconds: float, name: str) -> str:
+    """The plausible non-zero times in a column of unit ``name`` (``seconds`` each), for error messages."""
+    lo, hi = _time_bounds(seconds)
+    text = f"a non-zero time lies between {lo:g} and {hi:g} {name}"
+    return text if seconds == 1.0 else f"{text} = {MIN_TIME_S:g} to {MAX_TIME_S:g} s"
+
+
 def numeric_column(
     df: pd.DataFrame, col: str, path: Path, *, positive: bool = False, integer: bool = False
 ) -> np.ndarray:
-    """Column ``col`` as float64, or one error naming the column and the first bad line."""
+    """Column ``col`` as float64, or one error naming the column and the first bad line.
+
+    Besides the sign (and integrality), every value must be finite and plausible: a time column
+    (see :func:`time_unit`) 0 or within [:data:`MIN_TIME_S`, :data:`MAX_TIME_S`], any other at most
+    :data:`MAX_COUNT`.
+    """
     require_columns(df, (col,), path)
     values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
     bad = ~np.isfinite(values) | (values <= 0 if positive else values < 0)
     if integer:
         bad |= np.isfinite(values) & (values != np.round(values))
+    unit = time_unit(col)
+    # NaN compares False both ways, so only finite (or +inf, already bad) values are flagged here.
+    if unit:
+        lo, hi = _time_bounds(unit[0])
+        implausible = (values > hi) | ((values > 0) & (values < lo))
+    else:
+        implausible = values > MAX_COUNT
+    bad |= implausible
     if bad.any():
         row = int(np.argmax(bad))
+        # +2: one for the header line, one because lines count from 1.
+        where = f"{path}: column {col!r}, line {row + 2}: {_shown(df[col].iloc[row])}"
+        if implausible[row] and np.isfinite(values[row]):
+            if unit:
+                raise InputError(f"{where} is not a plausible time ({_time_range(*unit)})")
+            raise InputError(f"{where} is too large (at most 2**53 = {MAX_COUNT:.0f})")
         need = "a positive" if positive else "a non-negative"
         kind = " integer" if integer else " number"
-        # +2: one for the header line, one because lines count from 1.
-        raise InputError(
-            f"{path}: column {col!r}, line {row + 2}: {_shown(df[col].iloc[row])} is not {need}{kind}"
-        )
+        raise InputError(f"{where} is not {need}{kind}")
     return values
 
 
