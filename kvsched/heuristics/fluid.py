@@ -76,8 +76,11 @@ def eq1_coefficients(time_model: TimeModel) -> tuple[float, float]:
         d1 = c["a1"]
         if c["b0"] == c["p0"] == c["p1"] == c["p3"] == 0.0 and c["b1"] == c["p2"] == d1:
             return c["a0"], d1
+    # The parameters named only when they are few: a calibrated set has about 60, one line must stay a line.
+    params = dict(time_model.params)
+    shown = f" {params}" if len(params) <= 6 else f" ({len(params)} parameters)"
     raise InputError(
-        f"time model {time_model.name!r} {dict(time_model.params)} is not seed 002's Eq. (1) "
+        f"time model {time_model.name!r}{shown} is not seed 002's Eq. (1) "
         "(d0 + d1 * batch KV); give d0 and d1 explicitly"
     )
 
