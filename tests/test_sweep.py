@@ -88,6 +88,9 @@ def _bad(path: str, value: Any) -> dict[str, Any]:
         (_bad("instances.0.seeds", 0), "instances.0.seeds"),
         # A count of seeds was expanded into a list first: 1e8 of them took gigabytes, without a word.
         (_bad("instances.0.seeds", 100_000_000), "instances.0.seeds"),
+        # YAML true read as 1 (n: true ran instances of one request).
+        (_bad("instances.0.n", True), "instances.0.n: must be integers, not true or false"),
+        (_bad("instances.0.seeds", [True]), "instances.0.seeds: must be integers, not true or false"),
         # 3 runners x 400,000 seeds: refused as a whole grid (the message names no single field).
         (_bad("instances.0.seeds", 400_000), "(top level): the grid has 1,200,000 cells"),
         (_bad("instances.0.generator", "nope"), "instances.0.generator"),

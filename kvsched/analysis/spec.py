@@ -44,6 +44,13 @@ def _as_list(value: Any) -> Any:
     return value if isinstance(value, list) else [value]
 
 
+def _no_bools(values: Any) -> Any:
+    """``values`` unless it holds a YAML true/false, which pydantic would read as the int 1 or 0."""
+    if isinstance(values, list) and any(isinstance(v, bool) for v in values):
+        raise ValueError("must be integers, not true or false")
+    return values
+
+
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -88,7 +95,7 @@ class InstanceBlock(_Model):
     @field_validator("file", "n", "kv_capacity", mode="before")
     @classmethod
     def _axis(cls, value: Any) -> Any:
-        return None if value is None else _as_list(value)
+        return None if value is None else _no_bools(_as_list(value))
 
     @field_validator("seeds", mode="before")
     @classmethod
@@ -99,7 +106,7 @@ class InstanceBlock(_Model):
                     f"a number of seeds must be from 1 to {MAX_CELLS:,} (or give a list of seeds)"
                 )
             return list(range(value))
-        return value
+        return _no_bools(value)
 
     @field_validator("params", mode="before")
     @classmethod
