@@ -119,6 +119,9 @@ def test_bad_infermax_documents(doc, message):
         ),
         (lambda d: d["batches"][0]["items"][0].__setitem__(2, "think"), r"batches\.0\.items\.0\.2"),
         (lambda d: d["batches"][0].update(duration=-1), r"batches\.0\.duration"),
+        # Text and true/false are not numbers ("1" was read as 1.0).
+        (lambda d: d["batches"][0].update(duration="1"), r"batches\.0\.duration"),
+        (lambda d: d["batches"][0].update(start=True), r"batches\.0\.start"),
         (lambda d: d["batches"][0].update(colour=1), r"batches\.0\.colour: unknown field"),
         (lambda d: d.update(schema_version=2), "schema_version: 2 is not supported"),
     ],

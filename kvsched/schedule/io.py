@@ -71,8 +71,9 @@ FINGERPRINT_KEY = "instance_fingerprint"
 
 
 class BatchSchema(_Strict):
-    start: float = Field(ge=-MAX_SCHEDULE_TIME, le=MAX_SCHEDULE_TIME, allow_inf_nan=False)
-    duration: float = Field(ge=0, le=MAX_SCHEDULE_TIME, allow_inf_nan=False)
+    # Strict: a number, not text or true/false ("duration": "1" was read as 1.0); ints are numbers.
+    start: float = Field(strict=True, ge=-MAX_SCHEDULE_TIME, le=MAX_SCHEDULE_TIME, allow_inf_nan=False)
+    duration: float = Field(strict=True, ge=0, le=MAX_SCHEDULE_TIME, allow_inf_nan=False)
     items: list[tuple[str, ItemTokens, PhaseName]]
     evicted: list[str] = Field(default_factory=list)
 
