@@ -429,3 +429,26 @@ def test_a_python_built_instance_may_hold_numpy_scalars():
     inst = kvsched.Instance(reqs, kvsched.Limits(np.int64(100)), kvsched.TimeModel("unit"))
     inst.check_feasible()
     assert kvsched.simulate(inst, kvsched.make_policy("vllm")).trace is not None
+
+
+def test_the_api_writers_never_overwrite_a_results_database_or_a_csv_trace(tmp_path):
+    import sqlite3
+
+    inst = load_instance(kvsched.example("figure15"))
+    run = kvsched.simulate(inst, kvsched.make_policy("vllm"))
+    db = tmp_path / "r.sqlite"
+    sqlite3.connect(db).execute("CREATE TABLE cells (x)").connection.commit()
+    trace = tmp_path / "trace.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n")
+    before = {p: p.read_bytes() for p in (db, trace)}
+    for write in (
+        lambda path: kvsched.save_schedule(run.schedule, inst, path),
+        lambda path: kvsched.write_chrome_trace(inst, run.schedule, path),
+    ):
+        with pytest.raises(
+            InputError, match=r"r\.sqlite is an SQLite database .*; refusing to overwrite it$"
+        ):
+            write(db)
+        with pytest.raises(InputError, match=r"trace\.csv is a CSV trace .*; refusing to overwrite it$"):
+            write(trace)
+    assert {p: p.read_bytes() for p in before} == before

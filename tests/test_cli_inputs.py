@@ -476,3 +476,114 @@ def test_a_time_limit_past_what_a_wait_takes_is_no_limit(files, capsys):
         args = ["solve", str(files[0]), "--time-limit", "1e10", "--solver", solver, "--formulation", "batch"]
         assert main(args) == 0, capsys.readouterr().err
         assert "error" not in capsys.readouterr().err
+
+
+def _results_database(path: Path) -> Path:
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE cells (x)")  # the file gets SQLite's header with its first table
+    conn.commit()
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["convert", "{inst}", "{sched}", "--to", "kvsched", "--out", "{target}"],
+        ["convert", "{inst}", "{sched}", "--to", "infermax", "--out", "{target}"],
+        ["simulate", "{inst}", "-p", "vllm", "--no-progress", "--json", "{target}"],
+        ["simulate", "{inst}", "-p", "vllm", "--no-progress", "--requests-csv", "{target}"],
+        ["results", "{other_db}", "--to", "csv", "--out", "{target}"],
+        ["generate", "synthetic", "--n", "3", "--out", "{target}"],
+    ],
+)
+@pytest.mark.parametrize("victim", ["db", "trace"])
+def test_no_output_replaces_a_results_database_or_a_csv_trace(files, tmp_path, capsys, argv, victim):
+    # Both are inputs of other commands (results/regret/report, simulate TRACE.csv): once overwritten, exit 0.
+    if victim == "db":
+        target, message = (
+            _results_database(tmp_path / "keep.sqlite"),
+            "is an SQLite database (a results database?)",
+        )
+    else:
+        target, message = tmp_path / "trace.txt", "is a CSV trace (its header names"
+        target.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n")
+    before = target.read_bytes()
+    names = {"inst": files[0], "sched": files[1], "target": target}
+    names["other_db"] = _results_database(tmp_path / "other.sqlite")
+    assert main([arg.format(**names) for arg in argv]) == 2
+    err = _one_error_line(capsys)
+    assert f": {target} {message}" in err and "refusing to overwrite it" in err, err
+    assert target.read_bytes() == before
+
+
+def test_sweep_resumes_its_database_and_refuses_any_other_input(files, tmp_path, capsys):
+    import yaml
+
+    spec = tmp_path / "s.yaml"
+    instances = [{"file": str(files[0])}]
+    spec.write_text(yaml.safe_dump({"name": "t", "instances": instances, "policies": ["vllm"]}))
+    db = tmp_path / "r.sqlite"
+    for written in ("1 written", "1 already done, 0 written"):  # a database is sweep's own output: resumed
+        assert main(["sweep", str(spec), "--db", str(db), "--workers", "1", "--no-progress"]) == 0
+        assert written in capsys.readouterr().err
+    trace = tmp_path / "trace.csv"
+    trace.write_text("num_prefill_tokens,num_decode_tokens\n10,5\n")
+    for other, message in ((files[0], "is a kvsched instance file"), (trace, "is a CSV trace")):
+        before = other.read_bytes()
+        assert main(["sweep", str(spec), "--db", str(other), "--workers", "1"]) == 2
+        assert f"--db: {other} {message}" in _one_error_line(capsys)
+        assert other.read_bytes() == before
+
+
+def test_convert_refuses_infermax_json_into_a_npz_name(files, tmp_path, capsys):
+    # load_schedule reads a .npz file as a columnar schedule: the JSON written there could not be read back.
+    out = tmp_path / "z.npz"
+    assert main(["convert", str(files[0]), str(files[1]), "--to", "infermax", "--out", str(out)]) == 2
+    assert "--out: z.npz: the InferMax format is JSON" in _one_error_line(capsys)
+    assert not out.exists()
+    assert main(["convert", str(files[0]), str(files[1]), "--to", "kvsched", "--out", str(out)]) == 0
+    assert load_schedule(out, load_instance(files[0])) is not None  # kvsched's columnar format: read back
+
+
+def test_atomic_output_names_the_file_given_never_its_temporary_one(tmp_path, monkeypatch):
+    # A folder that takes no new file (generate --out /proc/a.json) named ".a.json.f42dc9j3.json", no flag.
+    import errno
+    import os
+    import re
+    import tempfile
+
+    target = tmp_path / "a.json"
+    name = re.escape(str(target))
+
+    def refuse(*args, **kwargs):
+        raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(tmp_path / ".a.json.xyz.json"))
+
+    with monkeypatch.context() as m:
+        m.setattr(tempfile, "mkstemp", refuse)
+        refused = pytest.raises(
+            InputError, match=rf"^--out: {name} cannot be written \(No such file or directory\)$"
+        )
+        with refused, common.atomic_output(target, "--out"):
+            pass
+    full = OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    refused = pytest.raises(
+        InputError, match=rf"^--json: {name} cannot be written \(No space left on device\)$"
+    )
+    with refused, common.atomic_output(target, "--json") as tmp:
+        full.filename = str(tmp)  # what open() raises for the temporary file
+        raise full
+    # An API writer given the temporary file names it: the message names the file the user gave instead.
+    refused = pytest.raises(InputError, match=rf"^save_schedule: {name} cannot be written$")
+    with refused, common.atomic_output(target) as tmp:
+        raise InputError(f"save_schedule: {tmp} cannot be written")
+    assert list(tmp_path.iterdir()) == []  # nothing written, no temporary file left behind
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc")
+def test_an_output_in_a_folder_that_takes_no_file_is_one_line_naming_it(files, capsys):
+    assert main(["convert", str(files[0]), str(files[1]), "--to", "infermax", "--out", "/proc/z.json"]) == 2
+    err = _one_error_line(capsys)
+    assert "/proc/z.json" in err and "/proc/.z.json." not in err, err

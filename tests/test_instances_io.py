@@ -214,3 +214,74 @@ def test_write_output_turns_only_os_errors_into_input_errors(tmp_path):
     with pytest.raises(ValueError, match="a bug in the writer"):
         write_output(tmp_path / "x.json", "test", broken)
     assert write_output(tmp_path / "a" / "x.txt", "test", lambda p: p.write_text("x")).read_text() == "x"
+
+
+def _sqlite_file(path):
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("CREATE TABLE cells (x)")  # a database file gets its header with its first table
+    conn.commit()
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        "arrived_at,num_prefill_tokens,num_decode_tokens",
+        "num_prefill_tokens,num_decode_tokens",  # lengths only: load_csv_trace reads it too
+        '\ufeff"arrived_at","num_prefill_tokens","num_decode_tokens",extra\r',
+    ],
+)
+def test_check_not_input_refuses_a_csv_trace_of_any_kind_of_output(tmp_path, header):
+    from kvsched.instances.io import check_not_input
+
+    trace = tmp_path / "trace.csv"
+    trace.write_text(f"{header}\n0,10,5\n", encoding="utf-8")
+    for kind in ("output", "instance", "database"):
+        with pytest.raises(
+            InputError, match=r"^-o: .*trace\.csv is a CSV trace .*; refusing to overwrite it$"
+        ):
+            check_not_input(trace, "-o", kind=kind)
+
+
+def test_check_not_input_lets_each_kind_replace_only_its_own_kind(tmp_path):
+    from kvsched.instances.io import check_not_input
+
+    db = _sqlite_file(tmp_path / "r.sqlite")
+    inst = write(tmp_path, doc())
+    for kind in ("output", "instance"):
+        with pytest.raises(
+            InputError, match=r"^--out: .*r\.sqlite is an SQLite database \(a results database\?\)"
+        ):
+            check_not_input(db, "--out", kind=kind)
+    assert check_not_input(db, "--db", kind="database") == db  # sweep --db resumes it
+    with pytest.raises(InputError, match=r"is a kvsched instance file; refusing to overwrite it$"):
+        check_not_input(inst, "--db", kind="database")
+    assert check_not_input(inst, "--out", kind="instance") == inst  # generate --out rewrites it
+    # kvsched's own per-request table is no trace (no num_prefill_tokens column): a rerun rewrites it.
+    table = tmp_path / "requests.csv"
+    table.write_text("id,arrival,prompt,output\nr0,0.0,6,6\n")
+    assert check_not_input(table, "--requests-csv") == table
+    # A header longer than the bytes read: the names read whole count (a cut last one does not).
+    wide = tmp_path / "wide.csv"
+    wide.write_text("num_prefill_tokens,num_decode_tokens," + ",".join(f"c{k}" for k in range(1000)) + "\n")
+    with pytest.raises(InputError, match="is a CSV trace"):
+        check_not_input(wide, "-o")
+
+
+def test_save_instance_replaces_an_instance_never_a_database_or_a_trace(tmp_path):
+    inst = load_instance(write(tmp_path, doc()))
+    again = tmp_path / "again.json"
+    save_instance(inst, again)
+    save_instance(inst, again)  # a rerun replaces its own instance file
+    db = tmp_path / "r.json"
+    db.write_bytes(b"SQLite format 3\x00" + bytes(100))
+    trace = tmp_path / "t.json"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,10,5\n")
+    for path, what in ((db, "SQLite database"), (trace, "trace")):
+        before = path.read_bytes()
+        with pytest.raises(InputError, match=f"save_instance: .*{what}"):
+            save_instance(inst, path)
+        assert path.read_bytes() == before

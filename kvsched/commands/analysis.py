@@ -60,7 +60,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from kvsched.analysis.spec import load_spec
     from kvsched.analysis.sweep import run_sweep
 
-    check_outputs(args, ["db"], inputs=["spec"])
+    check_outputs(args, ["db"], inputs=["spec"], kind="database")  # an existing database is resumed
     if args.address and args.backend != "ray":
         raise InputError("--address: a Ray cluster's address applies to --backend ray only")
     if args.slo is not None:

@@ -8,12 +8,16 @@ import sys
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from kvsched.errors import InputError
 from kvsched.instances.csvtrace import number_or_text
 from kvsched.instances.model import Instance, Limits, TimeModel
 from kvsched.schedule.collector import collector_paused as paused
 from kvsched.stop import Deadline
+
+if TYPE_CHECKING:
+    from kvsched.instances.io import OutputKind
 
 EXIT_INVALID = 1  # the schedule is illegal
 EXIT_ERROR = 2  # bad input
@@ -162,7 +166,7 @@ def check_outputs(
     *,
     extra_outputs: Iterable[tuple[str, str | Path]] = (),
     extra_inputs: Iterable[str | Path] = (),
-    instances: bool = False,
+    kind: OutputKind = "output",
 ) -> None:
     """Check every output flag of ``args`` before the work starts.
 
@@ -171,10 +175,12 @@ def check_outputs(
     command writes or reads beside its flags (a replay table's metadata). An
     output must not be an input of the command (nothing is lost to a typo), nor
     another output's file (the second would replace the first), must not be a
-    folder, and its folder must exist or be creatable. Unless the outputs are
-    ``instances`` (``generate --out``), none may replace a kvsched instance file
-    or a bundled example: an instance is an input, if not of this command then of
-    another.
+    folder, and its folder must exist or be creatable. None may replace a bundled
+    example, a kvsched instance file, a results database or a CSV trace: each is
+    an input, if not of this command then of another; except that outputs of a
+    ``kind`` (see :func:`kvsched.instances.io.check_not_input`) may replace a
+    file of that kind: ``"instance"`` (``generate --out``) an instance file,
+    ``"database"`` (``sweep --db``, which resumes it) a database.
     """
     given_inputs = [getattr(args, name, None) for name in inputs]
     sources = {
@@ -185,7 +191,7 @@ def check_outputs(
     for flag, value in [*named, *extra_outputs]:
         if not value:
             continue
-        check_output_path(value, flag, sources, instance=instances)
+        check_output_path(value, flag, sources, kind=kind)
         path = Path(value)
         if path.exists() and not path.is_file():
             continue  # a device or pipe (-o /dev/stdout): written in place, several outputs may share it
@@ -198,17 +204,20 @@ def check_outputs(
 
 
 def check_output_path(
-    value: str | Path, flag: str, sources: set[tuple[object, ...]] | None = None, *, instance: bool = False
+    value: str | Path,
+    flag: str,
+    sources: set[tuple[object, ...]] | None = None,
+    *,
+    kind: OutputKind = "output",
 ) -> Path:
-    """One output file checked (see :func:`check_outputs`; ``instance``: the output is an instance file);
-    its folder is created."""
+    """One output file checked (see :func:`check_outputs`; ``kind``: what the output is); its folder is
+    created."""
+    from kvsched.instances.io import check_not_input
+
     path = Path(value)
     if sources and _same_file_key(path) in sources:
         raise InputError(f"{flag}: {path} is also an input of this command; refusing to overwrite it")
-    if not instance:
-        from kvsched.instances.io import check_not_input
-
-        check_not_input(path, flag)
+    check_not_input(path, flag, kind=kind)
     if path.is_dir():
         raise InputError(f"{flag}: {path} is a folder; give a file name")
     folder = path.parent
@@ -247,12 +256,21 @@ def _same_file_key(path: Path) -> tuple[object, ...]:
 
 
 @contextmanager
-def atomic_output(path: str | Path) -> Iterator[Path]:
+def atomic_output(path: str | Path, what: str = "") -> Iterator[Path]:
     """Yield a temporary path beside ``path``; on success it replaces ``path`` in one step.
 
     A crash or an interrupt while writing leaves the old file (or none), never a
     half-written one. The temporary name keeps the suffix, so writers that pick
     a format by it (figures, Parquet) work unchanged.
+
+    Parameters
+    ----------
+    path
+        The file to write.
+    what
+        The flag that names ``path`` (``"--out"``), for the error of a write the system refuses: that
+        is one :class:`InputError` naming ``what`` and ``path``, never the temporary file, a name the
+        user did not give.
     """
     target = Path(path)
     if target.is_symlink() or (target.exists() and not target.is_file()):
@@ -260,18 +278,39 @@ def atomic_output(path: str | Path) -> Iterator[Path]:
         # a file): written in place, never replaced; replacing the link would put a file in its place.
         yield target
         return
-    target.parent.mkdir(parents=True, exist_ok=True)
     import tempfile  # here: only a command that writes a file needs it (~5 ms to import)
 
-    fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix)
+    label = f"{what}: " if what else ""
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix)
+    except OSError as exc:  # a folder that takes no new file (/proc): its error would name the temporary one
+        raise InputError(f"{label}{target} cannot be written ({exc.strerror or exc})") from None
     os.close(fd)
     tmp = Path(tmp_name)
+    tmp_names = {tmp_name, str(tmp)}  # as mkstemp spelled it, and as a writer given ``tmp`` spells it
     try:
         yield tmp
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it a normal file's mode
         os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        named = {os.fspath(f) for f in (exc.filename, exc.filename2) if isinstance(f, str | os.PathLike)}
+        if named & tmp_names:  # the temporary file refused (a full disk): say so of the file the user named
+            raise InputError(f"{label}{target} cannot be written ({exc.strerror or exc})") from None
+        raise
+    except InputError as exc:
+        tmp.unlink(missing_ok=True)
+        message = str(exc)
+        # An API writer (save_schedule) names the file it was given: ours. The longer spelling first, in case
+        # one contains the other.
+        for name in sorted(tmp_names, key=len, reverse=True):
+            message = message.replace(name, str(target))
+        if message != str(exc):
+            raise InputError(message) from None
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -307,9 +346,9 @@ def keep_until_exit(*objects: object) -> None:
     KEPT.extend(objects)
 
 
-def write_text_atomic(path: str | Path, text: str) -> Path:
-    """Write ``text`` (UTF-8) to ``path`` atomically."""
-    with atomic_output(path) as tmp:
+def write_text_atomic(path: str | Path, text: str, what: str = "") -> Path:
+    """Write ``text`` (UTF-8) to ``path`` atomically (``what``: its flag, as for :func:`atomic_output`)."""
+    with atomic_output(path, what) as tmp:
         tmp.write_text(text, encoding="utf-8")
     return Path(path)
 

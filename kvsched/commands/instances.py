@@ -33,7 +33,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if limits is None:  # unreachable: --kv-capacity has a default here
         raise InputError("--kv-capacity is required")
     time_model = time_model_from_args(args, TimeModel("unit")) or TimeModel("unit")
-    check_outputs(args, ["out"], instances=True)
+    check_outputs(args, ["out"], kind="instance")
     if args.out:
         check_instance_path(args.out)
     instance = generate(args.kind, n=args.n, seed=args.seed, limits=limits, time_model=time_model, **params)
@@ -41,8 +41,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     check_instance(instance, f"generate {args.kind}")
     instance.check_feasible()
     out = Path(args.out) if args.out else Path(f"{instance.name or args.kind}.json")
-    check_output_path(out, "--out", instance=True)
-    with atomic_output(out) as tmp:
+    check_output_path(out, "--out", kind="instance")
+    with atomic_output(out, "--out") as tmp:
         save_instance(instance, tmp)
     Console(stderr=True).print(f"wrote {len(instance)} requests to {out}")
     return 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from rich.console import Console
 
@@ -19,6 +20,7 @@ from kvsched.commands.common import (
     time_unit,
     write_text_atomic,
 )
+from kvsched.errors import InputError
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
@@ -57,6 +59,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
 def cmd_convert(args: argparse.Namespace) -> int:
     from kvsched.schedule.io import infermax_document, load_schedule, save_schedule
 
+    if args.to == "infermax" and Path(args.out).suffix.lower() == ".npz":
+        # load_schedule reads a .npz file as a columnar kvsched schedule: InferMax's JSON there reads back as
+        # neither.
+        raise InputError(
+            f"--out: {Path(args.out).name}: the InferMax format is JSON, and a .npz file is read as a columnar "
+            "kvsched schedule; use .json (or --to kvsched)"
+        )
     check_outputs(args, ["out"], inputs=["instance", "schedule"])
     instance = load_instance_from_args(args.instance, args)
     schedule = load_schedule(args.schedule, instance)
@@ -74,9 +83,9 @@ def cmd_convert(args: argparse.Namespace) -> int:
         )
         return EXIT_INVALID
     if args.to == "infermax":
-        write_text_atomic(args.out, json.dumps(infermax_document(schedule, instance)) + "\n")
+        write_text_atomic(args.out, json.dumps(infermax_document(schedule, instance)) + "\n", "--out")
     else:
-        with atomic_output(args.out) as tmp:
+        with atomic_output(args.out, "--out") as tmp:
             save_schedule(schedule, instance, tmp)
     Console(stderr=True).print(f"wrote {len(schedule)} batches to {args.out} ({args.to} format)")
     return 0

@@ -33,7 +33,7 @@ import stat
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from kvsched.errors import InputError, expect_path
 from kvsched.instances import EXAMPLES_DIR
@@ -360,25 +360,62 @@ def _not_an_example(path: object, what: str) -> Path:
     return p
 
 
-def check_not_input(path: str | Path, what: str) -> Path:
+#: The first bytes of every SQLite database file (a results database: ``kvsched sweep --db``).
+SQLITE_HEADER = b"SQLite format 3\x00"
+#: How many bytes :func:`check_not_input` reads to find a CSV trace's header line (a wide Vidur trace's
+#: header is a few hundred bytes; the file itself may be gigabytes).
+_SNIFF_BYTES = 4096
+#: What an output is, for :func:`check_not_input`: an output of a kind may replace a file of that kind (the
+#: command that writes it rewrites it: ``generate --out`` an instance, ``sweep --db`` resumes its database),
+#: never an input of another kind.
+OutputKind = Literal["output", "instance", "database"]
+
+
+def _is_csv_trace(head: bytes, complete: bool) -> bool:
+    """Whether ``head``, a file's first bytes (``complete``: all of it), starts with a CSV trace's header.
+
+    A trace is what :func:`load_csv_trace` reads: a header line naming at least the columns it requires
+    (``arrived_at`` is optional there, so it is here). A header cut by the read drops its last, partial
+    name, so that only names read whole count.
+    """
+    line, newline, _ = head.partition(b"\n")
+    names = line.decode("utf-8-sig", errors="replace").rstrip("\r").split(",")
+    if not newline and not complete:
+        names = names[:-1]
+    # Names as load_csv_trace's csv reader sees them: a quoted name loses its quotes.
+    return set(CSV_COLUMNS[1:]) <= {name.strip('"') for name in names}
+
+
+def check_not_input(path: str | Path, what: str, *, kind: OutputKind = "output") -> Path:
     """``path`` as a :class:`Path` unless writing an output there would destroy an input; else one
     :class:`InputError`.
 
     The commands refuse their own inputs by name (``commands.common.check_outputs``); the API's writers
-    do not know what was read, so they refuse what is certainly an input: a bundled example, and a
-    kvsched instance file (its first bytes name the instance format) for an output of another kind
-    (a schedule, a trace, a figure).
+    do not know what was read, so they refuse what is certainly an input, by the file's first bytes: a
+    bundled example, a kvsched instance file, a results database (SQLite) and a CSV trace (its header
+    names the trace columns). An output of ``kind`` ``"instance"`` may replace an instance file and one
+    of ``kind`` ``"database"`` a database: their command rewrites or resumes a file of its own kind.
     """
     p = _not_an_example(path, what)
     try:
         if not stat.S_ISREG(p.stat().st_mode):
             return p  # a pipe or a device (-o /dev/stdout): reading it would block, and it holds no file
         with p.open("rb") as fh:
-            head = fh.read(256)
+            head = fh.read(_SNIFF_BYTES)
     except OSError:
         return p  # absent or unreadable: the write itself will say
-    if f'"kind": "{INSTANCE_KIND}"'.encode() in head or f'"kind":"{INSTANCE_KIND}"'.encode() in head:
+    start = head[:256]  # an instance file names its kind at the top; a deeper match is some other text
+    if kind != "instance" and (
+        f'"kind": "{INSTANCE_KIND}"'.encode() in start or f'"kind":"{INSTANCE_KIND}"'.encode() in start
+    ):
         raise InputError(f"{what}: {p} is a kvsched instance file; refusing to overwrite it")
+    if kind != "database" and head.startswith(SQLITE_HEADER):
+        raise InputError(f"{what}: {p} is an SQLite database (a results database?); refusing to overwrite it")
+    if _is_csv_trace(head, complete=len(head) < _SNIFF_BYTES):
+        raise InputError(
+            f"{what}: {p} is a CSV trace (its header names {', '.join(CSV_COLUMNS[1:])}); "
+            "refusing to overwrite it"
+        )
     return p
 
 
@@ -425,7 +462,8 @@ def save_instance(instance: Instance, path: str | Path) -> None:
     import json
 
     expect_instance(instance).check_requests()  # what loading it back checks: a file that loads
-    p = _not_an_example(check_instance_path(path, "save_instance"), "save_instance")
+    # An instance may replace an instance file (a rerun), never a results database or a CSV trace.
+    p = check_not_input(check_instance_path(path, "save_instance"), "save_instance", kind="instance")
     text = json.dumps(instance_to_dict(instance), indent=1) + "\n"
     write_output(p, "save_instance", lambda q: q.write_text(text, encoding="utf-8"))
 
