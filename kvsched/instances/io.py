@@ -526,7 +526,8 @@ def load_instance(
 
 
 def load_csv_trace(path: str | Path, limits: Limits, time_model: TimeModel, *, name: str = "") -> Instance:
-    """Read a Vidur/Splitwise-style CSV trace (``arrived_at`` in seconds).
+    """Read a Vidur/Splitwise-style CSV trace (``arrived_at`` in ``time_model``'s unit: the traces' seconds
+    under a calibrated model, taken as slots one for one under ``unit``; nothing converts them).
 
     A trace without ``arrived_at`` (a lengths-only file) gets every arrival at 0.
     Read without pandas (:mod:`kvsched.instances.csvtrace`); every fault is one
