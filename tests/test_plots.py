@@ -346,3 +346,34 @@ def test_save_figure_path_faults_are_one_input_error(tmp_path, fig15):
     if os.path.isdir("/proc/self"):
         with pytest.raises(InputError, match=r"^save_figure: /proc/x\.png cannot be written \(.+\)$"):
             plots.save_figure(fig, "/proc/x.png")
+
+
+def test_a_gantt_of_the_first_requests_reads_only_the_entries_that_hold_them():
+    # The boxes of the requests shown are every box they have; later entries are not spelled out.
+    from kvsched.instances.generators import generate
+
+    inst = generate("synthetic", n=200, seed=3, arrival="poisson", rate=0.5, tick=1)
+    sim = simulate(inst, make_policy("sarathi"))
+    prefix = plots._shown_prefix(sim.schedule, sim.trace, 10)
+    assert 0 < len(prefix.entries) < len(sim.schedule.entries)
+    full = plots.gantt_segments(inst, sim.schedule)
+    part = plots.gantt_segments(inst, prefix)
+    assert (
+        full[full["request"] < 10]
+        .reset_index(drop=True)
+        .equals(part[part["request"] < 10].reset_index(drop=True))
+    )
+    assert plots._shown_prefix(sim.schedule, sim.trace, len(inst)) is sim.schedule
+
+
+def test_an_ecdf_is_drawn_through_at_most_its_quantile_points(monkeypatch):
+    monkeypatch.setattr(plots, "ECDF_POINTS", 64)
+    fig = plots.Figure()
+    ax = fig.subplots()
+    values = np.random.default_rng(0).exponential(size=10_000)
+    plots._ecdf(ax, values, "x")
+    x, y = ax.get_lines()[0].get_data()
+    assert len(x) <= 65 and y[0] == 0.0 and y[-1] == 1.0 and x[-1] == values.max()
+    # Each point lies on the exact empirical CDF.
+    exact = np.searchsorted(np.sort(values), x[1:], side="right") / values.size
+    assert np.allclose(y[1:], exact)
