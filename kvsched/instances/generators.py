@@ -51,7 +51,7 @@ from kvsched.instances.laws import (
     streams,
 )
 from kvsched.instances.laws import require as _require
-from kvsched.instances.model import DEFAULT_KV_CAPACITY, Instance, Limits, TimeModel
+from kvsched.instances.model import DEFAULT_KV_CAPACITY, Instance, Limits, TimeModel, expect_limits
 
 __all__ = [
     "GENERATORS",
@@ -653,8 +653,7 @@ def generate(
     time_model = TimeModel() if time_model is None else time_model
     if isinstance(time_model, str):  # a cost model's name, as on the command line
         time_model = TimeModel(time_model)
-    if not isinstance(limits, Limits):
-        raise InputError(f"{kind}: limits: expected kvsched.Limits(...), got {type(limits).__name__}")
+    expect_limits(limits, f"{kind}: limits")
     spec, _, kwargs = _read(kind, params)
     # An unknown cost-model parameter fails here, not when the written file is next read.
     from kvsched.instances.io import check_time_model  # here: the CLI's parser imports this module

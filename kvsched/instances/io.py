@@ -46,6 +46,8 @@ from kvsched.instances.model import (
     Request,
     TimeModel,
     expect_instance,
+    expect_limits,
+    expect_time_model,
     new_requests,
 )
 
@@ -259,8 +261,7 @@ def check_time_model(time_model: TimeModel, source: str) -> None:
     """Build the cost model ``time_model`` names once: an unknown name or parameter is an :class:`InputError`."""
     from kvsched.costmodel import make_cost_model
 
-    if not isinstance(time_model, TimeModel):
-        raise InputError(f"{source}: expected kvsched.TimeModel(...), got {type(time_model).__name__}")
+    expect_time_model(time_model, source)
     try:
         make_cost_model(time_model.name, time_model.params)
     except InputError as exc:
@@ -494,9 +495,7 @@ def load_instance(
     """
     p = Path(expect_path(path))
     if limits is not None:
-        if not isinstance(limits, Limits):
-            raise InputError(f"limits: expected kvsched.Limits(...), got {type(limits).__name__}")
-        limits.check()
+        expect_limits(limits)
     if limit_overrides is not None and not isinstance(limit_overrides, Mapping):
         raise InputError(
             f"limit_overrides: expected a mapping such as {{'kv_capacity': 64}}, got {type(limit_overrides).__name__}"
