@@ -14,7 +14,7 @@ import os
 import queue
 import threading
 
-from kvsched.stop import Deadline
+from kvsched.stop import Deadline, wait_timeout
 
 _threads: int | None = None  # thread count of HiGHS's process-wide pool, once started
 
@@ -122,13 +122,7 @@ def settle(deadline: Deadline | None = None) -> bool:
     at most; whether none is left."""
     if _worker is None:
         return True
-    return _worker.idle.wait(_wait_seconds(deadline.remaining()) if deadline is not None else None)
-
-
-def _wait_seconds(seconds: float) -> float | None:
-    """A timeout ``threading`` takes: None (wait for ever) for no deadline or one past ``TIMEOUT_MAX``
-    (``--time-limit 1e10`` raised OverflowError: about 9.2e9 s is the most a wait may be given)."""
-    return None if not seconds < threading.TIMEOUT_MAX else max(0.0, seconds)
+    return _worker.idle.wait(wait_timeout(deadline.remaining()) if deadline is not None else None)
 
 
 def busy() -> bool:
@@ -178,7 +172,7 @@ def run_highs(h, deadline: Deadline, *, interrupts: bool = True):  # h: highspy.
     if not settle(deadline):  # an earlier run is still in its presolve at this run's deadline: no run
         return None
     out, done = _the_worker().submit(h.run)
-    wait = _wait_seconds(deadline.remaining() + OVERRUN_GRACE)
+    wait = wait_timeout(deadline.remaining() + OVERRUN_GRACE)
     try:
         finished = done.wait(wait)
     except KeyboardInterrupt:  # Ctrl-C: let HiGHS stop at its next callback, keep nothing it was doing

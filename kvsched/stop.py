@@ -133,6 +133,15 @@ class Deadline:
         return f"Deadline({self.remaining():.3f} s left of {self.limit:g} s)"
 
 
+def wait_timeout(seconds: float) -> float | None:
+    """``seconds`` as a timeout ``threading`` takes: None (wait for ever) for an infinite wait or one past
+    ``threading.TIMEOUT_MAX`` (``--time-limit 1e10`` raised OverflowError: about 9.2e9 s is the most a wait
+    may be given), and never below 0."""
+    import threading  # here: only the solvers' waits need it
+
+    return None if not seconds < threading.TIMEOUT_MAX else max(0.0, seconds)
+
+
 def check_time_limit(seconds: float, name: str = "--time-limit") -> float:
     """``seconds`` as a float if it is a usable time limit, else one clear :class:`InputError`."""
     try:

@@ -23,7 +23,7 @@ from kvsched.csp.model import INF, LinearModel, Row
 from kvsched.csp.result import AnytimePoint, SolveStatus
 from kvsched.csp.scaling import MAX_DIGITS, integer_model
 from kvsched.errors import InputError
-from kvsched.stop import Deadline
+from kvsched.stop import Deadline, wait_timeout
 
 
 def _as_int(values: np.ndarray, what: str) -> list[int]:
@@ -92,9 +92,9 @@ def solve_cpsat(model: LinearModel, options: SolverOptions, deadline: Deadline) 
             )
 
     timer = None
-    if deadline.bounded:
-        # (A wait past threading.TIMEOUT_MAX raises OverflowError: such a deadline is none.)
-        timer = threading.Timer(min(deadline.remaining(), threading.TIMEOUT_MAX), solver.stop_search)
+    wait = wait_timeout(deadline.remaining())  # None: no deadline, or one past what a wait may be given
+    if wait is not None:
+        timer = threading.Timer(wait, solver.stop_search)
         timer.daemon = True
         timer.start()
     start = time.perf_counter()
