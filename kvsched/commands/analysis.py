@@ -23,9 +23,9 @@ from kvsched.commands.common import (
 )
 from kvsched.commands.outputs import add_slo_arg
 from kvsched.commands.solve import add_solver_args, model_kwargs, note_late, solver_options
-from kvsched.errors import InputError, KvschedError
+from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
-from kvsched.stop import Deadline, DeadlineReached
+from kvsched.stop import Deadline
 
 PLOT_KINDS = ("gantt", "kv", "load", "regret", "cdf", "anytime")
 
@@ -193,8 +193,8 @@ def _schedules_for(
     time left where a solve follows (else within the time left less the figure's): ``--policies all`` on
     2,000 requests ran for 94 s under ``--time-limit 2``. Those not started are named on one line.
     """
-    from kvsched.analysis.compare import POLICY_SHARE
-    from kvsched.heuristics import POLICIES, make_policy, simulate
+    from kvsched.analysis.compare import CUT, NOT_RUN, POLICY_SHARE, run_policies
+    from kvsched.heuristics import POLICIES, make_policy
 
     names = _policy_names(args.policies)
     names = list(POLICIES) if names is None else names
@@ -203,21 +203,14 @@ def _schedules_for(
     schedules: dict[str, Any] = {}
     traces: dict[str, Any] = {}
     not_run: list[str] = []
-    for name in names:
-        if schedules and starts_by.expired():  # at least one schedule, or there is no figure
+    policies = {name: make_policy(name) for name in names}
+    for name, sim in run_policies(instance, policies, starts_by, until_one=True):  # a figure needs one
+        if not isinstance(sim, str):
+            schedules[name], traces[name] = sim.schedule, sim.trace
+        elif sim in (NOT_RUN, CUT):
             not_run.append(name)
-            continue
-        try:
-            # (The first one always finishes: a figure needs a schedule.)
-            sim = simulate(instance, make_policy(name), deadline=starts_by if schedules else None)
-        except DeadlineReached:
-            not_run.append(name)
-            continue
-        except KvschedError as exc:
-            # As compare: a policy that cannot run the instance is a line, not the end of the figure.
-            print(f"kvsched plot: {name} could not run: {exc}", file=sys.stderr)
-            continue
-        schedules[name], traces[name] = sim.schedule, sim.trace
+        else:  # as compare: a policy that cannot run the instance is a line, not the end of the figure
+            print(f"kvsched plot: {name} could not run: {sim}", file=sys.stderr)
     if not schedules and not args.solve:
         raise InputError(f"--policies: none of {', '.join(names)} could run this instance")
     if not_run:
