@@ -77,7 +77,7 @@ def test_simulate_computes_the_request_metrics_once(tmp_path, monkeypatch):
 def test_a_command_that_ends_past_its_limit_says_where_the_time_went(capsys):
     import time
 
-    from kvsched.commands.solve import note_late
+    from kvsched.commands.common import note_late
 
     on_time = Deadline(time.monotonic() + 5.0, 10.0)
     note_late(on_time, {"solved": 4.0})

@@ -18,11 +18,12 @@ from kvsched.commands.common import (
     check_output_folder,
     check_outputs,
     load_instance_from_args,
+    note_late,
     positive_int,
     solve_deadline,
 )
 from kvsched.commands.outputs import add_slo_arg
-from kvsched.commands.solve import add_solver_args, model_kwargs, note_late, solver_options
+from kvsched.commands.solve import add_solver_args, model_kwargs, solver_options
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
 from kvsched.stop import Deadline

@@ -14,10 +14,10 @@ from kvsched.commands.common import (
     add_limit_args,
     check_outputs,
     load_instance_from_args,
+    note_late,
     time_unit,
 )
 from kvsched.commands.outputs import write_json
-from kvsched.commands.solve import note_late
 from kvsched.errors import InputError
 from kvsched.stop import Deadline
 

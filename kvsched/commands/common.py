@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -423,6 +424,37 @@ def output_seconds(instance: Instance, outputs: Iterable[str] = ("summary",)) ->
 def _seconds(value: float) -> str:
     """Seconds for a message: whole ones from 10 on, two significant digits below (never "0 s")."""
     return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
+
+
+def note_late(
+    deadline: Deadline,
+    seconds: dict[str, float],
+    *,
+    command: str = "solve",
+    stage: str = "the solve",
+    reason: str = "a first schedule is always made, and it can take longer",
+) -> None:
+    """Say on stderr when the command ended past its limit (beyond ``max(1 s, 5%)``), and where the time went.
+
+    ``seconds["solved"]`` is when ``stage`` (the solve; for ``compare`` and ``report``, the policies and the
+    solve) returned, in seconds since the command started. The solve always returns a schedule, so a limit
+    below what the instance's first schedule takes (at 100k requests several seconds, finished against
+    reserved peaks) or below its output cannot be met; the command says so rather than leave a script to find
+    out from the clock. ``reason`` says why ``stage`` may overrun (``kvsched bound`` makes no schedule).
+    """
+    late = time.monotonic() - deadline.end
+    if not deadline.bounded or late <= max(1.0, 0.05 * deadline.limit):
+        return
+    solved = seconds["solved"]
+    if solved > deadline.limit:
+        # (Not "the first schedule took that long": the stage that overran is not known here.)
+        why = f"{stage} returned at {solved:.1f} s; {reason}"
+    else:
+        why = f"the output took {late + deadline.limit - solved:.1f} s after {stage}"
+    print(
+        f"kvsched {command}: note: ended {late:.1f} s past --time-limit {deadline.limit:g} ({why})",
+        file=sys.stderr,
+    )
 
 
 def solve_deadline(

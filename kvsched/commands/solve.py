@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from kvsched.commands.common import (
     atomic_output,
     check_outputs,
     load_instance_from_args,
+    note_late,
     positive_int,
     seed_int,
     solve_deadline,
@@ -176,37 +176,6 @@ def _outputs(args: argparse.Namespace) -> list[str]:
     if args.trace:
         outputs.append("trace")
     return outputs
-
-
-def note_late(
-    deadline: Deadline,
-    seconds: dict[str, float],
-    *,
-    command: str = "solve",
-    stage: str = "the solve",
-    reason: str = "a first schedule is always made, and it can take longer",
-) -> None:
-    """Say on stderr when the command ended past its limit (beyond ``max(1 s, 5%)``), and where the time went.
-
-    ``seconds["solved"]`` is when ``stage`` (the solve; for ``compare`` and ``report``, the policies and the
-    solve) returned, in seconds since the command started. The solve always returns a schedule, so a limit
-    below what the instance's first schedule takes (at 100k requests several seconds, finished against
-    reserved peaks) or below its output cannot be met; the command says so rather than leave a script to find
-    out from the clock. ``reason`` says why ``stage`` may overrun (``kvsched bound`` makes no schedule).
-    """
-    late = time.monotonic() - deadline.end
-    if not deadline.bounded or late <= max(1.0, 0.05 * deadline.limit):
-        return
-    solved = seconds["solved"]
-    if solved > deadline.limit:
-        # (Not "the first schedule took that long": the stage that overran is not known here.)
-        why = f"{stage} returned at {solved:.1f} s; {reason}"
-    else:
-        why = f"the output took {late + deadline.limit - solved:.1f} s after {stage}"
-    print(
-        f"kvsched {command}: note: ended {late:.1f} s past --time-limit {deadline.limit:g} ({why})",
-        file=sys.stderr,
-    )
 
 
 def cmd_solve(args: argparse.Namespace) -> int:
