@@ -239,9 +239,10 @@ class SweepSpec(_Model):
 
 def _block_size(block: InstanceBlock) -> int:
     """How many instances ``block`` expands to (its axes' product), counted without expanding it."""
-    axes = [block.file, block.kv_capacity] if block.file is not None else [block.n, block.kv_capacity]
-    if block.file is None:
-        axes += [block.seeds, *block.params.values()]
+    if block.file is not None:  # (a file block has no generator axes: its seeds are unused)
+        axes = [block.file, block.kv_capacity]
+    else:
+        axes = [block.n, block.kv_capacity, block.seeds, *block.params.values()]
     return math.prod(len(axis or [None]) for axis in axes)
 
 
