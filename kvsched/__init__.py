@@ -86,6 +86,8 @@ _EXPORTS: dict[str, str] = {
     # policies and the simulator
     "POLICIES": "kvsched.heuristics",
     "Policy": "kvsched.heuristics",
+    "Decision": "kvsched.heuristics",
+    "SchedulerView": "kvsched.heuristics",
     "SimResult": "kvsched.heuristics",
     "list_policies": "kvsched.heuristics",
     "make_policy": "kvsched.heuristics",
@@ -150,6 +152,7 @@ __all__ = [
     "Comparison",
     "CostModel",
     "Deadline",
+    "Decision",
     "HingeCost",
     "InfeasibleInstanceError",
     "InfermaxLinear",
@@ -167,6 +170,7 @@ __all__ = [
     "RunMetrics",
     "Schedule",
     "ScheduleError",
+    "SchedulerView",
     "Scope",
     "ServingMetrics",
     "SimResult",
@@ -235,7 +239,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time these load laz
     from kvsched.errors import InfeasibleInstanceError, InputError, KvschedError
     from kvsched.heuristics import (
         POLICIES,
+        Decision,
         Policy,
+        SchedulerView,
         SimResult,
         list_policies,
         make_policy,

@@ -98,7 +98,7 @@ def test_compare_all_means_every_policy():
         ({"policies": "vllm,nope"}, r"^policies: unknown policy 'nope'"),
         ({"policies": ["vllm", "vllm"]}, r"^policies: 'vllm' given more than once"),
         ({"policies": 3}, r"^policies: expected 'all'"),
-        ({"policies": [3]}, r"^policies: policy names are strings"),
+        ({"policies": [3]}, r"^policies: expected a policy name or a Policy object, got int"),
         ({"policies": ["vllm"], "objective": "speed"}, r"^objective: unknown objective 'speed'"),
         ({"policies": ["vllm"], "solver": "gurobi"}, r"^solver: unknown solver 'gurobi'"),
         ({"policies": ["vllm"], "formulation": "token"}, r"^formulation: unknown formulation 'token'"),

@@ -24,6 +24,7 @@ finding about the schedule class, and the certified column stays valid.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,8 +40,9 @@ from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import POLICIES, Policy, SimResult, make_policy, simulate
 from kvsched.instances.model import Instance, expect_instance
-from kvsched.schedule.ir import Schedule
+from kvsched.schedule.ir import Schedule, expect_schedule
 from kvsched.schedule.metrics import RunMetrics, request_columns, run_metrics
+from kvsched.schedule.records import Rule, Violation
 from kvsched.schedule.serving import SLO, ServingMetrics, expect_slo, serving_metrics
 from kvsched.schedule.tokens import BatchClock, token_stats
 from kvsched.schedule.validate import replay
@@ -158,18 +160,120 @@ def _check_arguments(objective: str, solver: str | None, formulation: str) -> No
         )
 
 
-def _policies(names: list[str], params: Mapping[str, Mapping[str, Any]]) -> dict[str, Policy]:
-    """Every policy built before any runs, so that a bad name or parameter stops the comparison."""
-    stray = sorted(set(params) - set(names))
+def _policies(policies: object, params: Mapping[str, Mapping[str, Any]]) -> dict[str, Policy]:
+    """Every policy built before any runs, so that a bad name or parameter stops the comparison.
+
+    ``policies`` as :func:`compare` takes it: registered names (``"all"``, ``"a,b"``) and policy objects.
+    """
+    if isinstance(policies, str):
+        entries: list[object] = list(policy_names(policies))
+    elif _is_policy(policies):
+        entries = [policies]
+    else:
+        try:
+            entries = list(policies)  # type: ignore[call-overload]
+        except TypeError:
+            raise InputError(
+                "policies: expected 'all', a comma-separated string or a list of policy names and Policy "
+                f"objects, got {type(policies).__name__}"
+            ) from None
+    policy_names([e for e in entries if isinstance(e, str)])  # known names, each once
+    objects: dict[str, Policy] = {}
+    for entry in entries:
+        if isinstance(entry, str):
+            continue
+        objects[_policy_label(entry)] = entry  # type: ignore[assignment]
+    labels = [e if isinstance(e, str) else _policy_label(e) for e in entries]
+    dup = sorted({n for n in labels if labels.count(n) > 1})
+    if dup:
+        raise InputError(
+            f"policies: {', '.join(map(repr, dup))} given more than once (a Policy's name names its row)"
+        )
+    stray = sorted(set(params) - {e for e in entries if isinstance(e, str)})
     if stray:
+        own = [n for n in stray if n in objects]
+        if own:
+            raise InputError(
+                f"policy_params: {', '.join(map(repr, own))} is a Policy object: give its parameters "
+                "when you build it"
+            )
         raise InputError(f"policy_params: {', '.join(map(repr, stray))} not among the policies compared")
     out = {}
-    for name in names:
+    for entry, label in zip(entries, labels, strict=True):
+        if not isinstance(entry, str):
+            out[label] = objects[label]
+            continue
         try:
-            out[name] = make_policy(name, **params.get(name, {}))
+            out[label] = make_policy(entry, **params.get(entry, {}))
         except InputError as exc:
             raise InputError(f"policy_params: {exc}") from None
     return out
+
+
+#: What a scheduler object needs to be run (:class:`~kvsched.heuristics.Policy`).
+_POLICY_MEMBERS = ("name", "uses_true_output", "params", "reset", "next_batch")
+
+
+def _is_policy(value: object) -> bool:
+    return not isinstance(value, str | bytes | type) and all(hasattr(value, m) for m in _POLICY_MEMBERS)
+
+
+def _policy_label(value: object) -> str:
+    """The row name of a policy object; else one :class:`InputError` saying what it lacks."""
+    if isinstance(value, type):
+        raise InputError(
+            f"policies: {value.__name__} is a class: pass an instance of it ({value.__name__}(...))"
+        )
+    missing = [m for m in _POLICY_MEMBERS if not hasattr(value, m)]
+    if missing:
+        raise InputError(
+            f"policies: expected a policy name or a Policy object, got {type(value).__name__} "
+            f"(it has no {', '.join(missing)}; see kvsched.Policy)"
+        )
+    for method in ("reset", "next_batch"):
+        if not callable(getattr(value, method)):
+            raise InputError(
+                f"policies: {type(value).__name__}.{method} is not a method (see kvsched.Policy)"
+            )
+    name = value.name
+    if not isinstance(name, str) or not name.strip():
+        raise InputError(
+            f"policies: a {type(value).__name__}'s name names its row: expected a non-empty string, "
+            f"got {name!r}"
+        )
+    return name
+
+
+def _expect_schedules(schedules: object, policies: Mapping[str, Policy]) -> dict[str, Schedule]:
+    """``schedules`` as a dict of names to schedules (checked, none named like a policy), or one error."""
+    if schedules is None:
+        return {}
+    if not isinstance(schedules, Mapping):
+        got = type(schedules).__name__
+        raise InputError(f"schedules: expected a mapping of names to Schedule objects, got {got}")
+    out: dict[str, Schedule] = {}
+    for name, schedule in schedules.items():
+        if not isinstance(name, str) or not name.strip():
+            raise InputError(f"schedules: each schedule is named by a non-empty string, got {name!r}")
+        if name in policies:
+            raise InputError(f"schedules: {name!r} is also a policy's name (each row has its own)")
+        out[name] = expect_schedule(schedule, f"schedules[{name!r}]")
+    return out
+
+
+def illegal_schedule(violations: list[Violation]) -> str:
+    """The ``error`` of a row whose schedule the core refused: the count and the first violation."""
+    first = violations[0]
+    plural = "s" if len(violations) > 1 else ""
+    text = f"illegal schedule ({len(violations)} violation{plural}; the first: {first})"
+    rules = {v.rule for v in violations}
+    # Batches longer than the model's also overlap the next ones' starts: still only a matter of timing.
+    if Rule.WRONG_DURATION in rules and rules <= {Rule.WRONG_DURATION, Rule.OVERLAP}:
+        text += (
+            " - its batch durations are not the cost model's: kvsched.retime(instance, schedule, cost_model)"
+        )
+        text += " rebuilds them (compare --retime on the command line)"
+    return text
 
 
 def _check_solver(
@@ -235,14 +339,20 @@ def compare(
     slo: SLO | None = None,
     deadline: Deadline | None = None,
     validate: bool = False,
+    schedules: Mapping[str, Schedule] | None = None,
 ) -> Comparison:
     """Run ``policies`` and the exact solver on ``instance`` and tabulate their regret.
 
     ``policies`` is ``"all"``, a comma-separated string or a sequence of
-    registered names; an unknown name, a bad ``objective``, ``solver`` or
+    registered names and :class:`~kvsched.heuristics.Policy` objects (your own
+    scheduler: its row is named by its ``name``); an unknown name, a bad ``objective``, ``solver`` or
     ``formulation``, or a parameter in ``policy_params`` that its policy does
     not take raises :class:`~kvsched.errors.InputError` naming the argument,
-    before anything runs. ``slo`` gives every schedule's goodput (column
+    before anything runs. ``schedules`` adds schedules made elsewhere (a name for
+    each: an engine's log, a schedule file), each replayed through the semantic core
+    on the instance's cost model; an illegal one is a row whose ``error`` gives its
+    first violation, a legal one is measured and may warm-start the solver like the
+    policies' best. ``slo`` gives every schedule's goodput (column
     ``goodput_fraction`` and :attr:`Comparison.serving`).
     A policy that cannot run the instance (e.g. a whole-prompt policy facing a
     prompt over its budget) is reported in the ``error`` column instead of
@@ -273,8 +383,9 @@ def compare(
     expect_slo(slo)
     instance.check_requests()  # an impossible request is one error, not a failed row per policy
     measure = OBJECTIVES[objective]
-    built = _policies(policy_names(policies), policy_params or {})
-    if not built and solver is None:
+    built = _policies(policies, policy_params or {})
+    given = _expect_schedules(schedules, built)
+    if not built and not given and solver is None:
         raise InputError("policies: nothing to compare (no policy and no solver)")
     solver_error = None
     if solver is not None:
@@ -284,7 +395,7 @@ def compare(
         if solver_error is not None and not skip_solver_errors:
             raise InputError(solver_error)
     rows: list[dict[str, Any]] = []
-    schedules: dict[str, Schedule] = {}
+    compared: dict[str, Schedule] = {}
     metrics: dict[str, RunMetrics] = {}
     serving: dict[str, ServingMetrics] = {}
     policies_by = _policy_deadline(deadline, solver is not None and solver_error is None)
@@ -296,7 +407,18 @@ def compare(
         trace = replay(instance, sim.schedule) if validate else sim.trace
         metrics[name], serving[name] = _metrics(trace, slo)
         rows.append(_row(metrics[name], serving[name], name, measure(trace), "policy", sim.runtime))
-        schedules[name] = sim.schedule
+        compared[name] = sim.schedule
+    for name, schedule in given.items():
+        started = time.monotonic()
+        trace = replay(instance, schedule, strict=False)
+        if trace.violations:
+            rows.append({"name": name, "kind": "schedule", "error": illegal_schedule(trace.violations)})
+            continue
+        metrics[name], serving[name] = _metrics(trace, slo)
+        rows.append(
+            _row(metrics[name], serving[name], name, measure(trace), "schedule", time.monotonic() - started)
+        )
+        compared[name] = schedule
 
     result = None
     if solver is not None and solver_error is None:
@@ -309,7 +431,7 @@ def compare(
                 formulation=formulation,
                 solver=solver,
                 options=options,
-                warm_start=schedules.get(best) if best else None,
+                warm_start=compared.get(best) if best else None,
                 deadline=deadline,
                 **(solve_options or {}),
             )
@@ -323,7 +445,7 @@ def compare(
         trace = result.trace or replay(instance, result.schedule)  # the solve replayed it already
         metrics[label], serving[label] = _metrics(trace, slo)
         rows.append(_row(metrics[label], serving[label], label, measure(trace), "solver", result.runtime))
-        schedules[label] = result.schedule
+        compared[label] = result.schedule
 
     lower = global_lower_bound(instance, objective, result)
     table = pd.DataFrame(rows).set_index("name")
@@ -339,7 +461,7 @@ def compare(
         table["scope"] = str(result.scope)
     elif lower is not None:
         add_regret(table, None, None, lower)
-    return Comparison(table, result, objective, lower, schedules, metrics, solver_error, serving)
+    return Comparison(table, result, objective, lower, compared, metrics, solver_error, serving)
 
 
 def run_policies(

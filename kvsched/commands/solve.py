@@ -360,7 +360,8 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
     console.print(out)
     errors = table["error"].dropna()
     for name, err in errors[~errors.isin([NOT_RUN, CUT])].items():
-        console.print(f"{name}: could not run: {err}", markup=False, highlight=False)
+        said = "refused" if table.at[name, "kind"] == "schedule" else "could not run"
+        console.print(f"{name}: {said}: {err}", markup=False, highlight=False)
     policies = len(table) - (cmp.result is not None)
     for kind, words in (
         (NOT_RUN, "not run: the time limit ran out before them"),
@@ -406,21 +407,28 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     # --time-limit bounds the whole command: loading and the policies count against the solve.
     deadline = Deadline.for_command(args.time_limit)
-    check_outputs(args, ["csv", "json"], inputs=["instance"])
+    given = _schedule_args(args.schedule or [])
+    check_outputs(args, ["csv", "json"], inputs=["instance"], extra_inputs=given.values())
     instance = load_instance_from_args(args.instance, args)
-    names = (
-        list(POLICIES)
-        if args.policies == "all"
-        else [p.strip() for p in args.policies.split(",") if p.strip()]
-    )
-    if not names:
-        raise InputError("--policies: give at least one policy name, or all")
+    if args.policies == "none":
+        names = []
+    elif args.policies == "all":
+        names = list(POLICIES)
+    else:
+        names = [p.strip() for p in args.policies.split(",") if p.strip()]
+        if not names:
+            raise InputError("--policies: give at least one policy name, all or none")
     for name in names:
         if name not in POLICIES:
             raise InputError(f"--policies: unknown policy {name!r} (see kvsched policies)")
+    clash = sorted(set(names) & set(given))
+    if clash:
+        raise InputError(f"--schedule: {clash[0]!r} is also a policy's name (name it NAME=FILE)")
+    schedules = _load_schedules(given, instance, args.retime)
     cmp = compare(
         instance,
         names,
+        schedules=schedules,
         objective=args.objective,
         solver=None if args.no_solver else args.solver,
         formulation=args.formulation,
@@ -452,6 +460,41 @@ def cmd_compare(args: argparse.Namespace) -> int:
         write_json(args.json, doc)
     note_late(deadline, {"solved": compared}, command="compare", stage="the policies and the solve")
     return 0
+
+
+def _schedule_args(values: list[str]) -> dict[str, str]:
+    """``--schedule [NAME=]FILE`` values by row name (the file's stem where no name is given)."""
+    out: dict[str, str] = {}
+    for value in values:
+        name, sep, path = value.partition("=")
+        if not sep or not name.strip() or not path:  # a plain path (which may itself hold '=' after a folder)
+            name, path = Path(value).stem, value
+        name = name.strip()
+        if name in out:
+            raise InputError(f"--schedule: two schedules named {name!r} (name them NAME=FILE)")
+        out[name] = path
+    return out
+
+
+def _load_schedules(given: dict[str, str], instance: Any, retime_them: bool) -> dict[str, Any]:
+    """Each ``--schedule`` file read (one error naming it if it cannot be), retimed to the cost model with
+    ``--retime``; the comparison replays each through the core."""
+    from kvsched.schedule.io import load_schedule
+    from kvsched.schedule.retime import retime
+    from kvsched.schedule.validate import instance_cost_model
+
+    out = {}
+    for name, path in given.items():
+        if not Path(path).is_file():
+            raise InputError(f"--schedule {name}: {path} is not a file")
+        try:
+            schedule = load_schedule(path, instance)
+            if retime_them:
+                schedule = retime(instance, schedule, instance_cost_model(instance))
+        except InputError as exc:
+            raise InputError(f"--schedule {name}: {exc}") from None
+        out[name] = schedule
+    return out
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -488,7 +531,21 @@ def register(sub: argparse._SubParsersAction) -> None:
         "certified maximum from bounds valid for every schedule), with TTFT, TBT and throughput.",
     )
     p.add_argument("instance", help="instance .json")
-    p.add_argument("--policies", default="all", help="comma-separated policy names, or all (default)")
+    p.add_argument("--policies", default="all", help="comma-separated policy names, all (default) or none")
+    p.add_argument(
+        "--schedule",
+        action="append",
+        metavar="[NAME=]FILE",
+        help="also compare this schedule, made elsewhere (your scheduler's, an engine's log converted to a "
+        "kvsched or InferMax schedule file): replayed through the semantic core, a row named NAME (default: "
+        "the file's stem); repeatable",
+    )
+    p.add_argument(
+        "--retime",
+        action="store_true",
+        help="give the --schedule files the cost model's batch durations before replaying them (for "
+        "durations measured on a real engine)",
+    )
     p.add_argument("--no-solver", action="store_true", help="compare the policies only")
     add_solver_args(p)
     p.add_argument("--csv", help="write the table as CSV")
