@@ -32,6 +32,7 @@ from kvsched.costmodel import CostModel
 from kvsched.costmodel.base import expect_cost_model
 from kvsched.errors import InputError
 from kvsched.heuristics.base import Policy
+from kvsched.heuristics.own import CheckedPolicy, is_own
 from kvsched.heuristics.step import BATCHES_PER_TOKEN, Record, Stepper, batch_limit
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.ir import Schedule
@@ -121,6 +122,8 @@ def simulate(
     instance.check_feasible()
     cost_model = cost_model if cost_model is not None else instance_cost_model(instance)
     wall = time.perf_counter()
+    if is_own(policy):  # a scheduler of one's own: its decisions' form is checked (registered ones skip it)
+        policy = CheckedPolicy(policy)
     stepper = Stepper(instance, policy, cost_model, coalesce=coalesce)
     bar = _progress_bar() if progress else None
     with bar if bar is not None else nullcontext():

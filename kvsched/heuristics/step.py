@@ -118,8 +118,15 @@ def _batch_wanted(policy: Policy, decision: Decision | None, now: float) -> bool
     KvschedError
         It evicted without scheduling anything.
     """
-    if decision is None or not len(decision.requests):
-        if decision is not None and len(decision.evict):
+    if decision is None:
+        return False
+    if type(decision) is not Decision and not isinstance(decision, Decision):
+        raise KvschedError(
+            f"policy {policy.name!r} returned {type(decision).__name__} at t={now:g}: next_batch returns a "
+            "kvsched Decision(requests, tokens, evict) or None (to idle until the next arrival)"
+        )
+    if not len(decision.requests):
+        if len(decision.evict):
             raise _evicted_nothing(policy, len(decision.evict), now)
         return False
     return True
