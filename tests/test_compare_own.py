@@ -201,3 +201,15 @@ def test_compare_schedule_file_errors_are_one_line(tmp_path, capsys, monkeypatch
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0], err
     assert mine.read_bytes() == before
+
+
+def test_report_takes_schedule_files_too(tmp_path, capsys):
+    mine = tmp_path / "mine.json"
+    assert main(["simulate", FIG15_PATH, "-p", "vllm", "-o", str(mine)]) == 0
+    out = tmp_path / "rep"
+    argv = ["report", FIG15_PATH, "--policies", "sarathi-ef", "--schedule", f"engine={mine}", "--no-solver"]
+    assert main([*argv, "--out", str(out)]) == 0
+    assert "engine" in capsys.readouterr().out
+    assert ">engine<" in (out / "index.html").read_text()
+    assert main([*argv, "--out", str(mine)]) != 0  # the folder may not be an input
+    assert "--out" in capsys.readouterr().err

@@ -22,6 +22,7 @@ from kvsched.commands.common import (
     positive_int,
     solve_deadline,
 )
+from kvsched.commands.given import add_given_args, load_given_schedules, policy_names, schedule_paths
 from kvsched.commands.outputs import add_slo_arg
 from kvsched.commands.solve import add_solver_args, model_kwargs, solver_options
 from kvsched.errors import InputError
@@ -29,18 +30,6 @@ from kvsched.schedule.metrics import format_number
 from kvsched.stop import Deadline
 
 PLOT_KINDS = ("gantt", "kv", "load", "regret", "cdf", "anytime")
-
-
-def _policy_names(text: str) -> list[str]:
-    from kvsched.heuristics import POLICIES
-
-    names = list(POLICIES) if text == "all" else [p.strip() for p in text.split(",") if p.strip()]
-    if not names:
-        raise InputError("--policies: give at least one policy name, or all")
-    for name in names:
-        if name not in POLICIES:
-            raise InputError(f"--policies: unknown policy {name!r} (see kvsched policies)")
-    return names
 
 
 def _frame(args: argparse.Namespace):  # -> pd.DataFrame
@@ -197,7 +186,7 @@ def _schedules_for(
     from kvsched.analysis.compare import CUT, NOT_RUN, POLICY_SHARE, run_policies
     from kvsched.heuristics import POLICIES, make_policy
 
-    names = _policy_names(args.policies)
+    names = policy_names(args.policies, allow_none=False)
     names = list(POLICIES) if names is None else names
     usable = solve_deadline(deadline, instance, ("figure",))
     starts_by = usable.share(POLICY_SHARE) if args.solve else usable
@@ -344,6 +333,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     deadline = Deadline.for_command(args.time_limit)
     if not Path(args.target).exists():
         raise InputError(f"{args.target}: no such file")
+    given = schedule_paths(getattr(args, "schedule", None))
     compared = None  # when the policies and the solve returned (an instance only)
     # By header or by suffix: an empty or damaged .sqlite gets the database's error, not an instance's.
     if names_database(args.target):
@@ -351,20 +341,23 @@ def cmd_report(args: argparse.Namespace) -> int:
         frame = load_results(args.target)
         if frame.empty:
             raise InputError(f"{args.target}: the results database is empty")
+        if given:
+            raise InputError("--schedule: a results database's report reads its schedules from the database")
         check_output_folder(args.out, "--out", [args.target])
         path = database_report(args.target, args.out, against=args.against, frame=frame)
     else:
         from kvsched.analysis import compare
         from kvsched.commands.solve import print_comparison
-        from kvsched.heuristics import POLICIES
 
         # Read first: a bad instance is one error line and leaves no empty --out folder behind.
         instance = load_instance_from_args(args.target, args)
-        check_output_folder(args.out, "--out", [args.target])
-        names = _policy_names(args.policies)
+        names = policy_names(args.policies)
+        schedules = load_given_schedules(given, instance, names, args.retime)
+        check_output_folder(args.out, "--out", [args.target, *given.values()])
         cmp = compare(
             instance,
-            list(POLICIES) if names is None else names,
+            names,
+            schedules=schedules,
             objective=args.objective,
             solver=None if args.no_solver else args.solver,
             formulation=args.formulation,
@@ -487,7 +480,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("target", metavar="INSTANCE|DB", help="instance .json or results database")
     p.add_argument("--out", "-o", default="report", help="output folder (default report/)")
-    p.add_argument("--policies", default="all", help="comma-separated policy names, or all (default)")
+    add_given_args(p)
     p.add_argument("--no-solver", action="store_true", help="compare the policies only")
     _add_against(p)
     add_solver_args(p)

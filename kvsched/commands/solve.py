@@ -24,6 +24,7 @@ from kvsched.commands.common import (
     solve_deadline,
     time_unit,
 )
+from kvsched.commands.given import add_given_args, load_given_schedules, policy_names, schedule_paths
 from kvsched.commands.outputs import (
     TraceMetrics,
     add_slo_arg,
@@ -403,28 +404,14 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     from kvsched.analysis import compare
-    from kvsched.heuristics import POLICIES
 
     # --time-limit bounds the whole command: loading and the policies count against the solve.
     deadline = Deadline.for_command(args.time_limit)
-    given = _schedule_args(args.schedule or [])
+    given = schedule_paths(args.schedule)
     check_outputs(args, ["csv", "json"], inputs=["instance"], extra_inputs=given.values())
     instance = load_instance_from_args(args.instance, args)
-    if args.policies == "none":
-        names = []
-    elif args.policies == "all":
-        names = list(POLICIES)
-    else:
-        names = [p.strip() for p in args.policies.split(",") if p.strip()]
-        if not names:
-            raise InputError("--policies: give at least one policy name, all or none")
-    for name in names:
-        if name not in POLICIES:
-            raise InputError(f"--policies: unknown policy {name!r} (see kvsched policies)")
-    clash = sorted(set(names) & set(given))
-    if clash:
-        raise InputError(f"--schedule: {clash[0]!r} is also a policy's name (name it NAME=FILE)")
-    schedules = _load_schedules(given, instance, args.retime)
+    names = policy_names(args.policies)
+    schedules = load_given_schedules(given, instance, names, args.retime)
     cmp = compare(
         instance,
         names,
@@ -462,41 +449,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _schedule_args(values: list[str]) -> dict[str, str]:
-    """``--schedule [NAME=]FILE`` values by row name (the file's stem where no name is given)."""
-    out: dict[str, str] = {}
-    for value in values:
-        name, sep, path = value.partition("=")
-        if not sep or not name.strip() or not path:  # a plain path (which may itself hold '=' after a folder)
-            name, path = Path(value).stem, value
-        name = name.strip()
-        if name in out:
-            raise InputError(f"--schedule: two schedules named {name!r} (name them NAME=FILE)")
-        out[name] = path
-    return out
-
-
-def _load_schedules(given: dict[str, str], instance: Any, retime_them: bool) -> dict[str, Any]:
-    """Each ``--schedule`` file read (one error naming it if it cannot be), retimed to the cost model with
-    ``--retime``; the comparison replays each through the core."""
-    from kvsched.schedule.io import load_schedule
-    from kvsched.schedule.retime import retime
-    from kvsched.schedule.validate import instance_cost_model
-
-    out = {}
-    for name, path in given.items():
-        if not Path(path).is_file():
-            raise InputError(f"--schedule {name}: {path} is not a file")
-        try:
-            schedule = load_schedule(path, instance)
-            if retime_them:
-                schedule = retime(instance, schedule, instance_cost_model(instance))
-        except InputError as exc:
-            raise InputError(f"--schedule {name}: {exc}") from None
-        out[name] = schedule
-    return out
-
-
 def register(sub: argparse._SubParsersAction) -> None:
     """Add this module's commands to the ``kvsched`` parser."""
     p = sub.add_parser(
@@ -531,21 +483,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "certified maximum from bounds valid for every schedule), with TTFT, TBT and throughput.",
     )
     p.add_argument("instance", help="instance .json")
-    p.add_argument("--policies", default="all", help="comma-separated policy names, all (default) or none")
-    p.add_argument(
-        "--schedule",
-        action="append",
-        metavar="[NAME=]FILE",
-        help="also compare this schedule, made elsewhere (your scheduler's, an engine's log converted to a "
-        "kvsched or InferMax schedule file): replayed through the semantic core, a row named NAME (default: "
-        "the file's stem); repeatable",
-    )
-    p.add_argument(
-        "--retime",
-        action="store_true",
-        help="give the --schedule files the cost model's batch durations before replaying them (for "
-        "durations measured on a real engine)",
-    )
+    add_given_args(p)
     p.add_argument("--no-solver", action="store_true", help="compare the policies only")
     add_solver_args(p)
     p.add_argument("--csv", help="write the table as CSV")
