@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -452,3 +453,21 @@ def test_the_api_writers_never_overwrite_a_results_database_or_a_csv_trace(tmp_p
         with pytest.raises(InputError, match=r"trace\.csv is a CSV trace .*; refusing to overwrite it$"):
             write(trace)
     assert {p: p.read_bytes() for p in before} == before
+
+
+def test_docs_own_scheduler_example_runs(tmp_path, monkeypatch, capsys):
+    blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.S)
+    own = next(b for b in blocks if "class ShortestPromptFirst" in b)
+    monkeypatch.chdir(tmp_path)
+    scope: dict = {"__name__": "__docs__"}
+    started = time.monotonic()
+    exec(compile(own, str(DOCS), "exec"), scope)
+    assert time.monotonic() - started < 30
+    table = scope["cmp"].table
+    assert list(table.index[:4]) == ["shortest-prompt", "vllm", "sarathi", "engine-log"]
+    assert table.loc["engine-log", "kind"] == "schedule" and table["error"].isna().all()
+    # Every row is a legal schedule at or above the certified bound, the solver's at most each of them.
+    lower = scope["cmp"].lower_bound
+    assert (table["objective"] >= lower - 1e-6).all()
+    assert table.filter(like="optimum", axis=0)["objective"].iloc[0] <= table["objective"].min() + 1e-9
+    assert "shortest-prompt" in capsys.readouterr().out
