@@ -1,13 +1,15 @@
 """A scheduler of one's own: its decisions' form is checked, each mistake one KvschedError naming it."""
 
+import json
 from types import MappingProxyType
 
 import numpy as np
 import pytest
 
 import kvsched as kv
-from kvsched.errors import KvschedError
-from kvsched.heuristics.own import CheckedPolicy, is_own
+from kvsched.cli import main
+from kvsched.errors import InputError, KvschedError
+from kvsched.heuristics.own import CheckedPolicy, is_file_ref, is_own, load_policy_file
 from kvsched.instances.io import load_instance
 from tests.test_examples import EXAMPLES
 
@@ -78,3 +80,70 @@ def test_registered_policies_are_not_wrapped_and_own_subclasses_are():
     assert checked.repeat_decodes == sub.repeat_decodes
     mine, theirs = kv.simulate(FIG15, sub).trace, kv.simulate(FIG15, kv.make_policy("vllm")).trace
     assert mine.num_batches == theirs.num_batches and mine.state.evictions.sum() == 2
+
+
+# ----------------------------------------------------------------------------- FILE.py:CLASS
+POLICY_FILE = """
+import kvsched as kv
+
+
+class Serial:
+    name = "serial-from-file"
+    uses_true_output = False
+    params = {}
+
+    def __init__(self, first=0):
+        self.first = first
+
+    def reset(self, instance):
+        pass
+
+    def next_batch(self, view):
+        active = view.active()
+        if not active.size:
+            return None
+        r = int(active[0])
+        return kv.Decision([r], [int(view.unprocessed(r))])
+"""
+
+
+def test_a_policy_class_in_a_file_runs_with_its_parameters(tmp_path):
+    path = tmp_path / "mine.py"
+    path.write_text(POLICY_FILE)
+    policy = load_policy_file(f"{path}:Serial", {"first": 3})
+    assert policy.first == 3 and is_file_ref(f"{path}:Serial") and not is_file_ref("vllm")
+    assert kv.OBJECTIVES["total-latency"](kv.simulate(FIG15, policy).trace) == 40
+
+
+@pytest.mark.parametrize(
+    ("ref", "params", "message"),
+    [
+        ("{dir}/nothere.py:Serial", None, r"nothere.py is not a file"),
+        ("{dir}/mine.py:Nope", None, r"mine.py has no 'Nope' \(classes with next_batch there: Serial\)"),
+        ("{dir}/broken.py:Serial", None, r"importing .*broken.py raised RuntimeError: boom"),
+        ("{dir}/mine.py:Serial", {"second": 1}, r"Serial\(\.\.\.\) raised TypeError: .*second"),
+        ("{dir}/mine.py:kv", None, r"kv\(\.\.\.\) raised TypeError|is not a policy"),
+        ("{dir}/mine.txt:Serial", None, r"expected FILE.py:CLASS"),
+    ],
+)
+def test_a_policy_file_that_cannot_give_a_policy_is_one_input_error(tmp_path, ref, params, message):
+    (tmp_path / "mine.py").write_text(POLICY_FILE)
+    (tmp_path / "broken.py").write_text("raise RuntimeError('boom')\n")
+    with pytest.raises(InputError, match=message):
+        load_policy_file(ref.format(dir=tmp_path), params)
+
+
+def test_simulate_and_compare_take_a_policy_file_on_the_command_line(tmp_path, capsys):
+    path = tmp_path / "mine.py"
+    path.write_text(POLICY_FILE)
+    fig15 = str(EXAMPLES / "figure15.json")
+    assert main(["simulate", fig15, "-p", f"{path}:Serial", "--param", "first=1"]) == 0
+    js = tmp_path / "cmp.json"
+    assert (
+        main(["compare", fig15, "--policies", f"vllm,{path}:Serial", "--no-solver", "--json", str(js)]) == 0
+    )
+    rows = {r["name"]: r["objective"] for r in json.loads(js.read_text())["rows"]}
+    assert rows == {"vllm": 36, "serial-from-file": 40}
+    capsys.readouterr()
+    assert main(["compare", fig15, "--policies", f"{path}:Serial", "--no-solver", "--csv", str(path)]) != 0
+    assert "--csv" in capsys.readouterr().err and path.read_text() == POLICY_FILE

@@ -39,6 +39,7 @@ from kvsched.csp.formulations import make_formulation
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import POLICIES, Policy, SimResult, make_policy, simulate
+from kvsched.heuristics.own import missing_members
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.ir import Schedule, expect_schedule
 from kvsched.schedule.metrics import RunMetrics, request_columns, run_metrics
@@ -210,12 +211,8 @@ def _policies(policies: object, params: Mapping[str, Mapping[str, Any]]) -> dict
     return out
 
 
-#: What a scheduler object needs to be run (:class:`~kvsched.heuristics.Policy`).
-_POLICY_MEMBERS = ("name", "uses_true_output", "params", "reset", "next_batch")
-
-
 def _is_policy(value: object) -> bool:
-    return not isinstance(value, str | bytes | type) and all(hasattr(value, m) for m in _POLICY_MEMBERS)
+    return not isinstance(value, str | bytes | type) and not missing_members(value)
 
 
 def _policy_label(value: object) -> str:
@@ -224,7 +221,7 @@ def _policy_label(value: object) -> str:
         raise InputError(
             f"policies: {value.__name__} is a class: pass an instance of it ({value.__name__}(...))"
         )
-    missing = [m for m in _POLICY_MEMBERS if not hasattr(value, m)]
+    missing = missing_members(value)
     if missing:
         raise InputError(
             f"policies: expected a policy name or a Policy object, got {type(value).__name__} "

@@ -22,7 +22,7 @@ from kvsched.commands.common import (
     positive_int,
     solve_deadline,
 )
-from kvsched.commands.given import add_given_args, load_given_schedules, policy_names, schedule_paths
+from kvsched.commands.given import add_given_args, given_inputs, policy_names, read_given, schedule_paths
 from kvsched.commands.outputs import add_slo_arg
 from kvsched.commands.solve import add_solver_args, model_kwargs, solver_options
 from kvsched.errors import InputError
@@ -333,7 +333,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     deadline = Deadline.for_command(args.time_limit)
     if not Path(args.target).exists():
         raise InputError(f"{args.target}: no such file")
-    given = schedule_paths(getattr(args, "schedule", None))
+    given = schedule_paths(args.schedule)
     compared = None  # when the policies and the solve returned (an instance only)
     # By header or by suffix: an empty or damaged .sqlite gets the database's error, not an instance's.
     if names_database(args.target):
@@ -351,12 +351,11 @@ def cmd_report(args: argparse.Namespace) -> int:
 
         # Read first: a bad instance is one error line and leaves no empty --out folder behind.
         instance = load_instance_from_args(args.target, args)
-        names = policy_names(args.policies)
-        schedules = load_given_schedules(given, instance, names, args.retime)
-        check_output_folder(args.out, "--out", [args.target, *given.values()])
+        policies, schedules = read_given(args, instance)
+        check_output_folder(args.out, "--out", [args.target, *given_inputs(args)])
         cmp = compare(
             instance,
-            names,
+            policies,
             schedules=schedules,
             objective=args.objective,
             solver=None if args.no_solver else args.solver,

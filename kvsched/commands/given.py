@@ -22,7 +22,8 @@ def add_given_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--policies",
         default="all",
-        help="comma-separated policy names, all (default) or none (only the --schedule files)",
+        help="comma-separated policy names, all (default) or none (only the --schedule files); your own "
+        "scheduler as FILE.py:CLASS",
     )
     p.add_argument(
         "--schedule",
@@ -40,9 +41,11 @@ def add_given_args(p: argparse.ArgumentParser) -> None:
     )
 
 
-def policy_names(text: str, *, allow_none: bool = True) -> list[str]:
-    """``--policies``: ``all``, ``none`` (where ``allow_none``) or comma-separated registered names."""
+def policy_names(text: str, *, allow_none: bool = True, files: bool = False) -> list[str]:
+    """``--policies``: ``all``, ``none`` (where ``allow_none``) or comma-separated registered names, and
+    with ``files`` policies of one's own as ``FILE.py:CLASS`` (see :func:`own_policies`)."""
     from kvsched.heuristics import POLICIES
+    from kvsched.heuristics.own import is_file_ref
 
     if text.strip() == "none" and allow_none:
         return []
@@ -51,9 +54,26 @@ def policy_names(text: str, *, allow_none: bool = True) -> list[str]:
         other = ", all or none" if allow_none else " or all"
         raise InputError(f"--policies: give at least one policy name{other}")
     for name in names:
-        if name not in POLICIES:
-            raise InputError(f"--policies: unknown policy {name!r} (see kvsched policies)")
+        if name not in POLICIES and not (files and is_file_ref(name)):
+            own = " or FILE.py:CLASS for your own" if files else ""
+            raise InputError(f"--policies: unknown policy {name!r} (see kvsched policies{own})")
     return names
+
+
+def own_policies(names: list[str]) -> list[object]:
+    """``names`` with each ``FILE.py:CLASS`` replaced by the policy it builds (one error naming a bad one)."""
+    from kvsched.heuristics.own import is_file_ref, load_policy_file
+
+    out: list[object] = []
+    for name in names:
+        if not is_file_ref(name):
+            out.append(name)
+            continue
+        try:
+            out.append(load_policy_file(name))
+        except InputError as exc:
+            raise InputError(f"--policies: {exc}") from None
+    return out
 
 
 def schedule_paths(values: list[str] | None) -> dict[str, str]:
@@ -94,3 +114,20 @@ def load_given_schedules(
             raise InputError(f"--schedule {name}: {exc}") from None
         out[name] = schedule
     return out
+
+
+def given_inputs(args: argparse.Namespace) -> list[str]:
+    """The files ``--schedule`` and ``--policies`` read (schedules, policies' Python files): never outputs."""
+    from kvsched.heuristics.own import is_file_ref
+
+    files = list(schedule_paths(args.schedule).values())
+    files += [p.strip().rpartition(":")[0] for p in args.policies.split(",") if is_file_ref(p.strip())]
+    return files
+
+
+def read_given(args: argparse.Namespace, instance: Instance) -> tuple[list[object], dict[str, Schedule]]:
+    """``--policies`` (names, and policies of one's own built from their files) and ``--schedule`` (read,
+    retimed with ``--retime``), as :func:`kvsched.analysis.compare` takes them; every mistake one error."""
+    policies = own_policies(policy_names(args.policies, files=True))
+    labels = [p if isinstance(p, str) else p.name for p in policies]  # type: ignore[attr-defined]
+    return policies, load_given_schedules(schedule_paths(args.schedule), instance, labels, args.retime)

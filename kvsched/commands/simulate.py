@@ -92,9 +92,13 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 def _simulate_one(instance, args: argparse.Namespace, slo) -> int:  # type: ignore[no-untyped-def]
     """One engine: simulate, print the metrics, write the outputs asked for."""
     from kvsched.heuristics import make_policy, simulate
+    from kvsched.heuristics.own import is_file_ref, load_policy_file
     from kvsched.schedule.metrics import print_summary
 
-    policy = make_policy(args.policy, **param_pairs(args.param))
+    if is_file_ref(args.policy):  # your own scheduler, in a Python file
+        policy = load_policy_file(args.policy, param_pairs(args.param))
+    else:
+        policy = make_policy(args.policy, **param_pairs(args.param))
     show = sys.stderr.isatty() if args.progress is None else args.progress
     result = simulate(instance, policy, progress=show)
     # The core checked every batch (and run) as the simulator made it: one pass. --validate
@@ -281,7 +285,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "semantic core, print its metrics and optionally write it.",
     )
     p.add_argument("instance", help="instance .json (or trace .csv with --kv-capacity)")
-    p.add_argument("--policy", "-p", required=True, help="policy name (see kvsched policies)")
+    p.add_argument(
+        "--policy",
+        "-p",
+        required=True,
+        help="policy name (see kvsched policies), or your own: FILE.py:CLASS (--param values go to its "
+        "constructor)",
+    )
     p.add_argument("--param", action="append", metavar="K=V", help="policy parameter (repeatable)")
     p.add_argument("--out", "-o", help="write the schedule here (.json: kvsched JSON; .npz: columnar)")
     p.add_argument("--requests-csv", help="write per-request metrics here (CSV)")

@@ -24,7 +24,7 @@ from kvsched.commands.common import (
     solve_deadline,
     time_unit,
 )
-from kvsched.commands.given import add_given_args, load_given_schedules, policy_names, schedule_paths
+from kvsched.commands.given import add_given_args, given_inputs, read_given
 from kvsched.commands.outputs import (
     TraceMetrics,
     add_slo_arg,
@@ -407,14 +407,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     # --time-limit bounds the whole command: loading and the policies count against the solve.
     deadline = Deadline.for_command(args.time_limit)
-    given = schedule_paths(args.schedule)
-    check_outputs(args, ["csv", "json"], inputs=["instance"], extra_inputs=given.values())
+    check_outputs(args, ["csv", "json"], inputs=["instance"], extra_inputs=given_inputs(args))
     instance = load_instance_from_args(args.instance, args)
-    names = policy_names(args.policies)
-    schedules = load_given_schedules(given, instance, names, args.retime)
+    policies, schedules = read_given(args, instance)
     cmp = compare(
         instance,
-        names,
+        policies,
         schedules=schedules,
         objective=args.objective,
         solver=None if args.no_solver else args.solver,

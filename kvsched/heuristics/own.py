@@ -4,8 +4,8 @@ The semantic core checks every batch's *rules* (memory, budgets, phases) and nam
 takes for granted is the *form* a registered policy always gives it: positions and token counts as integers,
 as many tokens as requests, positions inside the instance. A policy of one's own can get that wrong (a
 request's id instead of its position, a float chunk, ``None``), which would surface as a ``ValueError`` or an
-``IndexError`` from numpy, or a float truncated without a word. :class:`CheckedPolicy` turns each such decision
-into one :class:`~kvsched.errors.KvschedError` naming the policy, the field and the batch's time; the
+``IndexError`` from numpy, or a float truncated without a word. :class:`CheckedPolicy` turns each such
+decision into one :class:`~kvsched.errors.KvschedError` naming the policy, the field and the batch's time; the
 registered policies skip it (their hot loop pays nothing).
 """
 
@@ -16,9 +16,17 @@ from typing import Any
 
 import numpy as np
 
-from kvsched.errors import KvschedError
+from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics.base import Decision, Policy, SchedulerView
 from kvsched.instances.model import Instance
+
+#: What an object needs to be run as a scheduler (:class:`~kvsched.heuristics.base.Policy`).
+POLICY_MEMBERS = ("name", "uses_true_output", "params", "reset", "next_batch")
+
+
+def missing_members(value: object) -> list[str]:
+    """The members of :data:`POLICY_MEMBERS` that ``value`` lacks (empty: it can be run)."""
+    return [m for m in POLICY_MEMBERS if not hasattr(value, m)]
 
 
 def is_own(policy: Policy) -> bool:
@@ -90,3 +98,58 @@ def _integers(values: object, field: str, where: str) -> np.ndarray:
     if array.dtype.kind not in "iu":
         raise KvschedError(f"{where}: Decision.{field} must hold integers, got {array.ravel()[0].item()!r}")
     return array.astype(np.int64)
+
+
+#: A policy written in a file, as the command line names it: ``path/to/file.py:ClassName``.
+FILE_REF_HINT = "FILE.py:CLASS (a Python file and the policy class in it)"
+
+
+def is_file_ref(text: str) -> bool:
+    """Whether ``text`` names a policy class in a file (``FILE.py:CLASS``) rather than a registered policy."""
+    path, sep, name = text.rpartition(":")
+    return bool(sep) and path.endswith(".py") and bool(name)
+
+
+def load_policy_file(ref: str, params: Mapping[str, Any] | None = None) -> Policy:
+    """The policy class ``CLASS`` of the Python file ``FILE`` (``ref`` is ``FILE.py:CLASS``), built with
+    ``params`` as keyword arguments; every failure (no such file, an import that raises, no such class, a
+    constructor that refuses the parameters, an object that is not a policy) is one :class:`InputError`
+    naming ``ref``. The file runs as Python code, as ``python FILE`` would run it."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path_text, _, class_name = ref.rpartition(":")
+    path = Path(path_text)
+    if not is_file_ref(ref):
+        raise InputError(f"{ref}: expected {FILE_REF_HINT}")
+    if not path.is_file():
+        raise InputError(f"{ref}: {path} is not a file")
+    module_name = f"kvsched_policy_{abs(hash(str(path.resolve())))}"
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise InputError(f"{ref}: {path} cannot be imported as Python")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module  # dataclasses and pickling look the module up by name
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # the user's file: whatever it raises is its error, named in one line
+        sys.modules.pop(module_name, None)
+        raise InputError(f"{ref}: importing {path} raised {type(exc).__name__}: {exc}") from None
+    cls = getattr(module, class_name, None)
+    if cls is None:
+        found = sorted(k for k, v in vars(module).items() if isinstance(v, type) and hasattr(v, "next_batch"))
+        known = f" (classes with next_batch there: {', '.join(found)})" if found else ""
+        raise InputError(f"{ref}: {path} has no {class_name!r}{known}")
+    try:
+        policy = cls(**dict(params or {}))
+    except Exception as exc:  # a constructor refusing its parameters, or failing: one line naming it
+        raise InputError(f"{ref}: {class_name}(...) raised {type(exc).__name__}: {exc}") from None
+    missing = [
+        m for m in ("name", "uses_true_output", "params", "reset", "next_batch") if not hasattr(policy, m)
+    ]
+    if missing:
+        raise InputError(
+            f"{ref}: {class_name} is not a policy (it has no {', '.join(missing)}; see kvsched.Policy)"
+        )
+    return policy
