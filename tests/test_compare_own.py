@@ -213,3 +213,64 @@ def test_report_takes_schedule_files_too(tmp_path, capsys):
     assert ">engine<" in (out / "index.html").read_text()
     assert main([*argv, "--out", str(mine)]) != 0  # the folder may not be an input
     assert "--out" in capsys.readouterr().err
+
+
+OWN_FILE = """
+import kvsched as kv
+
+
+class Serial:
+    name = "serial"
+    uses_true_output = False
+    params = {}
+
+    def __init__(self, crash_at=None):
+        self.crash_at = crash_at
+
+    def reset(self, instance):
+        self.batches = 0
+
+    def next_batch(self, view):
+        self.batches += 1
+        if self.batches == self.crash_at:
+            raise ZeroDivisionError("my bug")
+        active = view.active()
+        if not active.size:
+            return None
+        r = int(active[0])
+        return kv.Decision([r], [int(view.unprocessed(r))])
+"""
+
+
+def test_a_sweep_runs_your_own_policy_file_and_keeps_going_past_its_bug(tmp_path):
+    import yaml
+
+    from kvsched.analysis.spec import load_spec
+    from kvsched.analysis.store import load_results
+    from kvsched.analysis.sweep import run_sweep
+
+    (tmp_path / "own").mkdir()
+    (tmp_path / "own" / "mine.py").write_text(OWN_FILE)
+    spec = {
+        "name": "own",
+        "instances": [{"generator": "sharegpt", "n": 12, "kv_capacity": 3000, "seeds": 2}],
+        "policies": [
+            "vllm",
+            {"name": "own/mine.py:Serial", "label": "mine"},
+            {"name": "own/mine.py:Serial", "label": "buggy", "params": {"crash_at": 3}},
+        ],
+    }
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    done = run_sweep(load_spec(path), tmp_path / "r.sqlite", workers=1, progress=False, base=tmp_path)
+    assert done.total == 6
+    frame = load_results(tmp_path / "r.sqlite").set_index(["name", "seed"]).sort_index()
+    assert (frame.loc["mine", "status"] == "ok").all() and (frame.loc["vllm", "status"] == "ok").all()
+    # One request at a time is never better than vLLM's batches here.
+    assert (frame.loc["mine", "objective"] >= frame.loc["vllm", "objective"]).all()
+    assert (frame.loc["buggy", "status"] == "error").all()
+    assert frame.loc["buggy", "error"].str.contains("next_batch raised ZeroDivisionError: my bug").all()
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**spec, "policies": ["own/mine.py:Nope"]}))
+    with pytest.raises(InputError, match=r"policies.0: .*mine.py:Nope: .*has no 'Nope'"):
+        load_spec(bad)

@@ -147,7 +147,8 @@ class InstanceBlock(_Model):
 
 
 class PolicyEntry(_Model):
-    """A registered policy, optionally with parameters and its own label."""
+    """A registered policy, or one of your own as ``FILE.py:CLASS`` (a relative FILE read from the spec's
+    folder; ``params`` go to its constructor), optionally with parameters and its own label."""
 
     name: str
     label: str | None = None
@@ -221,7 +222,7 @@ class SweepSpec(_Model):
         ``base`` resolves relative instance-file paths (the spec's folder).
         """
         runners: list[dict[str, Any]] = [
-            {"kind": "policy", "name": p.display, "policy": p.name, "params": dict(p.params)}
+            {"kind": "policy", "name": p.display, "policy": _resolved(p.name, base), "params": dict(p.params)}
             for p in self.policies
         ]
         if self.solver is not None:
@@ -235,6 +236,16 @@ class SweepSpec(_Model):
                 for inst in _instance_configs(block, base):
                     out.append(Cell.make(self.name, inst, self.objective, runner))
         return out
+
+
+def _resolved(policy: str, base: Path | None) -> str:
+    """A policy's name as a cell runs it: a relative ``FILE.py:CLASS`` is read from the spec's folder."""
+    from kvsched.heuristics.own import is_file_ref
+
+    path, _, name = policy.rpartition(":")
+    if not is_file_ref(policy) or base is None or Path(path).is_absolute():
+        return policy
+    return f"{base / path}:{name}"
 
 
 def _block_size(block: InstanceBlock) -> int:
@@ -322,6 +333,7 @@ def _instance_configs(block: InstanceBlock, base: Path | None) -> Iterator[dict[
 def _check_semantics(spec: SweepSpec, base: Path | None) -> None:
     """What pydantic cannot see: generator names and parameters, policy names and parameters."""
     from kvsched.heuristics import make_policy
+    from kvsched.heuristics.own import is_file_ref, load_policy_file
     from kvsched.instances.generators import GENERATORS, parse_params
     from kvsched.instances.io import check_time_model
     from kvsched.instances.model import TimeModel
@@ -352,7 +364,12 @@ def _check_semantics(spec: SweepSpec, base: Path | None) -> None:
                 raise InputError(f"{where}.file.{j}: {path}: no such file")
     for k, entry in enumerate(spec.policies):
         try:
-            make_policy(entry.name, **entry.params)
+            if is_file_ref(
+                entry.name
+            ):  # one's own scheduler: built once here, so that a bad one stops the spec
+                load_policy_file(_resolved(entry.name, base), entry.params)
+            else:
+                make_policy(entry.name, **entry.params)
         except InputError as exc:
             raise InputError(f"policies.{k}: {exc}") from None
     if spec.solver is not None:

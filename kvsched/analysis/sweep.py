@@ -127,6 +127,7 @@ def run_cell(cell: Cell) -> dict[str, Any]:
     """
     from kvsched.analysis.compare import compare
     from kvsched.csp import SolverOptions
+    from kvsched.heuristics.own import is_file_ref, load_policy_file
     from kvsched.schedule.serving import parse_slo, time_unit
 
     row = _base_row(cell)
@@ -142,19 +143,18 @@ def run_cell(cell: Cell) -> dict[str, Any]:
         # --slo of the sweep (in the runner, not in the key): goodput in the row's metrics.
         slo = parse_slo(runner["slo"], time_unit(instance)) if runner.get("slo") else None
         if runner["kind"] == "policy":
+            policy, params = runner["policy"], {runner["policy"]: runner["params"]}
+            if is_file_ref(policy):  # a scheduler of one's own (FILE.py:CLASS), built in this process
+                policy, params = load_policy_file(policy, runner["params"]), {}
             cmp = compare(
-                instance,
-                [runner["policy"]],
-                objective=cell.objective,
-                solver=None,
-                policy_params={runner["policy"]: runner["params"]},
-                slo=slo,
+                instance, [policy], objective=cell.objective, solver=None, policy_params=params, slo=slo
             )
-            line = cmp.table.loc[runner["policy"]]
+            key = cmp.table.index[0]
+            line = cmp.table.loc[key]
             if isinstance(line.get("error"), str):
                 raise KvschedError(line["error"])
-            metrics = cmp.metrics[runner["policy"]]
-            serving = cmp.serving[runner["policy"]]
+            metrics = cmp.metrics[key]
+            serving = cmp.serving[key]
             row.update(status="ok", objective=float(line["objective"]), runtime=float(line["runtime_s"]))
         else:
             options = SolverOptions(

@@ -5,8 +5,9 @@ takes for granted is the *form* a registered policy always gives it: positions a
 as many tokens as requests, positions inside the instance. A policy of one's own can get that wrong (a
 request's id instead of its position, a float chunk, ``None``), which would surface as a ``ValueError`` or an
 ``IndexError`` from numpy, or a float truncated without a word. :class:`CheckedPolicy` turns each such
-decision into one :class:`~kvsched.errors.KvschedError` naming the policy, the field and the batch's time; the
-registered policies skip it (their hot loop pays nothing).
+decision into one :class:`~kvsched.errors.KvschedError` naming the policy, the field and the batch's time,
+and an exception the policy raises into an :class:`OwnPolicyError` caused by it; the registered policies
+skip it (their hot loop pays nothing).
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ def is_own(policy: Policy) -> bool:
     return not type(policy).__module__.startswith("kvsched.")
 
 
+class OwnPolicyError(KvschedError):
+    """A scheduler of one's own raised: its exception is this one's ``__cause__`` (the traceback into the
+    policy's code), and a comparison or a sweep reports it in the policy's row instead of stopping."""
+
+
 class CheckedPolicy:
     """``policy`` with every :class:`Decision` it returns checked for form (see the module docstring)."""
 
@@ -59,10 +65,22 @@ class CheckedPolicy:
 
     def reset(self, instance: Instance) -> None:
         self._n = len(instance)
-        self._policy.reset(instance)
+        try:
+            self._policy.reset(instance)
+        except KvschedError:
+            raise
+        except Exception as exc:
+            raise OwnPolicyError(f"policy {self.name!r}: reset raised {type(exc).__name__}: {exc}") from exc
 
     def next_batch(self, view: SchedulerView) -> Decision | None:
-        decision = self._policy.next_batch(view)
+        try:
+            decision = self._policy.next_batch(view)
+        except KvschedError:
+            raise
+        except Exception as exc:
+            raise OwnPolicyError(
+                f"policy {self.name!r} at t={view.now:g}: next_batch raised {type(exc).__name__}: {exc}"
+            ) from exc
         if decision is None or (type(decision) is not Decision and not isinstance(decision, Decision)):
             return decision  # None idles; anything else the simulator refuses by its type
         where = f"policy {self.name!r} at t={view.now:g}"
