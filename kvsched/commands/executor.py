@@ -8,6 +8,8 @@ saying how to install it. ``kvsched calibrate --from-replay`` (registered in
 from __future__ import annotations
 
 import argparse
+import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,30 +21,61 @@ from kvsched.commands.common import (
     check_output_folder,
     check_output_path,
     check_outputs,
-    kv_pairs,
     non_negative_int,
     positive_int,
     seed_int,
     write_text_atomic,
 )
+from kvsched.errors import InputError
 from kvsched.threads import check_threads
 
 #: dtypes for which the oracle must hold exactly.
 EXACT_DTYPES = ("float32", "float64")
+#: The files ``kvsched profile`` writes into its --out folder (:func:`kvsched.executor.profile.run_profile`).
+PROFILE_FILES = ("mlp.csv", "attention.csv", "batches.csv", "batches.json")
 
 
 def _prediction_model(args: argparse.Namespace, instance: Any) -> tuple[Any, str]:
-    """The cost model whose predictions go next to the measurements, and how it was named."""
-    from kvsched.costmodel import make_cost_model
+    """The cost model whose predictions go next to the measurements, and how it was named.
+
+    ``--cost-param`` alone changes the instance's own model (as in every command), and a model that
+    cannot time a batch (``slot=0``) is one error naming the flags, before any model is built.
+    """
+    from kvsched.commands.common import time_model_from_args
     from kvsched.schedule.validate import instance_cost_model
 
-    if args.cost_model is None:
+    chosen = time_model_from_args(args, instance.time_model)
+    if chosen is None:
         return instance_cost_model(instance), f"the instance's {instance.time_model.name!r}"
-    from kvsched.costmodel.coeffile import resolve_cost_model
+    from kvsched.schedule.data import ProblemData
 
-    name, params = resolve_cost_model(args.cost_model)
-    params.update(kv_pairs(args.cost_param or [], "--cost-param"))
-    return make_cost_model(name, params), args.cost_model
+    try:  # a model whose batches take no time, or overflow, on this instance (the check simulate makes)
+        cost = ProblemData.build(replace(instance, time_model=chosen)).cost_model
+    except InputError as exc:
+        raise InputError(f"--cost-model/--cost-param: {exc}") from None
+    if args.cost_model is not None:
+        return cost, args.cost_model
+    given = ", ".join(args.cost_param)
+    return cost, f"the instance's {chosen.name!r} with {given}"
+
+
+def _durations_model(instance: Any, schedule: Any, predict: Any, given: bool) -> Any:
+    """The cost model the schedule's durations were made with: the instance's, or ``predict`` when the
+    command line names one (a schedule made by ``simulate --cost-model X`` replays with
+    ``--cost-model X``). An illegal schedule is a :class:`ScheduleError` here, before any model is built:
+    its first violation may lie at the end, after minutes of tensor work.
+    """
+    from kvsched.schedule.records import Rule, ScheduleError
+    from kvsched.schedule.validate import instance_cost_model, replay
+
+    own = instance_cost_model(instance)
+    found = replay(instance, schedule, own, strict=False).violations
+    only_durations = found and all(v.rule == Rule.WRONG_DURATION for v in found)
+    if only_durations and given and not replay(instance, schedule, predict, strict=False).violations:
+        return predict
+    if found:
+        raise ScheduleError(found)
+    return own
 
 
 def _model(args: argparse.Namespace) -> Any:
@@ -103,27 +136,39 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from kvsched.executor.runner import replay_on_model
     from kvsched.instances.io import load_instance
     from kvsched.schedule.io import load_schedule
+    from kvsched.schedule.records import ScheduleError
 
     instance = load_instance(args.instance)
     schedule = load_schedule(args.schedule, instance)
     predict, predict_label = _prediction_model(args, instance)
+    given = args.cost_model is not None or bool(args.cost_param)
+    try:
+        durations = _durations_model(instance, schedule, predict, given)
+    except ScheduleError as exc:
+        more = len(exc.violations) - 1
+        print(
+            f"kvsched replay: error: {args.schedule} is not a legal schedule of {args.instance}: "
+            f"{exc.violations[0]}" + (f" (and {more} more; kvsched validate lists them)" if more else ""),
+            file=sys.stderr,
+        )
+        return EXIT_INVALID
     model = _model(args)
     options = _engine(args, model)
     console = Console()
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)  # each note and error one line, not cut at 80 columns
     if predict.name == "unit":
         err.print(
             "kvsched replay: note: the cost model is 'unit' (one slot a batch), not seconds; pass --cost-model "
             "with a calibrated coefficient set to compare predictions with measured seconds",
             markup=False,
             highlight=False,
-            soft_wrap=True,  # one line, as every note and error: not cut at 80 columns in a log
         )
     result = replay_on_model(
         model,
         instance,
         schedule,
         predict=predict,
+        durations=durations,
         pool_capacity=args.pool_capacity,
         repeat=args.repeat,
         warmup=args.warmup,
@@ -157,6 +202,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     console.print(
         f"replayed {len(table)} batches: {measured.sum():.4g} s measured, {predicted.sum():.4g} predicted",
         highlight=False,
+        soft_wrap=True,
     )
 
     meta: dict[str, Any] = {
@@ -171,7 +217,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     status = 0
     if args.check_oracle:
         report = check_oracle(model, instance, result.prompts, result.generated, args.oracle_limit)
-        console.print(report.summary(), markup=False, highlight=False)
+        console.print(report.summary(), markup=False, highlight=False, soft_wrap=True)
         meta["oracle"] = report.as_dict()
         if not report.ok and cfg.dtype in EXACT_DTYPES:
             err.print(
@@ -199,6 +245,14 @@ def cmd_replay(args: argparse.Namespace) -> int:
 def cmd_profile(args: argparse.Namespace) -> int:
     from kvsched.executor.device import require_torch
 
+    # Every file written is an output like any other: never into the bundled examples, never over an input
+    # (a coefficient file --cost-model names) or a file of another kind (an instance, a CSV trace).
+    folder = Path(args.out)
+    if folder.exists() and not folder.is_dir():
+        raise InputError(f"--out: {folder} is a file, not a folder")
+    check_outputs(
+        args, [], inputs=["cost_model"], extra_outputs=[("--out", folder / f) for f in PROFILE_FILES]
+    )
     check_output_folder(args.out, "--out")
     require_torch()
     from kvsched.executor.profile import GRIDS, run_profile
@@ -224,7 +278,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
     )
     console = Console()
     for kind, path in (("compute", res.compute), ("attention", res.attention), ("batches", res.batches)):
-        console.print(f"{kind}: {res.rows[kind]} rows -> {path}", markup=False, highlight=False)
+        console.print(
+            f"{kind}: {res.rows[kind]} rows -> {path}", markup=False, highlight=False, soft_wrap=True
+        )
     if res.skipped:
         console.print(
             f"{res.skipped} rows skipped: their KV does not fit the pool (--pool-tokens)",
@@ -247,11 +303,15 @@ def cmd_calibrate_from_replay(args: argparse.Namespace) -> int:
     _errors_row(table, f"after, held out ({fit.folds}-fold)", fit.held_out)
     console = Console()
     console.print(table)
-    console.print(f"R² {fit.r2:.4f}; coefficients: {fit.cost.params()}", markup=False, highlight=False)
+    console.print(
+        f"R² {fit.r2:.4f}; coefficients: {fit.cost.params()}", markup=False, highlight=False, soft_wrap=True
+    )
     src = Path(args.from_replay)
     out = check_output_path(args.out or src.with_name(f"{src.stem}_fit.json"), "--out", None)
     write_text_atomic(out, dump_coefficients(fit.document()))
-    Console(stderr=True).print(f"wrote {fit.form} coefficients to {out}", markup=False, highlight=False)
+    Console(stderr=True, soft_wrap=True).print(
+        f"wrote {fit.form} coefficients to {out}", markup=False, highlight=False
+    )
     return 0
 
 

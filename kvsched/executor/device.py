@@ -58,6 +58,37 @@ def resolve_dtype(name: str | None, device: torch.device) -> torch.dtype:
     return getattr(torch, name)
 
 
+def free_memory(device: torch.device) -> int | None:
+    """Bytes that ``device`` can still hand out: free GPU memory on CUDA, the kernel's MemAvailable on CPU
+    (``None`` where it cannot be read, e.g. off Linux)."""
+    if device.type == "cuda":
+        return int(require_torch().cuda.mem_get_info(device)[0])
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def check_fits(needed: int, device: torch.device, what: str, hint: str) -> None:
+    """One :class:`InputError` when ``needed`` bytes exceed what the CPU has free (``device`` a CPU).
+
+    On CPU the allocation itself would not fail: the pages are touched as they are filled, and the kernel's
+    out-of-memory killer ends the process (or another one) without a word. On CUDA the allocator's own
+    error is the answer (its cache holds memory that :func:`free_memory` counts as taken).
+    """
+    if device.type != "cpu":
+        return
+    free = free_memory(device)
+    if free is not None and needed > free:
+        raise InputError(
+            f"{what} needs {needed / 1e9:,.1f} GB, more than the {free / 1e9:,.1f} GB free on {device}; {hint}"
+        )
+
+
 def synchronize(device: torch.device) -> None:
     """Wait for the device's queued work (a no-op on CPU)."""
     if device.type == "cuda":

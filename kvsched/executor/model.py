@@ -30,6 +30,7 @@ from torch import nn
 
 from kvsched.costmodel.presets import MODELS, ModelSpec, get_model
 from kvsched.errors import InputError
+from kvsched.executor.device import check_fits
 from kvsched.executor.fused import EAGER, SmallOps
 
 #: attend(layer index, q (T, heads, d), k (T, kv_heads, d), v (T, kv_heads, d)) -> (T, heads, d).
@@ -111,6 +112,13 @@ def decoder_config(
     if layers is not None and not 1 <= layers <= shape.layers:
         raise InputError(f"--layers: {layers} is not between 1 and the {shape.layers} layers of {name}")
     return DecoderConfig(shape, layers or shape.layers, dtype, seed)
+
+
+def weight_bytes(cfg: DecoderConfig) -> int:
+    """Bytes of the weights :class:`Decoder` builds for ``cfg`` (its layers only, in its dtype)."""
+    s = cfg.shape
+    count = _param_count(cfg.layers, s.hidden, s.heads, s.kv_heads, s.head_dim, s.ffn, s.vocab)
+    return count * torch.finfo(getattr(torch, cfg.dtype)).bits // 8
 
 
 # ------------------------------------------------------------------ pieces
@@ -206,6 +214,25 @@ class Decoder(nn.Module):
         self.cfg = cfg
         self.device = torch.device(device)
         self.dtype: torch.dtype = getattr(torch, cfg.dtype)
+        s = cfg.shape
+        # The weights, and the float32 copy each matrix is drawn in (the largest: the embedding or the MLP).
+        needed = weight_bytes(cfg) + 4 * max(s.vocab * s.hidden, 2 * s.ffn * s.hidden)
+        hint = (
+            f"build fewer layers with --layers (measured times are scaled to the {s.layers}), or use a "
+            "smaller --dtype"
+        )
+        what = f"--model {cfg.name} ({cfg.layers} layers in {cfg.dtype})"
+        check_fits(needed, self.device, what, hint)
+        try:
+            self._build(cfg)
+        except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+            if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
+                raise
+            raise InputError(
+                f"{what}: {needed / 1e9:,.1f} GB of weights cannot be allocated on {self.device}; {hint}"
+            ) from None
+
+    def _build(self, cfg: DecoderConfig) -> None:
         gen = torch.Generator(device=self.device).manual_seed(cfg.seed)
 
         def weight(shape: tuple[int, ...], fan_in: int) -> nn.Parameter:

@@ -28,7 +28,7 @@ import torch
 from kvsched.costmodel import BatchView, CostModel
 from kvsched.errors import InputError
 from kvsched.executor.batch import ItemWork
-from kvsched.executor.device import Timer, environment, synchronize
+from kvsched.executor.device import Timer, check_fits, environment, synchronize
 from kvsched.executor.engine import Engine, EngineOptions, engine_options
 from kvsched.executor.kvcache import KVPool, KvPoolError
 from kvsched.executor.measure import batch_row
@@ -77,15 +77,16 @@ def new_pool(model: Decoder, capacity: int, block_size: int, layers: int | None 
     """
     s = model.cfg.shape
     layers = model.cfg.layers if layers is None else layers
+    size = 2 * capacity * layers * s.kv_heads * s.head_dim * torch.finfo(model.dtype).bits // 8
+    hint = "give a smaller --pool-capacity (replay) or --pool-tokens (profile)"
+    check_fits(size, model.device, f"KV pool: {capacity:,} tokens", hint)
     try:
         return KVPool(capacity, block_size, layers, s.kv_heads, s.head_dim, model.dtype, model.device)
     except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
         if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
             raise
-        size = 2 * capacity * layers * s.kv_heads * s.head_dim * torch.finfo(model.dtype).bits // 8
         raise InputError(
-            f"KV pool: {capacity:,} tokens ({size / 1e9:,.1f} GB on {model.device}) cannot be allocated; "
-            "give a smaller --pool-capacity (replay) or --pool-tokens (profile)"
+            f"KV pool: {capacity:,} tokens ({size / 1e9:,.1f} GB on {model.device}) cannot be allocated; {hint}"
         ) from None
 
 
@@ -110,6 +111,7 @@ def replay_on_model(
     schedule: Schedule,
     *,
     predict: CostModel | None = None,
+    durations: CostModel | None = None,
     pool_capacity: int | None = None,
     repeat: int = 1,
     warmup: int = 1,
@@ -124,6 +126,9 @@ def replay_on_model(
     predict
         Cost model whose prediction goes next to each measurement (default: the
         instance's own).
+    durations
+        Cost model the schedule's durations are checked against (default the instance's own; a schedule
+        made with another model, ``simulate --cost-model``, names that one).
     pool_capacity
         KV pool size in tokens; default the instance's M. A smaller pool shows
         the pool's own check refusing a schedule the validator accepts.
@@ -150,6 +155,7 @@ def replay_on_model(
             instance,
             schedule,
             predict,
+            durations,
             pool_capacity,
             repeat,
             warmup,
@@ -164,6 +170,7 @@ def _replay(
     instance: Instance,
     schedule: Schedule,
     predict: CostModel | None,
+    durations: CostModel | None,
     pool_capacity: int | None,
     repeat: int,
     warmup: int,
@@ -172,7 +179,7 @@ def _replay(
     options: EngineOptions,
 ) -> ReplayResult:
     lim = instance.limits
-    state = EngineState(instance, instance_cost_model(instance))
+    state = EngineState(instance, durations or instance_cost_model(instance))
     predict = predict or instance_cost_model(instance)
     pool = new_pool(model, pool_capacity or lim.kv_capacity, lim.block_size)
     prompts = prompt_ids(instance, model.cfg.shape.vocab, seed)
