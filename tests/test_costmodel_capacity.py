@@ -1,5 +1,7 @@
 """KV capacity from model and GPU specs (seed 004 Sec. 7), with and without GQA."""
 
+import dataclasses
+
 import pytest
 
 from kvsched.cli import main
@@ -55,3 +57,17 @@ def test_capacity_command_bad_input(capsys):
     assert main(["capacity", "--model", "llama-2-7b", "--gpu", "tpu"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "unknown gpu 'tpu'" in err
+
+
+def test_kv_heads_are_replicated_where_tp_exceeds_them():
+    # Llama-2-70B has 8 KV heads: on 16 GPUs each holds one, so every head is stored twice (vLLM's
+    # max(1, kv_heads // tp)); M is what the memory holds of such tokens, not twice as many.
+    model, gpu = get_model("llama-2-70b"), get_gpu("h100-80gb")
+    eight, sixteen = kv_capacity(model, gpu, tp=8), kv_capacity(model, gpu, tp=16)
+    assert sixteen.kv_bytes_gqa == 2 * eight.kv_bytes_gqa == 2 * model.kv_bytes_per_token
+    assert sixteen.tokens_gqa == int(sixteen.free_bytes // (2 * model.kv_bytes_per_token))
+    assert kv_capacity(model, gpu, tp=64).kv_bytes_gqa == 8 * model.kv_bytes_per_token
+    # A model whose KV heads tp neither divides nor multiplies has no even split: refused.
+    odd = dataclasses.replace(model, name="odd", kv_heads=6)
+    with pytest.raises(InputError, match=r"--tp: odd's 6 KV heads cannot be split evenly over 4 GPUs"):
+        kv_capacity(odd, gpu, tp=4)

@@ -33,20 +33,22 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         "KV per token, paper",
         f"{r.kv_bytes_paper:,} B (2 x L x H x D = 2 x {model.layers} x {model.hidden} x {model.dtype_bytes})",
     )
+    copies = r.kv_bytes_gqa // model.kv_bytes_per_token  # > 1 where tp exceeds the KV heads (replicated)
+    replicated = f" x {copies} copies (one KV head per GPU on {args.tp} GPUs)" if copies > 1 else ""
     table.add_row(
         "KV per token, GQA",
         f"{r.kv_bytes_gqa:,} B (2 x L x kv_heads x head_dim x D = 2 x {model.layers} x {model.kv_heads} x "
-        f"{model.head_dim} x {model.dtype_bytes})",
+        f"{model.head_dim} x {model.dtype_bytes}{replicated})",
     )
     stated = f"; the paper states {r.stated:,}, which these numbers do not give" if r.stated else ""
     table.add_row("M, paper formula", f"{r.tokens_paper:,} tokens (seed 004 Sec. 7{stated})")
     table.add_row("M, GQA-correct", f"{r.tokens_gqa:,} tokens")
-    console = Console()
+    console = Console(soft_wrap=True)  # notes one line each, not cut at 80 columns
     console.print(table)
     if model.kv_heads != model.heads:
         console.print(
             f"{model.name} has {model.kv_heads} KV heads for {model.heads} query heads (GQA): the paper's "
-            f"2 x L x H x D overstates the KV per token {model.heads // model.kv_heads}x.",
+            f"2 x L x H x D overstates the KV per token {r.kv_bytes_paper / r.kv_bytes_gqa:g}x.",
             markup=False,
             highlight=False,
         )
