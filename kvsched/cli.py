@@ -82,6 +82,29 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
 
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> argparse.Namespace:
+        """argparse's, except that words no parser took are the error of the command they follow.
+
+        argparse reports them from the top level (``kvsched: error: unrecognized arguments``), which
+        names no command and points at ``kvsched --help``, not the help that lists the command's options.
+        """
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            self._command_parser(parsed).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+    def _command_parser(self, parsed: argparse.Namespace) -> argparse.ArgumentParser:
+        """The innermost (sub)command parser ``parsed`` chose (``kvsched generate synthetic``'s, say)."""
+        parser: argparse.ArgumentParser = self
+        while True:
+            sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+            chosen = getattr(parsed, sub.dest, None) if sub is not None else None
+            if sub is None or chosen not in sub.choices:
+                return parser
+            parser = sub.choices[chosen]
+
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The ``kvsched`` parser; with ``command`` (a key of :data:`COMMANDS`), only that command's module's.

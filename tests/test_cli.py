@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -52,6 +53,25 @@ def test_validate_reports_every_violation_and_exits_1(files, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "batch 0, request 'R1': [too-many-tokens] 5 tokens but only 4 are left to process" in out
     assert "batch 2: [overlap]" in out
+
+
+def test_validate_prints_each_violation_on_one_line_when_piped(tmp_path, capsys, monkeypatch):
+    # Rich cut lines at 80 columns off a terminal: a long request id put a violation on two lines.
+    monkeypatch.setenv("COLUMNS", "80")
+    inst = evicting_instance()
+    long_id = "a-request-with-a-rather-long-identifier-from-a-real-trace-R1"
+    inst = replace(inst, requests=(replace(inst.requests[0], id=long_id), *inst.requests[1:]))
+    ipath, spath, bad = tmp_path / "inst.json", tmp_path / "sched.json", tmp_path / "bad.json"
+    save_instance(inst, ipath)
+    save_schedule(evicting_schedule(inst, UnitCost()), inst, spath)
+    doc = json.loads(spath.read_text())
+    doc["batches"][0]["items"][0][1] = 5  # R1 prefill of 5 > I = 4
+    doc["batches"][2]["start"] = 0.5  # overlaps batch 1
+    bad.write_text(json.dumps(doc))
+    assert main(["validate", str(ipath), str(bad)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert f"batch 0, request '{long_id}': [too-many-tokens] 5 tokens but only 4 are left to process" in lines
+    assert all(line.startswith("batch ") for line in lines), lines
 
 
 def test_convert_to_infermax_and_back(files, tmp_path):
@@ -106,3 +126,24 @@ def test_help_everywhere():
 def test_missing_schedule_file(files):
     proc = run_cli("validate", files[0], "/nonexistent/s.json")
     assert proc.returncode == 2 and "no such file" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("argv", "command"),
+    [
+        (["policies", "extra"], "policies"),
+        (["info", "{i}", "extra"], "info"),
+        (["validate", "{i}", "{s}", "--bogus"], "validate"),
+        (["simulate", "{i}", "-p", "vllm", "x", "y"], "simulate"),
+        (["generate", "synthetic", "extra"], "generate synthetic"),
+    ],
+)
+def test_an_unrecognized_argument_is_the_error_of_its_command(files, capsys, argv, command):
+    # argparse reported it from the top level ("kvsched: error: ...", "kvsched --help lists the options").
+    names = {"{i}": str(files[0]), "{s}": str(files[1])}
+    with pytest.raises(SystemExit) as exit_:
+        main([names.get(word, word) for word in argv])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith(f"kvsched {command}: error: unrecognized arguments: "), err
+    assert f"(kvsched {command} --help lists the options)" in err

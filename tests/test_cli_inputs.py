@@ -183,6 +183,16 @@ def test_cost_param_alone_overrides_the_instance_s_own_model(files, tmp_path, ca
     assert "nope" in _one_error_line(capsys)
 
 
+@pytest.mark.parametrize("slot", ["nan", "-3", "0", "inf"])
+def test_info_refuses_a_cost_param_simulate_refuses(files, capsys, slot):
+    # The same check (the problem data's), the same one line naming the flags, whichever the command.
+    for command in (["info", str(files[0])], ["simulate", str(files[0]), "-p", "vllm"]):
+        assert main([*command, "--cost-param", f"slot={slot}"]) == 2
+        err = _one_error_line(capsys)
+        expected = f"kvsched {command[0]}: error: --cost-model/--cost-param: cost model unit: "
+        assert err.startswith(expected), err
+
+
 def test_two_outputs_naming_one_file_are_refused_before_the_work(files, tmp_path, capsys):
     out = tmp_path / "out.json"
     assert (

@@ -187,3 +187,19 @@ def test_a_pool_larger_than_free_memory_is_one_error(torch, files, monkeypatch, 
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith("kvsched replay: error: KV pool: 1,000,000 tokens needs 0.5 GB")
     assert "--pool-capacity" in err[-1]
+
+
+def test_a_table_onto_a_device_writes_no_metadata_beside_it(torch, files, capsys):
+    # -o /dev/null wrote /dev/null.json, a new file in /dev. Here through a link (the same device, without
+    # touching /dev when the metadata is written anyway): its .json would be a file beside the link.
+    link = files / "out.csv"
+    link.symlink_to("/dev/null")
+    argv = ["replay", str(files / "inst.json"), str(files / "sched.json"), "--out", str(link), *FAST]
+    assert main(argv) == 0
+    assert not (files / "out.json").exists() and link.is_symlink()
+    wrote = [line for line in capsys.readouterr().err.splitlines() if line.startswith("wrote")]
+    assert len(wrote) == 1 and "its metadata was not written" in wrote[0], wrote
+    from kvsched.executor.measure import output_sidecar
+
+    assert output_sidecar("/dev/null") is None and output_sidecar("/dev/stdout") is None
+    assert output_sidecar(files / "m.csv") == files / "m.json"

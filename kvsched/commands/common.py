@@ -18,6 +18,7 @@ from kvsched.schedule.collector import collector_paused as paused
 from kvsched.stop import Deadline
 
 if TYPE_CHECKING:
+    from kvsched.costmodel import CostModel
     from kvsched.instances.io import OutputKind
 
 EXIT_INVALID = 1  # the schedule is illegal
@@ -156,7 +157,25 @@ def load_instance_from_args(path: str, args: argparse.Namespace) -> Instance:
     if time_model is not None:
         instance = replace(instance, time_model=time_model)
     instance.check_feasible(requests=False)  # the file's requests were checked as it was read
+    if time_model is not None:
+        # Every command refuses the flags' model up front, not only those that build the problem data
+        # (`info` would show "unit (slot=nan)" and exit 0 where `simulate` refuses it).
+        flags_cost_model(instance)
     return instance
+
+
+def flags_cost_model(instance: Instance) -> CostModel:
+    """The cost model of ``instance``, whose time model ``--cost-model``/``--cost-param`` chose, checked.
+
+    The check is the one :class:`~kvsched.schedule.data.ProblemData` makes (a batch of this instance
+    must take some time, and finitely little): a refusal is one :class:`InputError` naming the flags.
+    """
+    from kvsched.schedule.data import ProblemData
+
+    try:  # cached: a command that goes on to build the problem data reuses it
+        return ProblemData.of(instance).cost_model
+    except InputError as exc:
+        raise InputError(f"--cost-model/--cost-param: {exc}") from None
 
 
 # ----------------------------------------------------------------------------- outputs

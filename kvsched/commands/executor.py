@@ -47,12 +47,10 @@ def _prediction_model(args: argparse.Namespace, instance: Any) -> tuple[Any, str
     chosen = time_model_from_args(args, instance.time_model)
     if chosen is None:
         return instance_cost_model(instance), f"the instance's {instance.time_model.name!r}"
-    from kvsched.schedule.data import ProblemData
+    from kvsched.commands.common import flags_cost_model
 
-    try:  # a model whose batches take no time, or overflow, on this instance (the check simulate makes)
-        cost = ProblemData.build(replace(instance, time_model=chosen)).cost_model
-    except InputError as exc:
-        raise InputError(f"--cost-model/--cost-param: {exc}") from None
+    # A model whose batches take no time, or overflow, on this instance (the check simulate makes).
+    cost = flags_cost_model(replace(instance, time_model=chosen))
     if args.cost_model is not None:
         return cost, args.cost_model
     given = ", ".join(args.cost_param)
@@ -125,10 +123,12 @@ def _error_table(title: str) -> Table:
 
 def cmd_replay(args: argparse.Namespace) -> int:
     from kvsched.executor.device import require_torch
-    from kvsched.executor.measure import sidecar
+    from kvsched.executor.measure import output_sidecar
 
     # The metadata JSON beside the table is an output too: it must not replace an input or the table.
-    side = [("--out's metadata", sidecar(args.out))] if args.out else []
+    # (None beside a device, -o /dev/null: nothing is written there.)
+    metadata = output_sidecar(args.out) if args.out else None
+    side = [("--out's metadata", metadata)] if metadata is not None else []
     check_outputs(args, ["out", "trace"], inputs=["instance", "schedule"], extra_outputs=side)
     require_torch()
     from kvsched.executor.measure import ErrorSummary, end_to_end, write_replay
@@ -226,10 +226,20 @@ def cmd_replay(args: argparse.Namespace) -> int:
                 highlight=False,
             )
             status = EXIT_INVALID
-    side = write_replay(table, meta, args.out)
-    err.print(
-        f"wrote the replay table to {args.out} and its metadata to {side}", markup=False, highlight=False
-    )
+    written = write_replay(table, meta, args.out)
+    if written is None:
+        err.print(
+            f"wrote the replay table to {args.out}; its metadata was not written ({args.out} is not a "
+            "regular file, and NAME.json beside it would be a new file in its folder)",
+            markup=False,
+            highlight=False,
+        )
+    else:
+        err.print(
+            f"wrote the replay table to {args.out} and its metadata to {written}",
+            markup=False,
+            highlight=False,
+        )
     if args.trace:
         from kvsched.commands.outputs import write_trace
         from kvsched.schedule.retime import retime

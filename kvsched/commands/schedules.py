@@ -39,16 +39,21 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if trace.violations:
         shown = trace.violations[: args.max_violations]
         for v in shown:
-            console.print(str(v), markup=False, highlight=False)
+            # One line each, not cut at 80 columns when piped: a script reads a violation a line.
+            console.print(str(v), markup=False, highlight=False, soft_wrap=True)
         more = len(trace.violations) - len(shown)
         tail = f" ({more} not shown)" if more > 0 else ""
         Console(stderr=True).print(
             f"INVALID: {len(trace.violations)} violation(s) in {len(schedule)} batches{tail}",
             markup=False,
             highlight=False,
+            soft_wrap=True,
         )
         return EXIT_INVALID
-    console.print(f"valid: {len(schedule)} batches, {len(instance)} requests, makespan {schedule.makespan:g}")
+    console.print(
+        f"valid: {len(schedule)} batches, {len(instance)} requests, makespan {schedule.makespan:g}",
+        soft_wrap=True,
+    )
     if args.metrics:
         from kvsched.schedule.metrics import print_summary
 
@@ -87,7 +92,12 @@ def cmd_convert(args: argparse.Namespace) -> int:
     else:
         with atomic_output(args.out, "--out") as tmp:
             save_schedule(schedule, instance, tmp)
-    Console(stderr=True).print(f"wrote {len(schedule)} batches to {args.out} ({args.to} format)")
+    Console(stderr=True).print(  # one line whatever the path's length; its brackets are not markup
+        f"wrote {len(schedule)} batches to {args.out} ({args.to} format)",
+        markup=False,
+        highlight=False,
+        soft_wrap=True,
+    )
     return 0
 
 

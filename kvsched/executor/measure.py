@@ -166,12 +166,32 @@ def sidecar(path: str | Path) -> Path:
     return Path(path).with_suffix(".json")
 
 
-def write_replay(table: pd.DataFrame, meta: dict[str, Any], path: str | Path) -> Path:
-    """Write the replay table (CSV) and its metadata (JSON beside it); return the metadata's path."""
+def output_sidecar(path: str | Path) -> Path | None:
+    """Where :func:`write_replay` puts the metadata of a table written to ``path``: :func:`sidecar`, or
+    ``None`` when ``path`` is no regular file's (``/dev/null``, ``/dev/stdout``, a pipe).
+
+    ``NAME.json`` beside a device would be a new file in ``/dev`` (``/dev/null.json``), or in
+    ``/proc/self/fd``, which takes none; and a table nobody keeps has no metadata to keep. A name in
+    ``/dev`` counts as a device even where it leads to a regular file (``/dev/stdout`` with the shell's
+    output redirected to one): its ``.json`` would still go into ``/dev``.
+    """
     p = Path(path)
+    if p.exists() and not p.is_file():
+        return None
+    folder = p.parent.resolve()
+    if folder == Path("/dev") or folder == Path("/proc") or Path("/proc") in folder.parents:
+        return None
+    return sidecar(p)
+
+
+def write_replay(table: pd.DataFrame, meta: dict[str, Any], path: str | Path) -> Path | None:
+    """Write the replay table (CSV) and its metadata (JSON beside it, see :func:`output_sidecar`); return
+    the metadata's path, or ``None`` where none was written (the table went to a device)."""
+    p = Path(path)
+    side = output_sidecar(p)  # before the table is written: a new file would then be there
     table.loc[:, list(REPLAY_COLUMNS)].to_csv(p, index=False)
-    side = sidecar(p)
-    side.write_text(json.dumps(meta, indent=1, default=_jsonable) + "\n")
+    if side is not None:
+        side.write_text(json.dumps(meta, indent=1, default=_jsonable) + "\n")
     return side
 
 
