@@ -14,6 +14,7 @@ from kvsched.costmodel import UnitCost
 from kvsched.errors import InputError
 from kvsched.instances.io import instance_fingerprint, load_instance, save_instance
 from kvsched.schedule.io import FINGERPRINT_KEY, load_schedule, save_schedule
+from tests.test_examples import EXAMPLES
 from tests.test_schedule_io import evicting_instance, evicting_schedule
 
 
@@ -599,3 +600,15 @@ def test_an_output_in_a_folder_that_takes_no_file_is_one_line_naming_it(files, c
     assert main(["convert", str(files[0]), str(files[1]), "--to", "infermax", "--out", "/proc/z.json"]) == 2
     err = _one_error_line(capsys)
     assert "/proc/z.json" in err and "/proc/.z.json." not in err, err
+
+
+def test_an_instance_files_own_impossible_time_model_is_refused_by_info_too(tmp_path, capsys):
+    # info exited 0 showing "unit (slot=0)" where simulate refused the same file.
+    data = json.loads((EXAMPLES / "tiny.json").read_text())
+    data["time_model"] = {"name": "unit", "params": {"slot": 0}}
+    path = tmp_path / "slot0.json"
+    path.write_text(json.dumps(data))
+    for command in (["info", str(path)], ["simulate", str(path), "-p", "vllm"]):
+        assert main(command) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and f"{path}: time_model: cost model unit" in err[0], err

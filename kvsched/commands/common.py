@@ -157,25 +157,25 @@ def load_instance_from_args(path: str, args: argparse.Namespace) -> Instance:
     if time_model is not None:
         instance = replace(instance, time_model=time_model)
     instance.check_feasible(requests=False)  # the file's requests were checked as it was read
-    if time_model is not None:
-        # Every command refuses the flags' model up front, not only those that build the problem data
-        # (`info` would show "unit (slot=nan)" and exit 0 where `simulate` refuses it).
-        flags_cost_model(instance)
+    # Every command refuses the model up front, not only those that build the problem data (`info` showed
+    # "unit (slot=nan)" and exited 0 where `simulate` refuses it), the file's own as well as the flags'.
+    flags_cost_model(
+        instance, "--cost-model/--cost-param" if time_model is not None else f"{path}: time_model"
+    )
     return instance
 
 
-def flags_cost_model(instance: Instance) -> CostModel:
-    """The cost model of ``instance``, whose time model ``--cost-model``/``--cost-param`` chose, checked.
-
-    The check is the one :class:`~kvsched.schedule.data.ProblemData` makes (a batch of this instance
-    must take some time, and finitely little): a refusal is one :class:`InputError` naming the flags.
+def flags_cost_model(instance: Instance, what: str = "--cost-model/--cost-param") -> CostModel:
+    """The cost model of ``instance`` (its time model, which ``--cost-model``/``--cost-param`` may have
+    chosen), checked as :class:`~kvsched.schedule.data.ProblemData` checks it (a batch of this instance must
+    take some time, and finitely little); a refusal is one :class:`InputError` naming ``what``.
     """
-    from kvsched.schedule.data import ProblemData
+    from kvsched.schedule.data import checked_cost_model
 
-    try:  # cached: a command that goes on to build the problem data reuses it
-        return ProblemData.of(instance).cost_model
+    try:  # (independent of the request count: a few batch probes)
+        return checked_cost_model(instance)
     except InputError as exc:
-        raise InputError(f"--cost-model/--cost-param: {exc}") from None
+        raise InputError(f"{what}: {exc}") from None
 
 
 # ----------------------------------------------------------------------------- outputs

@@ -124,7 +124,6 @@ class ProblemData:
         peak = prompt + output - 1
         peak.flags.writeable = False
         lim = instance.limits
-        tm = instance.time_model
         return cls(
             instance=instance,
             ids=tuple(r.id for r in reqs),
@@ -142,7 +141,7 @@ class ProblemData:
             max_prefill_tokens=lim.max_prefill_tokens,
             max_running=lim.max_running,
             work=int(prompt.sum() + output.sum()),
-            cost_model=_checked_cost_model(instance, tm.name, tm.params),
+            cost_model=checked_cost_model(instance),
         )
 
     def blocks(self, tokens: IntOrArray) -> IntOrArray:
@@ -158,17 +157,19 @@ _CACHE: OrderedDict[int, ProblemData] = OrderedDict()
 LONGEST_BATCH = 1e12
 
 
-def _checked_cost_model(instance: Instance, name: str, params: dict[str, float]) -> CostModel:
-    """The cost model ``name`` with ``params``, refused where a batch of ``instance`` could take longer than
-    :data:`LONGEST_BATCH`.
+def checked_cost_model(instance: Instance) -> CostModel:
+    """The cost model of ``instance``'s time model, refused where a batch of ``instance`` could take longer
+    than :data:`LONGEST_BATCH` (or no time: the model's own checks). Independent of the request count:
+    commands that never build the problem data (``info``) run it too.
 
     A finite coefficient can still overflow (1e308 s a token, a KV slope in the wrong unit), and then every
     duration, makespan and bound is inf or nan and would be reported as a number. The largest batches the
     limits allow are the test: one prompt chunk of the most tokens on the rest of the KV, many decodes
     reading half of it, and one decode reading all of it (the models' terms grow with tokens, items and KV).
     """
+    tm = instance.time_model
     with np.errstate(all="ignore"):  # an overflow in a model's tables is this check's to report
-        model = make_cost_model(name, params)
+        model = make_cost_model(tm.name, tm.params)
     lim = instance.limits
     kv = lim.kv_blocks * lim.block_size
     most = max(1, min(kv, lim.max_batch_tokens or kv))
