@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import platform
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -85,8 +86,22 @@ def check_fits(needed: int, device: torch.device, what: str, hint: str) -> None:
     free = free_memory(device)
     if free is not None and needed > free:
         raise InputError(
-            f"{what} needs {needed / 1e9:,.1f} GB, more than the {free / 1e9:,.1f} GB free on {device}; {hint}"
+            f"{what} needs {needed / 1e9:,.1f} GB, more than the {free / 1e9:,.1f} GB free on {device}; "
+            f"{hint}"
         )
+
+
+@contextmanager
+def allocating(needed: int, device: torch.device, what: str, hint: str) -> Iterator[None]:
+    """Check that ``needed`` bytes fit (:func:`check_fits`), then turn an allocation failure inside the block
+    into one :class:`InputError` naming ``what`` (torch's CPU allocator error was exit 3, internal error)."""
+    check_fits(needed, device, what, hint)
+    try:
+        yield
+    except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
+            raise
+        raise InputError(f"{what}: {needed / 1e9:,.1f} GB cannot be allocated on {device}; {hint}") from None
 
 
 def synchronize(device: torch.device) -> None:

@@ -30,7 +30,7 @@ from torch import nn
 
 from kvsched.costmodel.presets import MODELS, ModelSpec, get_model
 from kvsched.errors import InputError
-from kvsched.executor.device import check_fits
+from kvsched.executor.device import allocating
 from kvsched.executor.fused import EAGER, SmallOps
 
 #: attend(layer index, q (T, heads, d), k (T, kv_heads, d), v (T, kv_heads, d)) -> (T, heads, d).
@@ -221,16 +221,10 @@ class Decoder(nn.Module):
             f"build fewer layers with --layers (measured times are scaled to the {s.layers}), or use a "
             "smaller --dtype"
         )
-        what = f"--model {cfg.name} ({cfg.layers} layers in {cfg.dtype})"
-        check_fits(needed, self.device, what, hint)
-        try:
+        with allocating(
+            needed, self.device, f"--model {cfg.name} ({cfg.layers} layers in {cfg.dtype})", hint
+        ):
             self._build(cfg)
-        except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
-            if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
-                raise
-            raise InputError(
-                f"{what}: {needed / 1e9:,.1f} GB of weights cannot be allocated on {self.device}; {hint}"
-            ) from None
 
     def _build(self, cfg: DecoderConfig) -> None:
         gen = torch.Generator(device=self.device).manual_seed(cfg.seed)

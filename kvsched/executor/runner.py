@@ -26,9 +26,8 @@ import pandas as pd
 import torch
 
 from kvsched.costmodel import BatchView, CostModel
-from kvsched.errors import InputError
 from kvsched.executor.batch import ItemWork
-from kvsched.executor.device import Timer, check_fits, environment, synchronize
+from kvsched.executor.device import Timer, allocating, environment, synchronize
 from kvsched.executor.engine import Engine, EngineOptions, engine_options
 from kvsched.executor.kvcache import KVPool, KvPoolError
 from kvsched.executor.measure import batch_row
@@ -79,15 +78,8 @@ def new_pool(model: Decoder, capacity: int, block_size: int, layers: int | None 
     layers = model.cfg.layers if layers is None else layers
     size = 2 * capacity * layers * s.kv_heads * s.head_dim * torch.finfo(model.dtype).bits // 8
     hint = "give a smaller --pool-capacity (replay) or --pool-tokens (profile)"
-    check_fits(size, model.device, f"KV pool: {capacity:,} tokens", hint)
-    try:
+    with allocating(size, model.device, f"KV pool: {capacity:,} tokens", hint):
         return KVPool(capacity, block_size, layers, s.kv_heads, s.head_dim, model.dtype, model.device)
-    except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
-        if not isinstance(exc, MemoryError) and "alloc" not in str(exc).lower():
-            raise
-        raise InputError(
-            f"KV pool: {capacity:,} tokens ({size / 1e9:,.1f} GB on {model.device}) cannot be allocated; {hint}"
-        ) from None
 
 
 def warm_up(model: Decoder, rounds: int, options: EngineOptions | None = None) -> None:
