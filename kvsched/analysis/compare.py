@@ -178,31 +178,26 @@ def _policies(policies: object, params: Mapping[str, Mapping[str, Any]]) -> dict
                 "policies: expected 'all', a comma-separated string or a list of policy names and Policy "
                 f"objects, got {type(policies).__name__}"
             ) from None
-    policy_names([e for e in entries if isinstance(e, str)])  # known names, each once
-    objects: dict[str, Policy] = {}
-    for entry in entries:
-        if isinstance(entry, str):
-            continue
-        objects[_policy_label(entry)] = entry  # type: ignore[assignment]
+    names = policy_names([e for e in entries if isinstance(e, str)])  # known names, each once
     labels = [e if isinstance(e, str) else _policy_label(e) for e in entries]
     dup = sorted({n for n in labels if labels.count(n) > 1})
     if dup:
         raise InputError(
             f"policies: {', '.join(map(repr, dup))} given more than once (a Policy's name names its row)"
         )
-    stray = sorted(set(params) - {e for e in entries if isinstance(e, str)})
+    stray = sorted(set(params) - set(names))
     if stray:
-        own = [n for n in stray if n in objects]
+        own = [n for n in stray if n in labels]
         if own:
             raise InputError(
                 f"policy_params: {', '.join(map(repr, own))} is a Policy object: give its parameters "
                 "when you build it"
             )
         raise InputError(f"policy_params: {', '.join(map(repr, stray))} not among the policies compared")
-    out = {}
+    out: dict[str, Policy] = {}
     for entry, label in zip(entries, labels, strict=True):
         if not isinstance(entry, str):
-            out[label] = objects[label]
+            out[label] = entry  # type: ignore[assignment]
             continue
         try:
             out[label] = make_policy(entry, **params.get(entry, {}))
