@@ -471,3 +471,83 @@ def test_docs_own_scheduler_example_runs(tmp_path, monkeypatch, capsys):
     assert (table["objective"] >= lower - 1e-6).all()
     assert table.filter(like="optimum", axis=0)["objective"].iloc[0] <= table["objective"].min() + 1e-9
     assert "shortest-prompt" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------- a newcomer's probe (2026-11-29)
+def _fig15_schedule():
+    return kvsched.simulate(FIG15, kvsched.make_policy("vllm")).schedule
+
+
+@pytest.mark.parametrize("fault", ["nan-arrival", "repeated-id"])
+def test_every_entry_point_checks_a_python_built_instance(fault):
+    # validate, replay, retime, the writers and the plots took a NaN arrival or a repeated id without a word
+    # (a schedule "validated", latencies came out NaN); simulate and solve refused them.
+    import dataclasses
+
+    reqs = list(FIG15.requests)
+    if fault == "nan-arrival":
+        reqs[0] = dataclasses.replace(reqs[0], arrival=float("nan"))
+        message = rf"request '{reqs[0].id}' \(#0\): arrival must be a number from 0"
+    else:
+        reqs[1] = dataclasses.replace(reqs[1], id=reqs[0].id)
+        message = rf"request '{reqs[0].id}' \(#1\): its id is used by an earlier request"
+    bad = dataclasses.replace(FIG15, requests=tuple(reqs))
+    sched = _fig15_schedule()
+    for call in (
+        lambda: kvsched.validate(bad, sched),
+        lambda: kvsched.replay(bad, sched),
+        lambda: kvsched.retime(bad, sched, kvsched.make_cost_model("unit")),
+        lambda: kvsched.chrome_trace(bad, sched),
+        lambda: kvsched.plot_gantt(bad, sched),
+    ):
+        with pytest.raises(InputError, match=message):
+            call()
+
+
+def test_an_instance_name_meta_and_limits_are_checked_and_it_hashes(tmp_path):
+    import dataclasses
+
+    with pytest.raises(InputError, match=r"^name: expected a str, got int"):
+        kvsched.save_instance(dataclasses.replace(FIG15, name=5), tmp_path / "a.json")
+    with pytest.raises(InputError, match=r"^meta: expected a dict"):
+        kvsched.validate(dataclasses.replace(FIG15, meta=None), _fig15_schedule())
+    with pytest.raises(InputError, match=r"^save_instance: the instance cannot be written as JSON"):
+        kvsched.save_instance(dataclasses.replace(FIG15, meta={"x": object()}), tmp_path / "b.json")
+    with pytest.raises(InputError, match=r"^limits: expected kvsched.Limits"):
+        kvsched.validate(dataclasses.replace(FIG15, limits={"kv_capacity": 8}), _fig15_schedule())
+    assert not (tmp_path / "a.json").exists() and not (tmp_path / "b.json").exists()
+    # A frozen instance hashes (its dict fields kept it from it), consistently with ==.
+    twin = dataclasses.replace(FIG15, meta={"other": 1})
+    assert hash(FIG15) == hash(dataclasses.replace(FIG15)) and {FIG15: 1}[dataclasses.replace(FIG15)] == 1
+    assert twin != FIG15
+
+
+def test_a_csv_trace_needs_real_limits_and_a_time_model(tmp_path):
+    csv = tmp_path / "t.csv"
+    csv.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,4,4\n")
+    with pytest.raises(InputError, match=r"^limits: expected kvsched.Limits"):
+        kvsched.load_csv_trace(csv, {"kv_capacity": 100}, kvsched.TimeModel())
+    with pytest.raises(InputError, match=r"^time_model: expected kvsched.TimeModel"):
+        kvsched.load_csv_trace(csv, kvsched.Limits(100), "unit")
+
+
+@pytest.mark.parametrize(
+    ("params", "message"),
+    [
+        ({"thresholds": "paper", "batch_size": 0}, "batch_size must be a positive integer"),
+        ({"batch_size": 2.5}, "batch_size must be a positive integer"),
+        ({"d0": "x"}, "d0 must be a finite number >= 0 or None"),
+        ({"margin": float("nan")}, "margin must be a finite number >= 0"),
+    ],
+)
+def test_the_wait_policys_numbers_are_checked(params, message):
+    with pytest.raises(InputError, match=message):
+        kvsched.make_policy("wait", **params)
+
+
+@pytest.mark.parametrize("params", [{"rate": 1e-300}, {"rate": 1.0, "tick": 1e20}])
+def test_generate_names_the_arrival_parameters_behind_an_arrival_out_of_range(params):
+    with pytest.raises(
+        InputError, match=r"^synthetic: the generated instance breaks a request rule \(arrivals"
+    ):
+        kvsched.generate("synthetic", n=5, arrival="poisson", **params)

@@ -93,6 +93,8 @@ def test_kv_capacity_below_the_peak(built: BuiltSchedule) -> None:
     trace = validate(built.instance, built.schedule)
     bs = built.instance.limits.block_size
     peak_blocks = max(r.kv_blocks for r in trace.records)
+    # Limits an instance may have (M >= 1 and at least one block): validate checks the instance too.
+    assume(peak_blocks * bs - 1 >= max(1, bs))
     squeezed = with_limits(built.instance, kv_capacity=peak_blocks * bs - 1)
     expected = [(Rule.KV_CAPACITY, r.index, None) for r in trace.records if r.kv_blocks == peak_blocks]
     assert found(squeezed, built.schedule) == expected
@@ -103,6 +105,7 @@ def test_kv_capacity_below_the_peak(built: BuiltSchedule) -> None:
 def test_token_budget_below_the_largest_batch(built: BuiltSchedule) -> None:
     records = validate(built.instance, built.schedule).records
     C = max(r.num_tokens for r in records) - 1
+    assume(C >= 1)  # a budget an instance may have
     expected = [(Rule.TOKEN_BUDGET, r.index, None) for r in records if r.num_tokens > C]
     assert found(with_limits(built.instance, max_batch_tokens=C), built.schedule) == expected
 
@@ -113,6 +116,7 @@ def test_prefill_budget_below_the_largest_prefill(built: BuiltSchedule) -> None:
     records = validate(built.instance, built.schedule).records
     P = max(r.prefill_tokens for r in records) - 1
     assert P >= 0  # the first batch is a prefill
+    assume(P >= 1)  # a budget an instance may have
     expected = [(Rule.PREFILL_BUDGET, r.index, None) for r in records if r.prefill_tokens > P]
     assert found(with_limits(built.instance, max_prefill_tokens=P), built.schedule) == expected
 
@@ -122,6 +126,7 @@ def test_prefill_budget_below_the_largest_prefill(built: BuiltSchedule) -> None:
 def test_max_running_below_the_most_running(built: BuiltSchedule) -> None:
     records = validate(built.instance, built.schedule).records
     cap = max(r.num_running for r in records) - 1
+    assume(cap >= 1)  # a cap an instance may have
     expected = [(Rule.MAX_RUNNING, r.index, None) for r in records if r.num_running > cap]
     assert found(with_limits(built.instance, max_running=cap), built.schedule) == expected
 

@@ -24,3 +24,17 @@ def check_positive(name: str, value: int | None) -> None:
         not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1
     ):
         raise ValueError(f"{name} must be a positive integer or None; got {value!r}")
+
+
+def check_non_negative_number(name: str, value: Any, *, none: bool = False) -> None:
+    """Reject anything but a finite real number >= 0 (``None`` too where ``none``; bools and NaN refused)."""
+    if value is None and none:
+        return
+    if (
+        not isinstance(value, int | float | np.integer | np.floating)
+        or isinstance(value, bool)
+        or not np.isfinite(value)
+        or value < 0
+    ):
+        more = " or None" if none else ""
+        raise ValueError(f"{name} must be a finite number >= 0{more}; got {value!r}")

@@ -659,4 +659,19 @@ def generate(
     from kvsched.instances.io import check_time_model  # here: the CLI's parser imports this module
 
     check_time_model(time_model, f"{kind}: time_model")
-    return spec.make(n, seed, limits, time_model, **kwargs)
+    instance = spec.make(n, seed, limits, time_model, **kwargs)
+    _check_made(kind, instance, kwargs)
+    return instance
+
+
+def _check_made(kind: str, instance: Instance, kwargs: Mapping[str, Any]) -> None:
+    """Hold a generated instance to the rules a file is held to, naming the parameters behind a fault: a rate
+    of 1e-300 or a tick of 1e20 gave arrivals past MAX_TIME, blamed on request 'r1' at its first use."""
+    try:
+        instance.check_requests()
+    except InputError as exc:
+        keys = ("arrival", "tick", "rate_scale", "units_per_second")
+        timing = {k: kwargs[k] for k in keys if kwargs.get(k) is not None}
+        said = ", ".join(f"{k}={v!r}" for k, v in timing.items())
+        why = f" (arrivals come from {said})" if timing and "arrival" in str(exc) else ""
+        raise InputError(f"{kind}: the generated instance breaks a request rule{why}: {exc}") from None

@@ -462,10 +462,13 @@ def save_instance(instance: Instance, path: str | Path) -> None:
     a missing folder is created)."""
     import json
 
-    expect_instance(instance).check_requests()  # what loading it back checks: a file that loads
+    expect_instance(instance)  # what loading it back checks: a file that loads
     # An instance may replace an instance file (a rerun), never a results database or a CSV trace.
     p = check_not_input(check_instance_path(path, "save_instance"), "save_instance", kind="instance")
-    text = json.dumps(instance_to_dict(instance), indent=1) + "\n"
+    try:
+        text = json.dumps(instance_to_dict(instance), indent=1, allow_nan=False) + "\n"
+    except (TypeError, ValueError) as exc:  # meta (or a time model's parameter) that JSON cannot hold
+        raise InputError(f"save_instance: the instance cannot be written as JSON ({exc})") from None
     write_output(p, "save_instance", lambda q: q.write_text(text, encoding="utf-8"))
 
 
@@ -536,6 +539,8 @@ def load_csv_trace(path: str | Path, limits: Limits, time_model: TimeModel, *, n
 
     from kvsched.instances.csvtrace import csv_columns, csv_header, first_bad_row, read_csv_text
 
+    expect_limits(limits)  # before reading: a trace carries no limits, so these are the instance's
+    expect_time_model(time_model)
     p = Path(path)
     text = read_csv_text(p)
     header = csv_header(p, text)

@@ -143,6 +143,9 @@ DEFAULT_KV_CAPACITY = 100_000
 #: 10,000). An instance, its limits and its requests are frozen, so the answer cannot change; holding the
 #: instances keeps an id from being reused.
 _FEASIBLE: deque[Instance] = deque(maxlen=4)
+#: The same for :meth:`Instance.check_requests` alone, which every entry point taking an instance runs
+#: (:func:`expect_instance`): a replay or a writer as well as a simulation or a solve.
+_REQUESTS_OK: deque[Instance] = deque(maxlen=4)
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,7 +247,13 @@ class Instance:
         ``float``, so numpy scalars take the loop below, which reads them as Python's own and names the
         first fault). The limits are checked first (:meth:`Limits.check`).
         """
+        if any(known is self for known in _REQUESTS_OK):
+            return
         expect_limits(self.limits)
+        if not isinstance(self.name, str):
+            raise InputError(f"name: expected a str, got {type(self.name).__name__}")
+        if not isinstance(self.meta, dict):
+            raise InputError(f"meta: expected a dict (of JSON values), got {type(self.meta).__name__}")
         reqs = self.requests
         if not isinstance(reqs, tuple | list):
             raise InputError(f"requests: expected a tuple of kvsched.Request, got {type(reqs).__name__}")
@@ -267,10 +276,12 @@ class Instance:
             and type(r.priority) is int and r.priority == 0
             for r in reqs
         ) and len({r.id for r in reqs}) == len(reqs):  # fmt: skip
+            self._requests_ok()
             return
         if all(
             all(map(rule, map(attrgetter(name), reqs))) for name, (rule, _) in REQUEST_RULES.items()
         ) and len({r.id for r in reqs}) == len(reqs):
+            self._requests_ok()
             return
         seen: set[str] = set()
         for k, r in enumerate(reqs):
@@ -285,6 +296,15 @@ class Instance:
                     f"request {r.id!r} (#{k}): its id is used by an earlier request; ids must be unique"
                 )
             seen.add(r.id)
+
+    def _requests_ok(self) -> None:
+        if type(self.requests) is tuple:  # a list could change after the check
+            _REQUESTS_OK.append(self)
+
+    def __hash__(self) -> int:
+        # The generated hash would hash ``meta`` and the time model's parameters, dicts: unhashable. Equal
+        # instances have equal requests, limits and names, so these fields alone keep hash and == consistent.
+        return hash((self.name, self.limits, self.time_model.name, tuple(self.requests)))
 
     def check_feasible(self, *, requests: bool = True) -> None:
         """Raise :class:`InfeasibleInstanceError` if some request can never run.
@@ -340,10 +360,14 @@ def expect_time_model(value: object, name: str = "time_model") -> TimeModel:
 
 
 def expect_instance(value: object) -> Instance:
-    """``value`` if it is an :class:`Instance`, else the one :class:`~kvsched.errors.InputError`
-    the API entry points (``simulate``, ``solve``, ``compare``) raise for it."""
+    """``value`` if it is an :class:`Instance` whose fields pass :meth:`Instance.check_requests`, else the one
+    :class:`~kvsched.errors.InputError` the API entry points raise for it. Every entry point taking an
+    instance calls it (``simulate``, ``solve``, ``compare``, ``validate``, ``replay``, ``retime``, the writers and
+    the plots): an instance built in Python with a NaN arrival or two requests of one id validated a schedule
+    and reported NaN latencies before. Remembered per instance (it is frozen), so a second call is free."""
     if not isinstance(value, Instance):
         raise InputError(
             f"instance: expected an Instance (kvsched.load_instance), got {type(value).__name__}"
         )
+    value.check_requests()
     return value

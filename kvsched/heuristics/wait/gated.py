@@ -12,7 +12,7 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.heuristics.base import Decision, SchedulerView
-from kvsched.heuristics.checks import check_choice
+from kvsched.heuristics.checks import check_choice, check_non_negative_number, check_positive
 from kvsched.heuristics.fluid import instance_types, kv_mass
 from kvsched.heuristics.wait.thresholds import ThresholdMode, TypeKey, eq1_of, wait_thresholds
 from kvsched.instances.model import Instance
@@ -330,8 +330,10 @@ class WAIT(StageGated):
     ) -> None:
         check_choice("types", types, TypeKey)
         check_choice("thresholds", thresholds, ThresholdMode)
-        if margin < 0:
-            raise ValueError(f"margin must be >= 0; got {margin}")
+        check_non_negative_number("margin", margin)  # NaN passed "< 0" and stalled the policy
+        check_positive("batch_size", batch_size)
+        check_non_negative_number("d0", d0, none=True)
+        check_non_negative_number("d1", d1, none=True)
         self.name = name
         self.types = types
         self.thresholds = thresholds

@@ -14,7 +14,7 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.heuristics.base import SchedulerView
-from kvsched.heuristics.checks import check_choice
+from kvsched.heuristics.checks import check_choice, check_non_negative_number, check_positive
 from kvsched.heuristics.fluid import fluid_equilibrium
 from kvsched.heuristics.wait.gated import StageGated
 from kvsched.heuristics.wait.thresholds import (
@@ -83,8 +83,13 @@ class NestedWAIT(StageGated):
             raise ValueError("design='given' needs ends and rates")
         if isinstance(segments, str) and segments != "auto":
             segments = int(segments)  # from the command line
-        if (segments != "auto" and segments < 1) or not 0 < delta < 1 or eps < 0 or margin < 0:
-            raise ValueError("need segments >= 1 or 'auto', 0 < delta < 1, eps >= 0 and margin >= 0")
+        if (segments != "auto" and segments < 1) or not 0 < delta < 1:  # (NaN fails 0 < delta)
+            raise ValueError("need segments >= 1 or 'auto' and 0 < delta < 1")
+        for key, value in (("eps", eps), ("margin", margin)):
+            check_non_negative_number(key, value)  # NaN passed "< 0"
+        check_positive("batch_size", batch_size)
+        check_non_negative_number("d0", d0, none=True)
+        check_non_negative_number("d1", d1, none=True)
         self.name = name
         self.design = design
         self.segments: int | Literal["auto"] = segments if segments == "auto" else int(segments)
