@@ -390,6 +390,19 @@ def compare(
     compared: dict[str, Schedule] = {}
     metrics: dict[str, RunMetrics] = {}
     serving: dict[str, ServingMetrics] = {}
+    # The schedules given first: they are what the comparison is for, and the policies' share of the time is
+    # of what they leave (a replay cannot stop halfway and leave a measure).
+    given_rows: list[dict[str, Any]] = []
+    for name, schedule in given.items():
+        started = time.monotonic()
+        trace = replay(instance, schedule, strict=False)
+        if trace.violations:
+            given_rows.append({"name": name, "kind": "schedule", "error": illegal_schedule(trace.violations)})
+            continue
+        metrics[name], serving[name] = _metrics(trace, slo)
+        took = time.monotonic() - started
+        given_rows.append(_row(metrics[name], serving[name], name, measure(trace), "schedule", took))
+        compared[name] = schedule
     policies_by = _policy_deadline(deadline, solver is not None and solver_error is None)
     for name, sim in run_policies(instance, built, policies_by):
         if isinstance(sim, str):
@@ -400,17 +413,7 @@ def compare(
         metrics[name], serving[name] = _metrics(trace, slo)
         rows.append(_row(metrics[name], serving[name], name, measure(trace), "policy", sim.runtime))
         compared[name] = sim.schedule
-    for name, schedule in given.items():
-        started = time.monotonic()
-        trace = replay(instance, schedule, strict=False)
-        if trace.violations:
-            rows.append({"name": name, "kind": "schedule", "error": illegal_schedule(trace.violations)})
-            continue
-        metrics[name], serving[name] = _metrics(trace, slo)
-        rows.append(
-            _row(metrics[name], serving[name], name, measure(trace), "schedule", time.monotonic() - started)
-        )
-        compared[name] = schedule
+    rows += given_rows  # (the table lists the policies first)
 
     result = None
     if solver is not None and solver_error is None:
@@ -513,6 +516,17 @@ def add_regret(
         A lower bound valid for every legal schedule: gives
         ``max_regret_vs_all_schedules`` (the certified regret).
     """
+    from numbers import Real  # (imported here: this function's checks are its own)
+
+    # A public helper: a wrong argument is one InputError naming it, not a TypeError from pandas.
+    if not isinstance(table, pd.DataFrame) or "objective" not in table.columns:
+        got = (
+            type(table).__name__ if not isinstance(table, pd.DataFrame) else "a DataFrame with no such column"
+        )
+        raise InputError(f"table: expected a pandas DataFrame with an 'objective' column, got {got}")
+    for label, value in (("incumbent", incumbent), ("bound", bound), ("lower", lower)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, Real)):
+            raise InputError(f"{label}: expected a number or None, got {type(value).__name__}")
     if incumbent is not None:
         table[REGRET] = table["objective"] - incumbent
         table[REGRET_PCT] = 100.0 * table[REGRET] / incumbent if incumbent else float("nan")
