@@ -5,9 +5,9 @@ import json
 import pytest
 
 from kvsched.cli import main
-from kvsched.commands.common import OUTPUT_SECONDS, OUTPUT_SHARE, output_seconds, solve_deadline
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule import metrics, serving
+from kvsched.schedule.output_time import OUTPUT_SECONDS, OUTPUT_SHARE, output_seconds, solve_deadline
 from kvsched.stop import Deadline
 from tests.test_examples import EXAMPLES
 

@@ -281,7 +281,9 @@ def test_compare_needs_a_policy(files, capsys):
 
 
 def test_the_output_time_warning_never_says_0_s():
-    assert [common._seconds(x) for x in (0.3, 0.012, 8.74, 123.4)] == ["0.3", "0.012", "8.7", "123"]
+    from kvsched.schedule.output_time import seconds_text
+
+    assert [seconds_text(x) for x in (0.3, 0.012, 8.74, 123.4)] == ["0.3", "0.012", "8.7", "123"]
 
 
 def test_an_export_is_checked_before_the_solve_and_a_missing_one_is_an_error(files, tmp_path, capsys):

@@ -377,3 +377,58 @@ def test_an_ecdf_is_drawn_through_at_most_its_quantile_points(monkeypatch):
     # Each point lies on the exact empirical CDF.
     exact = np.searchsorted(np.sort(values), x[1:], side="right") / values.size
     assert np.allclose(y[1:], exact)
+
+
+# ----------------------------------------------------------------------------- a trace is its schedule's replay
+def test_a_trace_of_another_schedule_is_refused(fig15):
+    inst, _ = fig15
+    vllm = simulate(inst, make_policy("vllm"))
+    other = simulate(inst, make_policy("sarathi-ef")).trace
+    with pytest.raises(InputError, match=r"^trace: not the replay of the schedule drawn"):
+        plots.plot_gantt(inst, vllm.schedule, trace=other)
+    for plot in (plots.plot_kv, plots.plot_cdfs):
+        with pytest.raises(InputError, match=r"^traces\['vllm'\]: not the replay"):
+            plot(inst, {"vllm": vllm.schedule}, traces={"vllm": other})
+    plots.plot_gantt(inst, vllm.schedule, trace=vllm.trace)  # its own replay is drawn
+    plots.plot_kv(inst, {"vllm": vllm.schedule}, traces={"vllm": replay(inst, vllm.schedule)})
+
+
+def test_same_batch_count_other_starts_is_refused(fig15):
+    from dataclasses import replace as changed
+
+    from kvsched.schedule.ir import Run, Schedule
+
+    inst, _ = fig15
+    sim = simulate(inst, make_policy("vllm"))
+    # The same batches, all one slot later: as many batches, other starts (a replay of another schedule).
+    late = Schedule(
+        tuple(
+            changed(e, start=e.start + 1, end=e.end + 1) if type(e) is Run else changed(e, start=e.start + 1)
+            for e in sim.schedule.entries
+        )
+    )
+    with pytest.raises(InputError, match="start at other times"):
+        plots.check_replay_of(late, sim.trace)
+
+
+def test_a_trace_under_a_name_no_schedule_has_is_refused(fig15):
+    inst, _ = fig15
+    vllm = simulate(inst, make_policy("vllm"))
+    for plot in (plots.plot_kv, plots.plot_cdfs):
+        with pytest.raises(InputError, match=r"^traces: 'typo' name no schedule"):
+            plot(inst, {"vllm": vllm.schedule}, traces={"typo": vllm.trace})
+
+
+def test_the_replay_check_accepts_runs_that_end_with_a_last_chunk():
+    from kvsched.schedule.records import RunRecord
+    from tests.test_chunk_runs import INSTANCES, _coalesce
+
+    seen_tail = False
+    for inst in INSTANCES.values():
+        plain = simulate(inst, make_policy("sarathi"), coalesce=False)
+        coalesced = _coalesce(plain.schedule, plain.trace.records)
+        trace = replay(inst, coalesced)
+        seen_tail |= any(type(e) is RunRecord and e.tail is not None for e in trace.entries)
+        assert plots.check_replay_of(coalesced, trace) is trace
+        assert plots.check_replay_of(plain.schedule, replay(inst, plain.schedule)) is not None
+    assert seen_tail

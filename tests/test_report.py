@@ -19,6 +19,7 @@ from kvsched.analysis.spec import parse_spec
 from kvsched.analysis.sweep import run_sweep
 from kvsched.cli import main
 from kvsched.csp import SolverOptions
+from kvsched.errors import InputError
 from kvsched.instances.io import load_instance
 from tests.test_examples import EXAMPLES
 from tests.test_sweep import TINY
@@ -220,3 +221,114 @@ def test_cli_report_hands_the_solve_what_is_left_of_the_time_limit(tmp_path, mon
     (deadline,) = seen
     # Counted from the command's start, less the time kept for the figures (1 s of 10).
     assert deadline.limit == 10 and deadline.bounded and deadline.end - time.monotonic() < 9
+
+
+# ----------------------------------------------------------------------------- arguments, deadline, examples
+def _text(path: Path) -> str:
+    page = re.sub(r"<style.*?</style>", "", path.read_text(), flags=re.S)
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", page)))
+
+
+def test_instance_report_shows_a_comparison_under_its_own_objective(tmp_path):
+    from kvsched.analysis.compare import compare
+
+    inst = load_instance(FIG15)
+    cmp = compare(inst, ["vllm"], objective="makespan", solver=None)
+    text = _text(instance_report(inst, tmp_path, comparison=cmp))
+    assert "Policies (makespan, slots)" in text and "total-latency" not in text
+    assert "vllm: makespan 14 slots" in text
+    with pytest.raises(
+        InputError, match=r"^objective: 'total-latency', but the comparison was made for 'makespan'"
+    ):
+        instance_report(inst, tmp_path / "other", comparison=cmp, objective="total-latency")
+    assert not (tmp_path / "other").exists()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"out_dir": None}, r"^out_dir: expected a file path"),
+        ({"comparison": 5}, r"^comparison: expected a Comparison"),
+        ({"source": 5}, r"^source: expected a str"),
+        ({"deadline": 5}, r"^deadline: expected a kvsched.Deadline"),
+        ({"policies": "nope"}, r"^policies: unknown policy 'nope'"),
+        ({"policies": 5}, r"^policies: expected 'all'"),
+    ],
+)
+def test_instance_report_checks_its_arguments(tmp_path, kwargs, message):
+    kwargs = {"out_dir": tmp_path / "r", "solver": None, **kwargs}
+    with pytest.raises(InputError, match=message):
+        instance_report(load_instance(FIG15), kwargs.pop("out_dir"), **kwargs)
+
+
+@pytest.mark.parametrize("policies", ["vllm", "vllm,sarathi"])
+def test_instance_report_takes_policies_as_a_string_as_compare_does(tmp_path, policies):
+    text = _text(instance_report(load_instance(FIG15), tmp_path, policies=policies, solver=None))
+    for name in policies.split(","):
+        assert f" {name} " in text
+
+
+def test_instance_report_never_writes_into_the_bundled_examples():
+    from kvsched.instances import EXAMPLES_DIR
+
+    page = EXAMPLES_DIR / "index.html"
+    assert not page.exists()
+    try:
+        with pytest.raises(InputError, match=r"^out_dir: .* bundled examples"):
+            instance_report(load_instance(FIG15), EXAMPLES_DIR, policies=["vllm"], solver=None)
+        with pytest.raises(InputError, match=r"^out_dir: .* bundled examples"):
+            database_report("x.sqlite", EXAMPLES_DIR)
+        assert not page.exists()
+    finally:
+        page.unlink(missing_ok=True)  # never leave a stray file in the package, even when failing
+
+
+def test_instance_report_keeps_time_for_the_figures_from_the_solve(tmp_path, monkeypatch):
+    import importlib
+
+    from kvsched.stop import Deadline
+
+    # (The package's attribute `compare` is the function, which hides the module of that name.)
+    compare_module = importlib.import_module("kvsched.analysis.compare")
+
+    seen = []
+    real = compare_module.compare
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs["deadline"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare_module, "compare", spy)
+    instance_report(load_instance(FIG15), tmp_path, policies="vllm", solver=None, deadline=Deadline.after(10))
+    (deadline,) = seen
+    assert deadline.bounded and deadline.end - time.monotonic() < 5.1  # half of 10 s kept for the figures
+
+
+def test_instance_report_leaves_out_the_figures_it_has_no_time_for(tmp_path):
+    import warnings
+
+    from kvsched.stop import Deadline
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # ended by its deadline: no warning
+        start = time.monotonic()
+        path = instance_report(
+            load_instance(FIG15), tmp_path, policies="vllm", solver=None, deadline=Deadline.after(0.8)
+        )
+    assert time.monotonic() - start < 0.8 + 1.0
+    text = _text(path)
+    assert "Left out to end by the deadline (0.8 s): the Gantt chart of vllm; KV usage over time" in text
+    assert not _assert_self_contained(path.read_text())  # no figure drawn
+
+
+def test_instance_report_that_ends_late_says_so(tmp_path):
+    from kvsched.analysis.compare import compare
+    from kvsched.stop import Deadline
+
+    inst = load_instance(FIG15)
+    cmp = compare(inst, ["vllm"], solver=None)
+    deadline = Deadline.after(0.05)
+    time.sleep(1.3)  # past the deadline and its grace (1 s) before the report starts
+    with pytest.warns(RuntimeWarning, match=r"^instance_report: ended 1\.\d s past its deadline"):
+        path = instance_report(inst, tmp_path, comparison=cmp, deadline=deadline)
+    assert "Left out to end by the deadline" in _text(path)

@@ -34,6 +34,7 @@ from kvsched.instances.io import check_not_input, write_output
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.ir import Phase, Schedule, expect_schedule
 from kvsched.schedule.metrics import batch_metrics, request_metrics
+from kvsched.schedule.records import RunRecord
 from kvsched.schedule.tokens import generation_events
 from kvsched.schedule.validate import Trace, expect_trace, replay
 
@@ -269,7 +270,10 @@ def plot_gantt(
     if not (isinstance(max_requests, Integral) and not isinstance(max_requests, bool) and max_requests >= 1):
         raise InputError(f"max_requests: expected an int >= 1, got {max_requests!r}")
     _expect_title(title)
-    trace = replay(instance, schedule) if trace is None else expect_trace(trace, instance=instance)
+    if trace is None:
+        trace = replay(instance, schedule)
+    else:
+        check_replay_of(schedule, expect_trace(trace, instance=instance))
     shown = min(len(instance), int(max_requests))
     seg = gantt_segments(instance, _shown_prefix(schedule, trace, shown))
     if len(seg) > MERGE_ABOVE:  # one box per batch (as seed 003 Fig. 15) while that stays legible
@@ -332,12 +336,68 @@ def _replays(
             f"traces: expected a mapping of the schedules' names to their traces, got {type(traces).__name__}"
         )
     given = traces or {}
-    return {
-        name: replay(instance, schedule)
-        if given.get(name) is None
-        else expect_trace(given[name], f"traces[{name!r}]", instance)
-        for name, schedule in schedules.items()
-    }
+    # A trace under a name no schedule has is a typo (or a stale key): its curve would silently go missing.
+    unknown = [str(k) for k in given if k not in schedules]
+    if unknown:
+        raise InputError(
+            f"traces: {', '.join(map(repr, unknown))} name no schedule (the schedules are "
+            f"{', '.join(map(repr, map(str, schedules)))})"
+        )
+    out = {}
+    for name, schedule in schedules.items():
+        if given.get(name) is None:
+            out[name] = replay(instance, schedule)
+            continue
+        label = f"traces[{name!r}]"
+        out[name] = check_replay_of(schedule, expect_trace(given[name], label, instance), label)
+    return out
+
+
+def check_replay_of(schedule: Schedule, trace: Trace, name: str = "trace") -> Trace:
+    """``trace`` if it can be the replay of ``schedule``, else one :class:`InputError` naming ``name``.
+
+    A replay of another schedule of the same instance would draw that schedule's data under this one's
+    name. The check is cheap (no replay): the same number of batches, and the same start for each of the
+    schedule's entries (a run's record starts where its run does; the record of a run's last chunk, its
+    ``tail``, has no entry of its own).
+
+    Parameters
+    ----------
+    schedule
+        The schedule drawn.
+    trace
+        Its replay, as given by the caller.
+    name
+        The argument's name, for the message.
+
+    Returns
+    -------
+    Trace
+        ``trace`` itself.
+    """
+    why = ""
+    if trace.num_batches != len(schedule):
+        why = f"it has {trace.num_batches} batches, the schedule {len(schedule)}"
+    else:
+        starts = []
+        tail = None
+        for e in trace.entries:
+            if e is tail:  # the tail's batch belongs to the run recorded just before it
+                continue
+            if type(e) is RunRecord:
+                starts.append(e.run.start)
+                tail = e.tail
+            else:
+                starts.append(e.start)
+        # A run replayed batch by batch (a non-strict replay of an illegal run) has more entries: its
+        # batch count agreed above, and only the entry starts cannot be compared one to one.
+        if len(starts) == len(schedule.entries):
+            mine = np.fromiter((e.start for e in schedule.entries), float, len(schedule.entries))
+            if not np.allclose(np.asarray(starts, float), mine, rtol=1e-9, atol=1e-9):
+                why = "its batches start at other times than the schedule's"
+    if why:
+        raise InputError(f"{name}: not the replay of the schedule drawn ({why}); pass that schedule's trace")
+    return trace
 
 
 def plot_kv(

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import base64
 import html
+import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -35,8 +37,9 @@ from kvsched.analysis.compare import (
 )
 from kvsched.csp.certificate import Scope
 from kvsched.csp.result import Result, SolveStatus
-from kvsched.errors import InputError
-from kvsched.instances.model import Instance
+from kvsched.errors import InputError, expect_path
+from kvsched.instances.io import check_not_input
+from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.metrics import format_number
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline
@@ -163,8 +166,8 @@ def instance_report(
     instance: Instance,
     out_dir: str | Path,
     *,
-    policies: Sequence[str] | None = None,
-    objective: str = "total-latency",
+    policies: str | Sequence[str] | None = None,
+    objective: str | None = None,
     solver: str | None = "highs",
     formulation: str = "auto",
     options: Any = None,
@@ -175,14 +178,70 @@ def instance_report(
 ) -> Path:
     """Solve ``instance``, compare ``policies`` (all by default) and write the report; returns its path.
 
-    A ``comparison`` already computed (by :func:`~kvsched.analysis.compare.compare`
-    with ``objective``) is used as it is instead. ``deadline`` is when the
-    solve must end (the policies run first and count against it).
-    """
-    from kvsched.analysis.compare import compare
-    from kvsched.heuristics import POLICIES
+    Parameters
+    ----------
+    instance
+        The instance reported on.
+    out_dir
+        The folder the page (``index.html``) is written in; created if missing. Never kvsched's bundled
+        examples folder, nor a folder whose ``index.html`` is an input (an instance file, a database).
+    policies
+        ``"all"``, ``"a,b"`` or a sequence of policy names, as for
+        :func:`~kvsched.analysis.compare.compare` (default: every policy).
+    objective
+        The objective compared and shown (default ``"total-latency"``). With a ``comparison`` it is the
+        comparison's objective: giving another one is an :class:`InputError`, as the page would call
+        the comparison's numbers by the wrong name.
+    solver, formulation, options, solve_options
+        The exact solve's settings (see :func:`~kvsched.analysis.compare.compare`).
+    source
+        Where the instance was read from, for the page's heading.
+    comparison
+        A comparison already computed by :func:`~kvsched.analysis.compare.compare`, used as it is
+        (nothing is solved or simulated then).
+    deadline
+        When the whole report must be written (wall clock). The policies and the solve count against
+        it and the solve ends early enough to leave time for the figures (at most half the limit is
+        kept for them); a figure that cannot be drawn in the time left is left out, and the page
+        says so. A report that still ends past the deadline (beyond its grace) says so with a
+        :class:`RuntimeWarning`: a first schedule is always made, and that can take longer.
 
-    names = list(policies) if policies is not None else list(POLICIES)
+    Returns
+    -------
+    Path
+        The page written.
+    """
+    from kvsched.analysis.compare import compare, policy_names
+    from kvsched.heuristics import POLICIES
+    from kvsched.instances.io import check_output_folder
+    from kvsched.schedule.output_time import solve_deadline
+
+    expect_instance(instance)
+    if comparison is not None and not isinstance(comparison, Comparison):
+        raise InputError(
+            f"comparison: expected a Comparison (kvsched.compare's result), got {type(comparison).__name__}"
+        )
+    if not isinstance(source, str):
+        raise InputError(
+            f"source: expected a str (where the instance was read from), got {type(source).__name__}"
+        )
+    if deadline is not None and not isinstance(deadline, Deadline):
+        raise InputError(f"deadline: expected a kvsched.Deadline or None, got {type(deadline).__name__}")
+    names = policy_names(policies) if policies is not None else list(POLICIES)
+    if comparison is not None:
+        if objective is not None and objective != comparison.objective:
+            raise InputError(
+                f"objective: {objective!r}, but the comparison was made for {comparison.objective!r}; "
+                "leave objective out (it is the comparison's) or compare again"
+            )
+        objective = comparison.objective
+    elif objective is None:
+        objective = "total-latency"
+    # The page goes in out_dir/index.html: refused where every other writer refuses (the bundled
+    # examples, an input's file), and checked before the work, not after a solve.
+    check_not_input(Path(expect_path(out_dir, "out_dir")) / REPORT_FILE, "out_dir")
+    check_output_folder(out_dir, "out_dir")
+    deadline = deadline or Deadline.never()
     cmp = comparison or compare(
         instance,
         names,
@@ -192,7 +251,8 @@ def instance_report(
         options=options,
         skip_solver_errors=True,
         solve_options=solve_options,
-        deadline=deadline,
+        # As `kvsched report`: time is kept from the solve for drawing the figures after it.
+        deadline=solve_deadline(deadline, instance, ("figures",)),
     )
     table = cmp.table.sort_values("objective", na_position="last")
     ran = table[(table["kind"] == "policy") & table["objective"].notna()]
@@ -254,14 +314,66 @@ def instance_report(
             "Every schedule was replayed through the semantic core (validated).</p>" + _regret_legend(cmp),
         )
     )
-    figs = []
     # In this order, so that a policy both best and worst (all tied) is called the best.
     labels = {worst: "the worst policy", best: "the best policy", optimum: "the exact solution"}
+    figs, left_out = _instance_figures(instance, cmp, table, shown, labels, optimum, unit, deadline)
+    if left_out:
+        figs.append(
+            f'<p class="note">Left out to end by the deadline ({deadline.limit:g} s): '
+            f"{html.escape('; '.join(left_out))}.</p>"
+        )
+    sections.append(_Section("Figures", "\n".join(figs)))
+    title = f"kvsched report: {instance.name or source or 'instance'}"
+    path = _write(out_dir, _page(title, source or instance.name, sections))
+    late = time.monotonic() - deadline.end
+    if deadline.bounded and late > deadline.grace():
+        # Not silent: the caller set a wall-clock limit and the report overran it (a first schedule is
+        # always made, and the page always written).
+        warnings.warn(
+            f"instance_report: ended {late:.1f} s past its deadline ({deadline.limit:g} s)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return path
+
+
+def _instance_figures(
+    instance: Instance,
+    cmp: Comparison,
+    table: pd.DataFrame,
+    shown: dict[str, Any],
+    labels: dict[str | None, str],
+    optimum: str | None,
+    unit: str,
+    deadline: Deadline,
+) -> tuple[list[str], list[str]]:
+    """The figures of :func:`instance_report` that fit before ``deadline``, and the captions of the rest.
+
+    A figure is drawn only if the time left covers its estimate (``kvsched plot``'s one figure, a high
+    estimate): a late figure would make the whole report late.
+    """
+    from kvsched.schedule.output_time import output_seconds
+
+    res = cmp.result
+    objective = cmp.objective
+    figs: list[str] = []
+    left_out: list[str] = []
+    need = output_seconds(instance, ("figure",))
+
+    def fits(what: str, need: float = need) -> bool:
+        if deadline.remaining() >= need:
+            return True
+        left_out.append(what)
+        return False
+
     # Each shown schedule replayed once for its three figures (a replay of 1k requests takes about 0.4 s).
-    traces = {name: replay(instance, schedule) for name, schedule in shown.items()}
+    traces: dict[str, Any] = {}
     for name, schedule in shown.items():
         solved = res if name == optimum else None
         heading = gantt_heading(labels[name], name, objective, table.loc[name, "objective"], unit, solved)
+        if not fits(f"the Gantt chart of {name}"):
+            continue
+        traces[name] = replay(instance, schedule)
         fig = plots.plot_gantt(instance, schedule, title=heading, trace=traces[name])
         figs.append(
             _figure(
@@ -271,17 +383,19 @@ def instance_report(
             )
         )
     if shown:
-        figs.append(_figure(plots.plot_kv(instance, shown, traces=traces), "KV usage over time"))
-        figs.append(
-            _figure(
-                plots.plot_cdfs(instance, shown, traces=traces), "TTFT and time-between-tokens distributions"
+        if fits("KV usage over time"):
+            figs.append(_figure(plots.plot_kv(instance, shown, traces=traces), "KV usage over time"))
+        if fits("TTFT and time-between-tokens distributions"):
+            figs.append(
+                _figure(
+                    plots.plot_cdfs(instance, shown, traces=traces),
+                    "TTFT and time-between-tokens distributions",
+                )
             )
-        )
-    if res is not None:
+    # The anytime curve has a point per improvement, not per token: its own, smaller estimate.
+    if res is not None and fits("the solver's progress", output_seconds(instance, ("curve",))):
         figs.append(_figure(plots.plot_anytime(res), anytime_caption(res)))
-    sections.append(_Section("Figures", "\n".join(figs)))
-    title = f"kvsched report: {instance.name or source or 'instance'}"
-    return _write(out_dir, _page(title, source or instance.name, sections))
+    return figs, left_out
 
 
 def anytime_caption(result: Result) -> str:
@@ -340,6 +454,8 @@ def database_report(
     from kvsched.analysis.regret import default_against, describe_reference, regret_table
     from kvsched.analysis.store import load_results
 
+    # Refused before the work, as instance_report's (the bundled examples, an input's file).
+    check_not_input(Path(expect_path(out_dir, "out_dir")) / REPORT_FILE, "out_dir")
     if frame is None:
         frame = load_results(db_path)
     if frame.empty:

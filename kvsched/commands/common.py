@@ -13,8 +13,17 @@ from typing import TYPE_CHECKING
 
 from kvsched.errors import InputError
 from kvsched.instances.csvtrace import number_or_text
+from kvsched.instances.io import check_output_folder, same_file_key  # noqa: F401
 from kvsched.instances.model import Instance, Limits, TimeModel
 from kvsched.schedule.collector import collector_paused as paused
+from kvsched.schedule.output_time import (  # noqa: F401  (the commands' names for them)
+    OUTPUT_FIXED_SECONDS,
+    OUTPUT_SECONDS,
+    OUTPUT_SECONDS_PER_TOKEN,
+    OUTPUT_SHARE,
+    output_seconds,
+    solve_deadline,
+)
 from kvsched.stop import Deadline
 
 if TYPE_CHECKING:
@@ -204,7 +213,7 @@ def check_outputs(
     """
     given_inputs = [getattr(args, name, None) for name in inputs]
     sources = {
-        _same_file_key(Path(p)) for p in [*given_inputs, *extra_inputs] if isinstance(p, str | Path) and p
+        same_file_key(Path(p)) for p in [*given_inputs, *extra_inputs] if isinstance(p, str | Path) and p
     }
     named = [(f"--{name.replace('_', '-')}", getattr(args, name, None)) for name in outputs]
     written: dict[tuple[object, ...], str] = {}
@@ -215,7 +224,7 @@ def check_outputs(
         path = Path(value)
         if path.exists() and not path.is_file():
             continue  # a device or pipe (-o /dev/stdout): written in place, several outputs may share it
-        key = _same_file_key(path)
+        key = same_file_key(path)
         if key in written:
             raise InputError(
                 f"{flag}: {value} is also the file of {written[key]}; give each output its own name"
@@ -235,7 +244,7 @@ def check_output_path(
     from kvsched.instances.io import check_not_input
 
     path = Path(value)
-    if sources and _same_file_key(path) in sources:
+    if sources and same_file_key(path) in sources:
         raise InputError(f"{flag}: {path} is also an input of this command; refusing to overwrite it")
     check_not_input(path, flag, kind=kind)
     if path.is_dir():
@@ -250,29 +259,6 @@ def check_output_path(
     if not os.access(folder, os.W_OK):
         raise InputError(f"{flag}: cannot write in {folder} (permission denied)")
     return path
-
-
-def check_output_folder(value: str | Path, flag: str, inputs: Iterable[str | Path] = ()) -> Path:
-    """An output folder checked before the work: not an input, not a file, creatable."""
-    path = Path(value)
-    if any(_same_file_key(Path(p)) == _same_file_key(path) for p in inputs if p):
-        raise InputError(f"{flag}: {path} is also an input of this command")
-    if path.exists() and not path.is_dir():
-        raise InputError(f"{flag}: {path} is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"{flag}: cannot create the folder {path} ({exc.strerror or exc})") from None
-    return path
-
-
-def _same_file_key(path: Path) -> tuple[object, ...]:
-    """Identifies a file through links and spellings (device and inode when it exists)."""
-    try:
-        st = path.stat()
-        return ("inode", st.st_dev, st.st_ino)
-    except OSError:
-        return ("path", str(path.resolve()))
 
 
 @contextmanager
@@ -401,50 +387,6 @@ def time_unit(instance: Instance) -> str:
     return unit_of(instance)
 
 
-#: Seconds every command keeps for its output, whatever the instance's size (tables, the result document).
-OUTPUT_SECONDS = 0.3
-#: Seconds per output token of the instance for each output (the metrics read the per-token events, the
-#: JSON schedule and the Perfetto trace spell every token out): high estimates, the most per token measured
-#: on 2 cores at load 5 (2026-11-28; ShareGPT with Poisson arrivals, 10k and 100k requests, 3.4 M and
-#: 34.5 M tokens; the solve's schedule and vllm's). The summary table (it computes the metrics) 0.7-1.4e-7;
-#: ``--json`` reuses them, 0.5-0.8e-9 more; a JSON schedule 2.1-3.3e-6, a ``.npz`` one 0.6-3.0e-7, a
-#: Perfetto trace 2.6-4.5e-6. (The figures before, 3.5e-7 for the summary and 2.6e-7 for ``--json``, were
-#: taken before their metrics were shared and kept 21 s of a 100k solve's limit for 3.5 s of output.)
-OUTPUT_SECONDS_PER_TOKEN = {
-    "summary": 1.5e-7,
-    "json": 1e-8,
-    "schedule.json": 3.5e-6,
-    "schedule.npz": 3.0e-7,
-    "trace": 4.5e-6,
-    "figures": 1.5e-5,
-    "figure": 4.5e-6,
-    "curve": 0.0,
-}
-#: Seconds an output takes whatever the instance's size. ``report``'s figures (three Gantt charts, KV usage,
-#: CDFs, the anytime curve; matplotlib's layout and PNG encoding) took 5.1 s for 200 requests (6,755 output
-#: tokens) and 7.8 s for 1,000 (247k tokens; 1.1e-5 s a token beyond the fixed part) on 2 cores at load 1
-#: (2026-11-29), where 2 s had been kept for them.
-#: ``plot``'s one figure (KV usage or CDFs of three schedules, or a Gantt chart, from their traces) took
-#: 0.5-2.3 s at 417k tokens, 0.9-9.4 s at 2.2 M and 0.5-1.6 s at 247k (2026-11-29, load 3).
-#: ``plot anytime``'s curve has a point per improvement, not per token.
-OUTPUT_FIXED_SECONDS = {"figures": 8.0, "figure": 1.5, "curve": 1.0}
-#: The solve keeps at least this share of the limit: beyond it the output overruns (and the command says so).
-OUTPUT_SHARE = 0.5
-
-
-def output_seconds(instance: Instance, outputs: Iterable[str] = ("summary",)) -> float:
-    """Estimated seconds a command's ``outputs`` (keys of :data:`OUTPUT_SECONDS_PER_TOKEN`) take for ``instance``."""
-    outputs = tuple(outputs)
-    tokens = sum(r.output for r in instance.requests)
-    fixed = OUTPUT_SECONDS + sum(OUTPUT_FIXED_SECONDS.get(name, 0.0) for name in outputs)
-    return fixed + tokens * sum(OUTPUT_SECONDS_PER_TOKEN[name] for name in outputs)
-
-
-def _seconds(value: float) -> str:
-    """Seconds for a message: whole ones from 10 on, two significant digits below (never "0 s")."""
-    return f"{value:.0f}" if value >= 10 else f"{value:.2g}"
-
-
 def note_late(
     deadline: Deadline,
     seconds: dict[str, float],
@@ -474,31 +416,3 @@ def note_late(
         f"kvsched {command}: note: ended {late:.1f} s past --time-limit {deadline.limit:g} ({why})",
         file=sys.stderr,
     )
-
-
-def solve_deadline(
-    deadline: Deadline, instance: Instance, outputs: Iterable[str] = ("summary",), *, warn: str = ""
-) -> Deadline:
-    """The part of a command's ``deadline`` its solve may use: the rest pays for printing and writing.
-
-    ``outputs`` names what the command will write (:func:`output_seconds`); at most
-    :data:`OUTPUT_SHARE` of the limit is kept for them. With ``warn`` (the
-    command's name), output estimated to take longer than that is announced on
-    stderr before the solve starts (the command then ends late by about the
-    difference).
-    """
-    if not deadline.bounded:
-        return deadline
-    outputs = tuple(outputs)
-    needed = output_seconds(instance, outputs)
-    reserve = min(OUTPUT_SHARE * deadline.limit, needed)
-    if warn and needed > reserve:
-        slow = max(outputs, key=OUTPUT_SECONDS_PER_TOKEN.__getitem__)
-        hint = " (a .npz schedule writes in a tenth of the time)" if slow == "schedule.json" else ""
-        print(
-            f"kvsched {warn}: warning: --time-limit {deadline.limit:g}: its output ({', '.join(outputs)}) "
-            f"takes about {_seconds(needed)} s to write for this instance, more than {OUTPUT_SHARE:.0%} of the "
-            f"limit; the command will end late{hint}",
-            file=sys.stderr,
-        )
-    return deadline.before(reserve)

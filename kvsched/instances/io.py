@@ -621,3 +621,26 @@ def requests_table(requests: Iterable[Request]) -> pd.DataFrame:
             for r in requests
         ]
     )
+
+
+def check_output_folder(value: str | Path, flag: str, inputs: Iterable[str | Path] = ()) -> Path:
+    """An output folder checked before the work: not an input, not a file, creatable."""
+    path = Path(value)
+    if any(same_file_key(Path(p)) == same_file_key(path) for p in inputs if p):
+        raise InputError(f"{flag}: {path} is also an input of this command")
+    if path.exists() and not path.is_dir():
+        raise InputError(f"{flag}: {path} is a file, not a folder")
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{flag}: cannot create the folder {path} ({exc.strerror or exc})") from None
+    return path
+
+
+def same_file_key(path: Path) -> tuple[object, ...]:
+    """Identifies a file through links and spellings (device and inode when it exists)."""
+    try:
+        st = path.stat()
+        return ("inode", st.st_dev, st.st_ino)
+    except OSError:
+        return ("path", str(path.resolve()))
