@@ -11,6 +11,7 @@ import pandas as pd
 import pytest
 from rich.console import Console
 
+from kvsched.errors import InputError
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.core import EngineState
 from kvsched.schedule.ir import Batch, Schedule
@@ -18,11 +19,13 @@ from kvsched.schedule.metrics import (
     RunMetrics,
     batch_metrics,
     print_summary,
+    request_columns,
     request_metrics,
     run_metrics,
     summary_table,
 )
-from kvsched.schedule.validate import Trace, instance_cost_model, replay
+from kvsched.schedule.tokens import token_stats
+from kvsched.schedule.validate import Trace, instance_cost_model, replay, validate
 
 #: (start, requests, tokens, evicted) of one batch, by request position.
 Plan = Sequence[tuple[float, Sequence[int], Sequence[int], Sequence[int]]]
@@ -365,9 +368,69 @@ def test_summary_renders(greedy: Trace) -> None:
     text = console.export_text()
     for word in ("greedy", "workload", "latency", "throughput", "memory", "SLO", "tokens / s", "200 / 200"):
         assert word in text, word
-    assert summary_table(run(PAGED, PAGED_PLAN), unit="slot").columns[2].header == "value"
-    slots = Console(record=True, width=100)
-    print_summary(run(PAGED, PAGED_PLAN), slots, unit="slot")
-    text = slots.export_text()
-    assert "no SLOs" in text and "makespan (slot)" in text and "tokens / slot" in text
+    assert summary_table(run(PAGED, PAGED_PLAN)).columns[2].header == "value"
+    paged = Console(record=True, width=100)
+    print_summary(run(PAGED, PAGED_PLAN), paged)  # a cost model in seconds: labelled so by default
+    text = paged.export_text()
+    assert "no SLOs" in text and "makespan (s)" in text and "tokens / s" in text
     assert "attainment (requests' own SLOs)" in text  # not --slo's goodput, printed beside it
+
+
+def test_summary_labels_the_trace_own_unit(hand: Trace, greedy: Trace) -> None:
+    # HAND is in unit time: its times are slots, never seconds, whatever the caller's default.
+    slots = Console(record=True, width=100)
+    print_summary(hand, slots)
+    text = slots.export_text()
+    assert "makespan (slot)" in text and "tokens / slot" in text and "(s)" not in text
+    print_summary(hand, Console(record=True), unit="slot")  # its own label, said again: taken
+    for trace, unit in ((hand, "s"), (greedy, "slot"), (hand, "furlongs"), (hand, 5)):
+        with pytest.raises(InputError, match=r"^unit: "):
+            print_summary(trace, Console(record=True), unit=unit)
+        with pytest.raises(InputError, match=r"^unit: "):
+            summary_table(trace, unit=unit)
+
+
+def test_summary_and_run_metrics_check_their_arguments(hand: Trace, greedy: Trace) -> None:
+    with pytest.raises(InputError, match=r"^console: .*got int"):
+        print_summary(hand, console=5)
+    with pytest.raises(InputError, match=r"^metrics: "):
+        summary_table(hand, metrics=5)
+    with pytest.raises(InputError, match=r"^requests: .*got int"):
+        run_metrics(hand, requests=5)
+    with pytest.raises(InputError, match=r"^clock: "):
+        run_metrics(hand, clock=5)
+    with pytest.raises(InputError, match=r"^requests: .*another trace"):
+        run_metrics(hand, requests=request_metrics(greedy))
+    with pytest.raises(InputError, match=r"^requests: no column"):
+        run_metrics(hand, requests={"arrival": np.zeros(4)})
+    with pytest.raises(InputError, match=r"^stats: .*got int"):
+        request_metrics(hand, stats=5)
+    with pytest.raises(InputError, match=r"^stats: .*another trace"):
+        request_metrics(hand, stats=token_stats(greedy))
+    # The trace's own columns, as a frame, a plain dict or request_columns: the same figures.
+    expected = run_metrics(hand)
+    assert run_metrics(hand, requests=request_metrics(hand)) == expected
+    assert run_metrics(hand, requests=dict(request_columns(hand))) == expected
+    assert run_metrics(hand, requests=request_columns(hand)) == expected
+
+
+def test_requests_of_another_schedule_of_the_instance_refused(hand: Trace) -> None:
+    # Same requests (arrivals, prompts, outputs), another schedule: C served later.
+    later = run(HAND, [*HAND_PLAN[:-1], (9, [C], [1], [])])
+    with pytest.raises(InputError, match=r"^requests: .*another schedule"):
+        run_metrics(hand, requests=request_columns(later))
+
+
+def test_metrics_of_a_trace_that_generated_nothing() -> None:
+    # A replay in which no token was generated (an empty schedule, one partial prefill): defined
+    # figures, NaN where a time does not exist, as for any unfinished request.
+    inst = Instance((Request("a", 0, 2, 2), Request("b", 0, 2, 2)), Limits(100))
+    partial = Batch(0, 1, np.array([0]), np.array([1]), np.array([0]))
+    for schedule in (Schedule(()), Schedule((partial,))):
+        trace = validate(inst, schedule)
+        assert trace.violations
+        rm = request_metrics(trace)
+        assert rm["generated"].tolist() == [0, 0] and not rm["complete"].any()
+        assert rm[["ttft", "latency", "tbt_max", "tbt_p50", "tbt_p99", "tpot"]].isna().all().all()
+        m = run_metrics(trace)
+        assert m.num_completed == 0 and m.generated_tokens == 0 and math.isnan(m.mean_ttft)

@@ -1,4 +1,5 @@
-"""vLLM-style serving metrics (TTFT, TPOT, ITL, E2EL, goodput), checked against token times read off the records."""
+"""vLLM-style serving metrics (TTFT, TPOT, ITL, E2EL, goodput), checked against token times read off the
+records."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 from kvsched.errors import InputError
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.io import load_instance
-from kvsched.schedule.metrics import request_metrics, run_metrics
+from kvsched.instances.model import Instance, Limits, Request
+from kvsched.schedule.ir import Batch, Schedule
+from kvsched.schedule.metrics import request_columns, request_metrics, run_metrics
 from kvsched.schedule.serving import (
     P999_MIN_SAMPLES,
     SLO,
@@ -20,7 +23,8 @@ from kvsched.schedule.serving import (
     serving_metrics,
     serving_table,
 )
-from kvsched.schedule.validate import replay
+from kvsched.schedule.tokens import token_stats
+from kvsched.schedule.validate import replay, validate
 from tests.test_examples import EXAMPLES
 
 FIG15 = load_instance(EXAMPLES / "figure15.json")
@@ -87,7 +91,8 @@ def test_p999_from_a_thousand_samples():
 
 
 def test_an_infinite_sample_gives_nan_spread_without_warnings():
-    """numpy's own statistics of such samples, quietly: inf - inf is NaN, not a RuntimeWarning on the screen."""
+    """numpy's own statistics of such samples, quietly: inf - inf is NaN, not a RuntimeWarning on the
+    screen."""
     values, counts = np.array([1.0, 2.0, np.inf]), np.array([2, 1, 1])
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -252,7 +257,8 @@ def test_sweep_slo_syntax_is_checked_before_the_work(tmp_path, capsys):
 
 @pytest.mark.parametrize("value", ["200ms", True])
 def test_an_slo_value_that_is_no_number_is_an_input_error(value):
-    # SLO(ttft="200ms") was a TypeError from math.isfinite; unit strings are parse_slo's. numpy numbers are numbers.
+    # SLO(ttft="200ms") was a TypeError from math.isfinite; unit strings are parse_slo's. numpy numbers
+    # are numbers.
     with pytest.raises(InputError, match=r"^slo: ttft: must be a positive finite number"):
         SLO(ttft=value)
     assert SLO(ttft=np.float64(0.2), tpot=np.int64(1)).ttft == 0.2
@@ -276,3 +282,61 @@ def test_the_metrics_of_an_illegal_trace_say_so():
 def test_parse_slo_refuses_what_is_not_text(text):
     with pytest.raises(InputError, match="--slo: expected text"):
         parse_slo(text, "s")
+
+
+def test_traces_in_different_time_units_are_not_pooled():
+    slots, seconds = _trace(FIG15), _trace(SHAREGPT)
+    with pytest.raises(InputError, match=r"^traces: .*different units"):
+        serving_metrics([slots, seconds])
+    # Traces of one unit pool as before (None entries, idle engines, skipped).
+    assert serving_metrics([slots, None, _trace(FIG15, "sarathi")]).num_requests == 2 * len(FIG15)
+
+
+def test_unit_is_the_trace_own():
+    slots, seconds = _trace(FIG15), _trace(SHAREGPT)
+    assert serving_metrics(seconds, unit="s").time_unit == "s"
+    assert serving_metrics(slots, unit="slot").time_unit == "slot"
+    for trace, unit in ((seconds, "slot"), (slots, "s"), (slots, "ms"), (slots, 1)):
+        with pytest.raises(InputError, match=r"^unit: "):
+            serving_metrics(trace, unit=unit)
+
+
+def test_requests_and_stats_must_be_the_trace_own():
+    trace, other = _trace(SHAREGPT), _trace(SHAREGPT, "sarathi")
+    with pytest.raises(InputError, match=r"^requests\[\]: .*another trace"):
+        serving_metrics(trace, requests=[request_metrics(_trace(FIG15))])
+    with pytest.raises(InputError, match=r"^requests\[\]: .*another schedule"):
+        serving_metrics(trace, requests=[request_columns(other)])
+    with pytest.raises(InputError, match=r"^stats\[\]: .*another trace"):
+        serving_metrics(trace, stats=[token_stats(_trace(FIG15))])
+    bad = [
+        (dict(requests=[5]), r"^requests\[\]: .*got int"),
+        (dict(stats=[5]), r"^stats\[\]: .*got int"),
+        (dict(requests=[]), r"^requests: 0 entry"),
+        (dict(stats=[token_stats(trace)] * 2), r"^stats: 2 entry"),
+        (dict(requests=request_metrics(trace)), r"^requests: expected a list"),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(InputError, match=message):
+            serving_metrics(trace, **kwargs)
+    with pytest.raises(InputError, match=r"^stats: .*got int"):
+        request_metrics(trace, stats=5)
+    # The trace's own, given back: the figures computed without them.
+    expected = serving_metrics(trace).to_dict()
+    given = serving_metrics(trace, requests=[request_metrics(trace)], stats=[token_stats(trace)])
+    assert given.to_dict() == pytest.approx(expected, nan_ok=True)
+    assert serving_metrics(trace, requests=[request_columns(trace)]).to_dict() == pytest.approx(
+        expected, nan_ok=True
+    )
+
+
+def test_serving_metrics_of_a_trace_that_generated_nothing():
+    inst = Instance((Request("a", 0, 2, 2), Request("b", 0, 2, 2)), Limits(100))
+    partial = Batch(0, 1, np.array([0]), np.array([1]), np.array([0]))
+    for schedule in (Schedule(()), Schedule((partial,))):
+        m = serving_metrics(validate(inst, schedule))
+        assert m.num_requests == 2 and m.completed == 0 and m.total_output_tokens == 0
+        assert m.violations > 0
+        for name in ("ttft", "tpot", "itl", "e2el"):
+            d = getattr(m, name)
+            assert d.n == 0 and math.isnan(d.mean)

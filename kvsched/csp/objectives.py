@@ -13,22 +13,28 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
-from kvsched.schedule.validate import Trace
+from kvsched.schedule.validate import Trace, expect_trace
 
 
 def total_latency(trace: Trace) -> float:
     """Sum over requests of completion minus arrival (seed 004's TEL)."""
+    if type(trace) is not Trace:  # an exact type test first: these run once per candidate schedule
+        expect_trace(trace)
     st = trace.state
     return float(np.sum(st.completion - st.arrival))
 
 
 def makespan(trace: Trace) -> float:
     """End of the last batch (seed 003's "latency": the sum of batch times, offline)."""
+    if type(trace) is not Trace:
+        expect_trace(trace)
     return float(np.max(trace.state.completion)) if trace.state.n else 0.0
 
 
 def sum_ttft(trace: Trace) -> float:
     """Sum over requests of the time to first token."""
+    if type(trace) is not Trace:
+        expect_trace(trace)
     st = trace.state
     return float(np.sum(st.first_token - st.arrival))
 

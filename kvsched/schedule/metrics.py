@@ -17,6 +17,7 @@ puts them in a DataFrame (pandas is imported only then).
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
@@ -25,6 +26,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from kvsched.errors import InputError
+from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL, BatchRecord
 from kvsched.schedule.records import RunRecord
 from kvsched.schedule.tokens import BatchClock, TokenStats, linear_quantiles, tbt_quantiles, token_stats
@@ -37,6 +40,110 @@ if TYPE_CHECKING:
 QUANTILE_METHOD = "linear"
 #: Per-request columns of :func:`request_columns` that are nullable booleans (float: 1, 0, NaN for NA).
 NULLABLE_FLAGS = ("ttft_slo_met", "tbt_slo_met", "slo_met")
+#: The per-request columns the run summary and the serving metrics read (a caller's ``requests=`` needs them).
+_READ_COLUMNS = (
+    "arrival",
+    "prompt",
+    "output",
+    "generated",
+    "complete",
+    "ttft",
+    "latency",
+    "tbt_max",
+    "tpot",
+    "recomputed_tokens",
+    *NULLABLE_FLAGS,
+)
+
+
+def time_unit(instance: Instance) -> str:
+    """The label of an instance's time unit: ``slot`` under the unit model, ``s`` otherwise."""
+    return "slot" if instance.time_model.name == "unit" else "s"
+
+
+def expect_unit(value: object, trace: Trace, name: str = "unit") -> str:
+    """The label of ``trace``'s time unit (:func:`time_unit`): ``value`` if it is ``None`` or that label,
+    else one :class:`~kvsched.errors.InputError` naming ``name``.
+
+    The label is the trace's to say: a times-in-slots trace labelled ``s`` (or the reverse) would report
+    figures in a unit they are not in.
+    """
+    own = time_unit(trace.instance)
+    if value is None or value == own:
+        return own
+    if not isinstance(value, str):
+        raise InputError(
+            f"{name}: expected a time-unit label ('s' or 'slot') or None, got {type(value).__name__}"
+        )
+    raise InputError(
+        f"{name}: {value!r} is not this trace's time unit: its instance's times are in {own!r} "
+        f"({trace.instance.time_model.name} time model); leave {name} out to use it"
+    )
+
+
+def expect_token_stats(value: object, trace: Trace, name: str = "stats") -> TokenStats:
+    """``value`` if it is a :class:`~kvsched.schedule.tokens.TokenStats` with one entry per request of
+    ``trace``, else one :class:`~kvsched.errors.InputError` naming ``name``."""
+    if not isinstance(value, TokenStats):
+        raise InputError(
+            f"{name}: expected kvsched token_stats(trace) (a TokenStats), got {type(value).__name__}"
+        )
+    n = trace.state.n
+    if np.shape(value.generated) != (n,):
+        raise InputError(
+            f"{name}: token statistics of {np.size(value.generated)} request(s), "
+            f"but the trace has {n}: they are another trace's"
+        )
+    return value
+
+
+def expect_requests(value: object, trace: Trace, name: str = "requests") -> Mapping[str, np.ndarray]:
+    """:func:`request_arrays` of ``value`` if it is :func:`request_columns` or :func:`request_metrics` of
+    ``trace``, else one :class:`~kvsched.errors.InputError` naming ``name``.
+
+    Columns computed from this very trace pass at once; others must have every column the metrics read,
+    one value per request of the trace, and the trace's own arrivals, prompts and outputs (another
+    trace's columns would be measured as if they were this one's).
+    """
+    if isinstance(value, RequestColumns) and value._trace is trace:
+        return value
+    pd = sys.modules.get("pandas")  # a DataFrame means pandas is loaded: never imported just to check
+    is_frame = pd is not None and isinstance(value, pd.DataFrame)
+    if not (is_frame or isinstance(value, Mapping)):
+        raise InputError(
+            f"{name}: expected request_metrics(trace) or request_columns(trace) of this trace, "
+            f"got {type(value).__name__}"
+        )
+    names = set(value.columns) if is_frame else set(value)  # type: ignore[union-attr,arg-type]
+    missing = [c for c in _READ_COLUMNS if c not in names]
+    if missing:
+        raise InputError(
+            f"{name}: no column {', '.join(missing)} (pass request_metrics(trace) of this trace)"
+        )
+    st = trace.state
+    for col, own in (("arrival", st.arrival), ("prompt", st.prompt), ("output", st.output)):
+        got = np.asarray(value[col])  # type: ignore[index]
+        if got.shape != own.shape or not np.array_equal(got, own):
+            counts = f" ({got.size} request(s) for the trace's {own.size})" if got.size != own.size else ""
+            raise InputError(
+                f"{name}: its {col} column is not the trace's{counts}: another trace's per-request metrics"
+            )
+    arrays = request_arrays(value)  # type: ignore[arg-type]
+    for col in _READ_COLUMNS:
+        if np.shape(arrays[col]) != (st.n,):
+            raise InputError(f"{name}: column {col} has {np.size(arrays[col])} values for {st.n} requests")
+    # Another schedule of the same instance has the same requests: its completions and first tokens
+    # (as request_columns computes them, to the bit) tell it apart.
+    done = st.done
+    ttft = np.where(done, st.first_token, np.nan) - st.arrival
+    complete = np.asarray(arrays["complete"], dtype=bool)
+    if not np.array_equal(complete, done) or not np.array_equal(
+        np.asarray(arrays["ttft"], dtype=np.float64), ttft, equal_nan=True
+    ):
+        raise InputError(
+            f"{name}: per-request metrics of another schedule of this instance, not of this trace"
+        )
+    return arrays
 
 
 # ------------------------------------------------------------------ requests
@@ -222,6 +329,8 @@ def request_metrics(trace: Trace, *, stats: TokenStats | None = None) -> pd.Data
     the caller has it already.
     """
     expect_trace(trace)
+    if stats is not None:
+        expect_token_stats(stats, trace)
     return request_frame(trace, request_columns(trace, stats))
 
 
@@ -390,7 +499,8 @@ def _mean(values: pd.Series | np.ndarray) -> float:
 
 
 def _quantiles(values: pd.Series | np.ndarray, q: tuple[float, ...]) -> list[float]:
-    """``np.quantile`` (:data:`QUANTILE_METHOD`) of the finite ``values`` at each of ``q``, one sort for all."""
+    """``np.quantile`` (:data:`QUANTILE_METHOD`) of the finite ``values`` at each of ``q``, one sort for
+    all."""
     arr = np.sort(_finite(values))
     return linear_quantiles(arr, q).tolist() if arr.size else [float("nan")] * len(q)
 
@@ -473,7 +583,8 @@ def _batch_totals(trace: Trace, clock: BatchClock) -> _BatchTotals:
 
 
 def request_arrays(requests: pd.DataFrame | Mapping[str, np.ndarray]) -> Mapping[str, np.ndarray]:
-    """Per-request columns as :func:`request_columns` gives them, from its dict or :func:`request_metrics`'s frame."""
+    """Per-request columns as :func:`request_columns` gives them, from its dict or
+    :func:`request_metrics`'s frame (unchecked: :func:`expect_requests` checks them against a trace)."""
     if isinstance(requests, RequestColumns):
         return requests  # read-only: its lazy columns stay lazy
     if isinstance(requests, Mapping):
@@ -498,8 +609,14 @@ def run_metrics(
     where the caller has them already.
     """
     expect_trace(trace)
+    if clock is not None and not isinstance(clock, BatchClock):
+        raise InputError(f"clock: expected BatchClock.of(trace) or None, got {type(clock).__name__}")
     clock = BatchClock.of(trace) if clock is None else clock
-    req = request_columns(trace, token_stats(trace, clock)) if requests is None else request_arrays(requests)
+    req = (
+        request_columns(trace, token_stats(trace, clock))
+        if requests is None
+        else expect_requests(requests, trace)
+    )
     bat = _batch_totals(trace, clock)
     makespan = bat.makespan
     durations, util = bat.durations, bat.kv_util
@@ -566,18 +683,23 @@ def _fmt(value: float | int | None, kind: str = "num") -> str:
 
 
 def summary_table(
-    trace: Trace, title: str = "Run summary", unit: str = "s", *, metrics: RunMetrics | None = None
+    trace: Trace, title: str = "Run summary", unit: str | None = None, *, metrics: RunMetrics | None = None
 ) -> Table:
     """A one-screen table of :func:`run_metrics`, grouped by topic.
 
     Parameters
     ----------
     unit
-        Label of the instance's time unit ("s" for seconds, "slot" for the
-        unit model); the metrics themselves are unit-agnostic.
+        Label of the instance's time unit: by default (and only) :func:`time_unit` of the trace's
+        instance, "s" for seconds, "slot" for the unit model; any other label is an
+        :class:`~kvsched.errors.InputError`.
     metrics
         :func:`run_metrics` of ``trace`` where the caller has it already.
     """
+    expect_trace(trace)
+    unit = expect_unit(unit, trace)
+    if metrics is not None and not isinstance(metrics, RunMetrics):
+        raise InputError(f"metrics: expected run_metrics(trace) or None, got {type(metrics).__name__}")
     m = run_metrics(trace) if metrics is None else metrics
     groups: list[tuple[str, list[tuple[str, str]]]] = [
         (
@@ -655,9 +777,14 @@ def print_summary(
     console: Console | None = None,
     *,
     title: str = "Run summary",
-    unit: str = "s",
+    unit: str | None = None,
     metrics: RunMetrics | None = None,
 ) -> None:
-    """Print :func:`summary_table` to ``console`` (a new stdout console by default)."""
+    """Print :func:`summary_table` to ``console`` (a new stdout console by default).
+
+    ``unit`` labels the times: by default the trace's own (:func:`time_unit`), and no other is taken.
+    """
     expect_trace(trace)
+    if console is not None and not isinstance(console, Console):
+        raise InputError(f"console: expected a rich.console.Console or None, got {type(console).__name__}")
     (console or Console()).print(summary_table(trace, title=title, unit=unit, metrics=metrics))

@@ -35,9 +35,15 @@ import numpy as np
 from rich.table import Table
 
 from kvsched.errors import InputError
-from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL
-from kvsched.schedule.metrics import request_arrays, request_metrics
+from kvsched.schedule.metrics import (
+    expect_requests,
+    expect_token_stats,
+    expect_unit,
+    request_arrays,
+    request_metrics,
+    time_unit,
+)
 from kvsched.schedule.tokens import (
     TokenStats,
     interpolate,
@@ -59,11 +65,8 @@ P999_MIN_SAMPLES = 1000
 _QUANTILES = (0.5, 0.9, 0.99, 0.999)
 _SLO_KEYS = ("ttft", "tpot", "e2el")
 _UNIT_SCALE = {"ms": 1e-3, "s": 1.0}
-
-
-def time_unit(instance: Instance) -> str:
-    """The label of an instance's time unit: ``slot`` under the unit model, ``s`` otherwise."""
-    return "slot" if instance.time_model.name == "unit" else "s"
+#: The per-request columns read here, the only ones pooled across traces (not a frame's every column).
+_POOLED = ("complete", "prompt", "generated", "output", "ttft", "tpot", "latency", "slo_met")
 
 
 # ----------------------------------------------------------------------------- SLOs
@@ -321,7 +324,28 @@ def _as_traces(traces: Trace | Iterable[Trace | None]) -> list[Trace]:
     out = [expect_trace(t, "traces[]") for t in traces if t is not None]
     if not out:
         raise InputError("serving metrics: no trace to measure")
+    units = {time_unit(t.instance) for t in out}
+    if len(units) > 1:
+        # Seconds and slots pooled would give a mean of neither unit.
+        raise InputError(
+            f"traces: times in different units ({', '.join(sorted(units))}) cannot be pooled; "
+            "measure each apart"
+        )
     return out
+
+
+def _per_trace(value: object, found: list[Trace], name: str) -> list[Any]:
+    """``value`` as a list of one item per measured trace, or one :class:`InputError` naming ``name``."""
+    if not isinstance(value, (list, tuple)):
+        raise InputError(
+            f"{name}: expected a list with one entry per trace measured, got {type(value).__name__}"
+        )
+    if len(value) != len(found):
+        raise InputError(
+            f"{name}: {len(value)} entry(ies) for {len(found)} trace(s) measured "
+            "(one per trace, None traces skipped)"
+        )
+    return list(value)
 
 
 def _good(req: Mapping[str, np.ndarray], slo: SLO | None) -> np.ndarray | None:
@@ -361,25 +385,35 @@ def serving_metrics(
     slo
         Objectives for every request (goodput); by default each request's own SLOs.
     unit
-        The time unit's label; by default :func:`time_unit` of the first trace's instance.
+        The time unit's label: by default (and only) :func:`time_unit` of the traces' instances, which
+        must share one (an InputError otherwise, as for a ``unit`` that is not theirs).
     requests
         :func:`~kvsched.schedule.metrics.request_columns` (or ``request_metrics``) of
-        each trace where the caller has them already.
+        each trace where the caller has them already: a list, one per trace measured.
     stats
-        :func:`~kvsched.schedule.tokens.token_stats` of each trace where the caller has them already.
+        :func:`~kvsched.schedule.tokens.token_stats` of each trace where the caller has them already:
+        a list, one per trace measured.
     """
     found = _as_traces(traces)
     expect_slo(slo)
-    tokens = (
-        [token_stats(t) for t in found] if stats is None else list(stats)
-    )  # request_metrics reads them too
-    frames = [request_metrics(t) for t in found] if requests is None else requests
-    parts = [request_arrays(r) for r in frames]
-    req = parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    label = expect_unit(unit, found[0])  # the traces share one unit (_as_traces checked)
+    if stats is None:
+        tokens = [token_stats(t) for t in found]  # request_metrics reads them too
+    else:
+        tokens = [
+            expect_token_stats(s, t, "stats[]")
+            for s, t in zip(_per_trace(stats, found, "stats"), found, strict=True)
+        ]
+    if requests is None:
+        parts = [request_arrays(request_metrics(t)) for t in found]
+    else:
+        given = _per_trace(requests, found, "requests")
+        parts = [expect_requests(r, t, "requests[]") for r, t in zip(given, found, strict=True)]
+    req = parts[0] if len(parts) == 1 else {k: np.concatenate([p[k] for p in parts]) for k in _POOLED}
     done = req["complete"].astype(bool)
     good = _good(req, slo)
     return ServingMetrics(
-        time_unit=unit or time_unit(found[0].instance),
+        time_unit=label,
         num_requests=int(done.size),
         completed=int(done.sum()),
         duration=max(float(t.state.clock) for t in found),

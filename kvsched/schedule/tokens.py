@@ -198,7 +198,8 @@ def interpolate(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
 
 
 def linear_quantiles(values: np.ndarray, q: np.ndarray | list[float]) -> np.ndarray:
-    """``np.quantile(values, q, method="linear")`` of sorted ``values`` without NaN (at least one), to the bit.
+    """``np.quantile(values, q, method="linear")`` of sorted ``values`` without NaN (at least one), to the
+    bit.
 
     Without numpy's partition per call (a column's percentiles share one sort)
     and its first call's import of ``numpy.ma`` (7 ms of a command's start).
@@ -282,7 +283,8 @@ def _stamp(trace: Trace) -> tuple[int, int, int]:
 
 
 def _kept(cache: weakref.WeakKeyDictionary, trace: Trace, compute: Callable[[], _T]) -> _T:
-    """``compute()`` once per trace while it lives and does not grow (a trace without weak references: every time)."""
+    """``compute()`` once per trace while it lives and does not grow (a trace without weak references:
+    every time)."""
     stamp = _stamp(trace)
     try:
         kept = cache.get(trace)
@@ -428,7 +430,7 @@ def _gaps(trace: Trace, clock: BatchClock) -> tuple[_Gaps, np.ndarray]:
         gaps = (first_end[ent[lo:b]] - last_end[ent[lo - 1 : b - 1]])[~first[lo:b]]
         values[k : k + gaps.size] = gaps
         k += gaps.size
-    del first_end, last_end, gaps
+    del first_end, last_end  # not gaps: unbound when neither loop ran (no token generated)
     owned = _Gaps(n, pos, ent, first, lengths, inner_base, num_inner, generated)
     return owned, values
 
