@@ -1,6 +1,7 @@
 """Your own scheduler in a comparison: Policy objects beside registered names, and schedules made elsewhere."""
 
 import json
+import time
 from types import MappingProxyType
 
 import pytest
@@ -274,3 +275,12 @@ def test_a_sweep_runs_your_own_policy_file_and_keeps_going_past_its_bug(tmp_path
     bad.write_text(yaml.safe_dump({**spec, "policies": ["own/mine.py:Nope"]}))
     with pytest.raises(InputError, match=r"policies.0: .*mine.py:Nope: .*has no 'Nope'"):
         load_spec(bad)
+
+
+def test_report_refuses_the_bundled_examples_before_any_work(capsys):
+    import kvsched
+
+    started = time.monotonic()
+    assert main(["report", FIG15_PATH, "--out", str(kvsched.EXAMPLES_DIR)]) == 2
+    assert "--out: " in capsys.readouterr().err and time.monotonic() - started < 5
+    assert not (kvsched.EXAMPLES_DIR / "index.html").exists()

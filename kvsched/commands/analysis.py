@@ -328,6 +328,7 @@ def _anytime_rows(points: Any, path: Path) -> list[list[float | None]]:
 def cmd_report(args: argparse.Namespace) -> int:
     from kvsched.analysis.report import database_report, instance_report
     from kvsched.analysis.store import load_results, names_database
+    from kvsched.instances.io import check_not_input
 
     # --time-limit bounds the command: loading and the policies count against the solve.
     deadline = Deadline.for_command(args.time_limit)
@@ -343,6 +344,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise InputError(f"{args.target}: the results database is empty")
         if given:
             raise InputError("--schedule: a results database's report reads its schedules from the database")
+        check_not_input(Path(args.out) / "index.html", "--out")  # never into the bundled examples
         check_output_folder(args.out, "--out", [args.target])
         path = database_report(args.target, args.out, against=args.against, frame=frame)
     else:
@@ -352,6 +354,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         # Read first: a bad instance is one error line and leaves no empty --out folder behind.
         instance = load_instance_from_args(args.target, args)
         policies, schedules = read_given(args, instance)
+        check_not_input(Path(args.out) / "index.html", "--out")  # never into the bundled examples
         check_output_folder(args.out, "--out", [args.target, *given_inputs(args)])
         cmp = compare(
             instance,
@@ -368,8 +371,14 @@ def cmd_report(args: argparse.Namespace) -> int:
         )
         compared = deadline.elapsed()
         print_comparison(cmp, args.objective, instance.name or args.target)
+        # The figures that fit the limit (the page names the ones left out; the solve kept their time).
         path = instance_report(
-            instance, args.out, objective=args.objective, source=args.target, comparison=cmp
+            instance,
+            args.out,
+            objective=args.objective,
+            source=args.target,
+            comparison=cmp,
+            deadline=deadline,
         )
     Console(stderr=True).print(f"wrote {path}", highlight=False)
     if compared is not None:
