@@ -16,8 +16,9 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
+from numbers import Real
 
-from kvsched.errors import InputError
+from kvsched.errors import InputError, KvschedError
 
 #: A command may end this long after its deadline (returning, validating and writing its result).
 GRACE_SECONDS = 1.0
@@ -35,11 +36,16 @@ def mark_start(when: float | None = None) -> None:
     _command_start = time.monotonic() if when is None else when
 
 
-class DeadlineReached(Exception):
+class DeadlineReached(KvschedError):
     """Raised by :meth:`Deadline.check` inside a loop that cannot return a partial answer itself.
 
-    The stage that started the loop catches it and keeps what it had; it never reaches the user.
+    The stage that started the loop catches it and keeps what it had. It reaches the user where a
+    public call has nothing to return by its deadline (:func:`kvsched.simulate` with ``deadline=``),
+    so it is a :class:`~kvsched.errors.KvschedError` with a message (``except kv.KvschedError`` sees it).
     """
+
+    def __init__(self, message: str = "the deadline passed before the work was done") -> None:
+        super().__init__(message)
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +64,24 @@ class Deadline:
 
     end: float = math.inf
     limit: float = math.inf
+
+    def __post_init__(self) -> None:
+        # A few comparisons per deadline (made once per command or stage), so that a misread
+        # `Deadline(30)` (a monotonic reading long past, not 30 s) or a NaN cannot pass for a budget.
+        end, limit = self.end, self.limit
+        if type(end) is not float or type(limit) is not float:
+            end, limit = _seconds(end, "end"), _seconds(limit, "limit")
+            object.__setattr__(self, "end", end)
+            object.__setattr__(self, "limit", limit)
+        if end != end or limit != limit:  # NaN
+            raise InputError(f"Deadline: end and limit must not be NaN (got end={end!r}, limit={limit!r})")
+        if not limit > 0:
+            raise InputError(f"Deadline: limit must be a positive number of seconds, got {limit!r}")
+        if math.isfinite(end) and math.isinf(limit):
+            raise InputError(
+                f"Deadline({end!r}): the constructor takes a time.monotonic() reading and its budget, "
+                f"not seconds from now: use kvsched.Deadline.after({end!r})"
+            )
 
     @classmethod
     def after(cls, seconds: float | None) -> Deadline:
@@ -131,6 +155,16 @@ class Deadline:
         if not self.bounded:
             return "Deadline(never)"
         return f"Deadline({self.remaining():.3f} s left of {self.limit:g} s)"
+
+
+def _seconds(value: object, name: str) -> float:
+    """A :class:`Deadline` field as a float (a real number, not a bool), else an :class:`InputError`."""
+    if isinstance(value, bool) or not isinstance(value, int | float | Real):
+        raise InputError(
+            f"Deadline: {name} must be a number of seconds, got {type(value).__name__} "
+            f"(a budget from now is kvsched.Deadline.after(seconds))"
+        )
+    return float(value)
 
 
 def wait_timeout(seconds: float) -> float | None:

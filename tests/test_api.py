@@ -551,3 +551,39 @@ def test_generate_names_the_arrival_parameters_behind_an_arrival_out_of_range(pa
         InputError, match=r"^synthetic: the generated instance breaks a request rule \(arrivals"
     ):
         kvsched.generate("synthetic", n=5, arrival="poisson", **params)
+
+
+def test_simulate_past_its_deadline_is_a_kvsched_error_with_a_message():
+    # It raised kvsched.stop.DeadlineReached: no KvschedError, no message (`except kv.KvschedError` missed it).
+    inst = kvsched.generate(
+        "sharegpt", n=3000, limits=kvsched.Limits(kv_capacity=20000), arrival="poisson", rate=5
+    )
+    with pytest.raises(
+        kvsched.KvschedError, match=r"^simulate: the deadline passed .*\(\d[\d,]* of 3,000 done\)"
+    ):
+        kvsched.simulate(inst, kvsched.make_policy("sarathi"), deadline=kvsched.Deadline.after(0.05))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ((None, 1.0, 1.0, 1.0), r"^table: expected a pandas DataFrame"),
+        (("objective", 1.0, 1.0, 1.0), r"^table: expected a pandas DataFrame"),
+        (("no-column", 1.0, 1.0, 1.0), r"^table: .* with no such column"),
+        (("frame", "1", 1.0, 1.0), r"^incumbent: expected a number or None, got str"),
+        (("frame", 1.0, [1.0], 1.0), r"^bound: expected a number or None, got list"),
+        (("frame", 1.0, 1.0, True), r"^lower: expected a number or None, got bool"),
+    ],
+)
+def test_add_regret_checks_its_arguments(args, message):
+    import pandas as pd
+
+    frames = {"frame": pd.DataFrame({"objective": [3.0]}), "no-column": pd.DataFrame({"x": [3.0]})}
+    table, *rest = args
+    with pytest.raises(InputError, match=message):
+        kvsched.add_regret(frames.get(table, table) if isinstance(table, str) else table, *rest)
+    # Numbers of every kind pass (numpy's included), and None leaves its columns out.
+    import numpy as np
+
+    out = kvsched.add_regret(pd.DataFrame({"objective": [3.0]}), np.float64(2.0), 2, None)
+    assert out["regret_vs_solver"].tolist() == [1.0] and "max_regret_vs_all_schedules" not in out

@@ -189,3 +189,17 @@ def test_save_schedule_names_a_path_it_cannot_write():
     sched = evicting_schedule(inst, UnitCost())
     with pytest.raises(InputError, match=r"^save_schedule: /proc/wrong\.json cannot be written \(.+\)$"):
         save_schedule(sched, inst, "/proc/wrong.json")
+
+
+def test_load_schedule_with_its_arguments_swapped_names_path(tmp_path):
+    import kvsched as kv
+
+    inst = kv.load_instance(kv.example("figure15"))
+    path = tmp_path / "s.json"
+    save_schedule(Schedule(()), inst, path)
+    with pytest.raises(InputError, match=r"^path: .*load_schedule\(path, instance\)"):
+        load_schedule(inst, path)
+    with pytest.raises(InputError, match=r"^path: expected a file path"):
+        load_schedule(5, inst)
+    with pytest.raises(InputError, match="instance"):
+        load_schedule(path, str(path))

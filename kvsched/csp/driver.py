@@ -39,7 +39,7 @@ from kvsched.csp.incumbents import greedy
 from kvsched.csp.pipeline import solve_pipeline
 from kvsched.csp.result import AnytimePoint, Result, SolveStatus
 from kvsched.csp.run import Progress, SolveLog, check_replayable, with_meta
-from kvsched.errors import InputError, KvschedError
+from kvsched.errors import InputError, KvschedError, expect_path
 from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.ir import Schedule, expect_schedule
@@ -119,10 +119,16 @@ def check_options(options: SolverOptions) -> None:
     if not isinstance(options, SolverOptions):
         raise InputError(f"options: expected kvsched.SolverOptions(...), got {type(options).__name__}")
     check_threads(options.threads, "options.threads")
-    if options.time_limit is not None:
-        check_time_limit(options.time_limit, "options.time_limit")
-    if not 0 <= options.gap < 1:
-        raise InputError(f"options.gap: must be in [0, 1), got {options.gap!r}")
+    limit = options.time_limit
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, int | float):  # (float("1") would take "1")
+            raise InputError(f"options.time_limit: must be a number of seconds or None, got {limit!r}")
+        check_time_limit(limit, "options.time_limit")
+    gap = options.gap  # type first: "0" < 1 is a TypeError, and NaN passes no comparison
+    if isinstance(gap, bool) or not isinstance(gap, int | float) or not 0 <= gap < 1:
+        raise InputError(f"options.gap: must be in [0, 1) (a number), got {gap!r}")
+    if not isinstance(options.log, bool):  # (a str "False" would turn the solver's log on)
+        raise InputError(f"options.log: must be True or False, got {options.log!r}")
     seed = options.seed  # the back ends (numpy's generators among them) take only a seed >= 0
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise InputError(f"options.seed: must be a whole number >= 0, got {seed!r}")
@@ -196,7 +202,11 @@ def solve(
     if warm_start is not None:
         expect_schedule(warm_start, "warm_start")  # (a policy's: simulate it and pass its .schedule)
     if export is not None:
-        check_export_path(export)
+        check_export_path(expect_path(export, "export"))
+    if progress is not None and not callable(progress):
+        raise InputError(
+            f"progress: expected a function called with each AnytimePoint (or None), got {progress!r}"
+        )
     if deadline is None:
         # Under the API's own name (Deadline.after would say --time-limit, the CLI's).
         seconds = options.time_limit if time_limit is None else check_time_limit(time_limit, "time_limit")

@@ -125,6 +125,19 @@ class Result:
             **rest,
         )
 
+    def __repr__(self) -> str:
+        # Short and cheap: the generated repr spelled out the schedule's and the trace's per-batch
+        # arrays (tens of seconds and megabytes on 3,000 requests: a REPL looked hung).
+        def num(value: float | None) -> str:
+            return "None" if value is None else f"{value:.6g}"
+
+        return (
+            f"Result(status={str(self.status)!r}, objective={num(self.objective)}, "
+            f"best_bound={num(self.best_bound)}, gap={num(self.gap)}, scope={str(self.scope)!r}, "
+            f"formulation={self.formulation!r}, solver={self.solver!r}, runtime={self.runtime:.3f}, "
+            f"stopped={self.stopped!r}, bounds={len(self.bounds)}, schedule={self.schedule!r})"
+        )
+
     @property
     def all_schedules_bound(self) -> Bound | None:
         """The best bound valid for every legal schedule of the instance (what regret is measured against)."""

@@ -41,6 +41,10 @@ def least_batches(instance: Instance) -> int:
 
 def check_replayable(instance: Instance, deadline: Deadline) -> None:
     """One clear error when no schedule of ``instance`` could even be replayed by ``deadline``."""
+    if not isinstance(deadline, Deadline):  # (solve's deadline=5 met an AttributeError here)
+        raise InputError(
+            f"deadline: expected a kvsched.Deadline (Deadline.after(seconds)), got {type(deadline).__name__}"
+        )
     need = least_batches(instance)
     left = deadline.remaining() + deadline.grace()
     if need > REPLAY_BATCHES_PER_SECOND * left:

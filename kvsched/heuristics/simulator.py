@@ -37,7 +37,7 @@ from kvsched.heuristics.step import BATCHES_PER_TOKEN, Record, Stepper, batch_li
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import Trace, instance_cost_model
-from kvsched.stop import Deadline
+from kvsched.stop import Deadline, DeadlineReached
 
 if TYPE_CHECKING:
     from rich.progress import Progress
@@ -61,6 +61,13 @@ class SimResult:
     schedule: Schedule
     trace: Trace
     runtime: float
+
+    def __repr__(self) -> str:
+        # Short and cheap: the generated repr spelled out every batch's arrays (tens of seconds, megabytes).
+        return (
+            f"SimResult(policy={self.schedule.meta.get('policy')!r}, runtime={self.runtime:.3f}, "
+            f"schedule={self.schedule!r}, trace={self.trace!r})"
+        )
 
 
 def simulate(
@@ -104,7 +111,8 @@ def simulate(
     InputError
         ``instance`` is not an :class:`Instance`, or ``policy`` is a name rather than a policy.
     DeadlineReached
-        ``deadline`` passed before the last request completed (nothing is returned).
+        ``deadline`` passed before the last request completed (nothing is returned); a
+        :class:`~kvsched.errors.KvschedError` whose message says how many requests were done.
     """
     expect_instance(instance)
     if isinstance(policy, str):
@@ -139,7 +147,13 @@ def simulate(
             on_record = advance_bar
         if deadline is not None and deadline.bounded:
             on_record = _checking(deadline, on_record)
-        stepper.run(on_record)
+        try:
+            stepper.run(on_record)
+        except DeadlineReached:  # (a KvschedError) the user's, or a solver stage's that catches it
+            raise DeadlineReached(
+                f"simulate: the deadline passed before the last request completed "
+                f"({stepper.state.num_done:,} of {len(instance):,} done)"
+            ) from None
     schedule = Schedule(tuple(stepper.entries), {"policy": policy.name, "params": dict(policy.params)})
     trace = Trace(instance, stepper.state, stepper.records)
     return SimResult(schedule, trace, time.perf_counter() - wall)

@@ -31,6 +31,7 @@ durations from the cost model.
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -38,7 +39,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kvsched.costmodel import CostModel
-from kvsched.errors import InputError
+from kvsched.errors import InputError, expect_path
 from kvsched.instances.io import (
     MAX_TIME,
     MAX_TOKENS,
@@ -187,7 +188,12 @@ def save_schedule(schedule: Schedule, instance: Instance, path: str | Path) -> N
 
 def load_schedule(path: str | Path, instance: Instance) -> Schedule:
     """Read a kvsched JSON schedule file (or an InferMax-format JSON, detected by its keys, or a columnar ``.npz``)."""
-    p = Path(path)
+    if isinstance(path, Instance) and isinstance(instance, str | os.PathLike):
+        raise InputError(
+            "path: expected a file path, got Instance (the path comes first: load_schedule(path, instance))"
+        )
+    p = Path(expect_path(path))
+    expect_instance(instance)
     if p.suffix.lower() == ".npz":
         from kvsched.schedule.columnar import load_columnar
 

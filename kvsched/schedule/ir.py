@@ -61,6 +61,10 @@ def _frozen(values: Sequence[int] | np.ndarray, dtype: type = np.int64) -> np.nd
     return arr
 
 
+_ndarray = np.ndarray
+_I64, _I8 = np.dtype(np.int64), np.dtype(np.int8)  # the usual columns' dtypes, tested by identity first
+
+
 _EMPTY = _frozen([])  # shared: a read-only empty array cannot be changed through any batch
 
 
@@ -100,6 +104,28 @@ class Batch:
     tokens: np.ndarray
     phases: np.ndarray
     evicted: np.ndarray = field(default_factory=lambda: _EMPTY)
+
+    def __post_init__(self) -> None:
+        # A user's Batch(...) (lists, float counts, a str start, mismatched lengths) is checked here,
+        # once, not met as an AttributeError or IndexError inside the core; the core's own batches come
+        # through _trusted (no __init__, so no check) and Batch.of's are converted already: the fast test.
+        r, t, p, e = self.requests, self.tokens, self.phases, self.evicted
+        if not (
+            type(self.start) is float
+            and type(self.duration) is float
+            and type(r) is _ndarray
+            and type(t) is _ndarray
+            and type(p) is _ndarray
+            and type(e) is _ndarray
+            and r.ndim == 1
+            and r.shape == t.shape == p.shape
+            and e.ndim == 1
+            and (r.dtype is _I64 or r.dtype is _I8 or r.dtype.kind in "iu")
+            and (t.dtype is _I64 or t.dtype is _I8 or t.dtype.kind in "iu")
+            and (p.dtype is _I64 or p.dtype is _I8 or p.dtype.kind in "iu")
+            and (e.dtype is _I64 or e.dtype is _I8 or e.dtype.kind in "iu")
+        ):
+            _check_batch(self)
 
     @classmethod
     def of(
@@ -233,6 +259,23 @@ class Run:
     end: float
     chunk: Chunk | None = None
 
+    def __post_init__(self) -> None:
+        # A user's Run(...) is checked here (Run.of's and _trusted's arguments pass the fast test or skip it).
+        d, r = self.durations, self.requests
+        if not (
+            type(self.start) is float
+            and type(self.end) is float
+            and type(d) is np.ndarray
+            and d.dtype == np.float64
+            and d.ndim == 1
+            and d.size
+            and type(r) is np.ndarray
+            and r.dtype.kind in "iu"
+            and r.ndim == 1
+            and (self.chunk is None or type(self.chunk) is Chunk)
+        ):
+            _check_run(self)
+
     @classmethod
     def of(
         cls,
@@ -341,7 +384,10 @@ class Run:
         k = self.durations.size
         last = self.chunk is not None and self.chunk.last
         for j, (s, d) in enumerate(zip(self.starts().tolist(), self.durations.tolist(), strict=True)):
-            yield Batch(s, d, req, self.last_tokens() if last and j == k - 1 else tok, phases, _EMPTY)
+            # Every field built or checked as Batch.of would: the unchecked path (one per batch spelled out).
+            yield Batch._trusted(
+                s, d, req, self.last_tokens() if last and j == k - 1 else tok, phases, _EMPTY
+            )
 
 
 _new = object.__new__
@@ -356,6 +402,81 @@ _set_start, _set_durations, _set_requests, _set_end, _set_chunk = (
     _set_batch_phases,
     _set_batch_evicted,
 ) = (Batch.__dict__[f.name].__set__ for f in fields(Batch))
+
+
+def _number(value: object, what: str) -> float:
+    """A time field of a user's batch or run as a float, else an :class:`InputError` naming it."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.integer | np.floating):
+        raise InputError(f"{what}: expected a number (seconds), got {type(value).__name__}: {value!r}")
+    return float(value)
+
+
+def _integers(values: object, what: str, dtype: type = np.int64) -> np.ndarray:
+    """A column of a user's batch or run as a read-only 1-D integer array, else an :class:`InputError`
+    naming it (a fractional count would be truncated silently by the core)."""
+    try:
+        raw = np.asarray(values)
+    except (TypeError, ValueError):
+        raise InputError(
+            f"{what}: expected a sequence of whole numbers, got {type(values).__name__}"
+        ) from None
+    if raw.ndim != 1:
+        raise InputError(f"{what}: expected a 1-D sequence of whole numbers, got shape {raw.shape}")
+    if raw.size == 0:
+        return _EMPTY if dtype is np.int64 else _frozen([], dtype)
+    if raw.dtype.kind not in "iuf":
+        raise InputError(f"{what}: expected whole numbers, got {raw.dtype} values such as {raw[0].item()!r}")
+    if raw.dtype.kind == "f":
+        bad = ~np.isfinite(raw) | (raw != np.round(raw))
+        if bad.any():
+            raise InputError(f"{what}: {raw[bad][0].item()!r} is not a whole number")
+    return _frozen(raw, dtype)
+
+
+def _check_batch(batch: Batch) -> None:
+    """Convert a user's batch's fields in place (``Batch.of``'s conversions) or raise an InputError."""
+    start = _number(batch.start, "Batch.start")
+    duration = _number(batch.duration, "Batch.duration")
+    req = _integers(batch.requests, "Batch.requests")
+    tok = _integers(batch.tokens, "Batch.tokens")
+    ph = _integers(batch.phases, "Batch.phases", np.int8)
+    ev = _integers(batch.evicted, "Batch.evicted")
+    if not (req.size == tok.size == ph.size):
+        raise InputError(
+            f"Batch: requests, tokens and phases must have the same length, got {req.size}, {tok.size} "
+            f"and {ph.size}"
+        )
+    _set_batch_start(batch, start)
+    _set_batch_duration(batch, duration)
+    _set_batch_requests(batch, req)
+    _set_batch_tokens(batch, tok)
+    _set_batch_phases(batch, ph)
+    _set_batch_evicted(batch, ev)
+
+
+def _check_run(run: Run) -> None:
+    """Convert a user's run's fields in place (as :meth:`Run.of` would) or raise an InputError."""
+    start = _number(run.start, "Run.start")
+    end = _number(run.end, "Run.end")
+    try:
+        dur = np.array(run.durations, dtype=np.float64).reshape(-1)
+    except (TypeError, ValueError):
+        raise InputError(f"Run.durations: expected numbers, got {type(run.durations).__name__}") from None
+    if dur.size == 0:
+        raise InputError("Run.durations: a run has at least one batch")
+    dur.setflags(write=False)
+    req = _integers(run.requests, "Run.requests")
+    chunk = run.chunk
+    if chunk is not None:
+        try:
+            chunk = Chunk(*_integers(chunk, "Run.chunk").tolist())
+        except TypeError:
+            raise InputError(f"Run.chunk: expected (request, tokens, phase[, last]), got {chunk!r}") from None
+    _set_start(run, start)
+    _set_durations(run, dur)
+    _set_requests(run, req)
+    _set_end(run, end)
+    _set_chunk(run, chunk)
 
 
 def _end(start: float, durations: np.ndarray) -> float:
@@ -396,6 +517,32 @@ class Schedule:
     entries: tuple[Batch | Run, ...]
     meta: dict[str, Any] = field(default_factory=dict)
     _expanded: tuple[Batch, ...] | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        # One pass in C over the entries' types (a few ms per million): a user's list or a stray entry is
+        # an InputError here, not an AttributeError inside the core.
+        entries = self.entries
+        if type(entries) is not tuple:
+            if isinstance(entries, str | bytes | Batch | Run) or not isinstance(entries, Sequence):
+                raise InputError(
+                    f"Schedule.entries: expected a sequence of Batch and Run objects, got {type(entries).__name__}"
+                )
+            entries = tuple(entries)
+            object.__setattr__(self, "entries", entries)
+        if not set(map(type, entries)) <= _ENTRY_TYPES:
+            k, bad = next((k, e) for k, e in enumerate(entries) if type(e) not in _ENTRY_TYPES)
+            raise InputError(f"Schedule.entries[{k}]: expected a Batch or a Run, got {type(bad).__name__}")
+        if not isinstance(self.meta, dict):
+            raise InputError(f"Schedule.meta: expected a dict, got {type(self.meta).__name__}")
+
+    def __repr__(self) -> str:
+        # Short and cheap (one pass over the entries): the generated repr spelled out every batch's arrays.
+        runs = sum(type(e) is Run for e in self.entries)
+        keys = ", ".join(map(str, self.meta))
+        return (
+            f"<Schedule: {len(self):,} batches in {len(self.entries):,} entries ({runs:,} runs), "
+            f"makespan {self.makespan:.6g}, meta keys [{keys}]>"
+        )
 
     @property
     def has_runs(self) -> bool:
@@ -441,6 +588,9 @@ class Schedule:
 
     def same_as(self, other: Schedule, tol: float = 1e-9) -> bool:
         return len(self) == len(other) and all(a.same_as(b, tol) for a, b in zip(self, other, strict=True))
+
+
+_ENTRY_TYPES = frozenset((Batch, Run))
 
 
 def expect_schedule(value: object, name: str = "schedule") -> Schedule:

@@ -51,6 +51,14 @@ class Trace:
     def num_batches(self) -> int:
         return sum(e.repeat if type(e) is RunRecord else 1 for e in self.entries)
 
+    def __repr__(self) -> str:
+        # Short and cheap: the generated repr spelled out the instance, the engine state and every record.
+        name = self.instance.name or "unnamed"
+        return (
+            f"<Trace of {name!r}: {len(self.instance):,} requests, {self.num_batches:,} batches, "
+            f"{len(self.violations):,} violations>"
+        )
+
 
 def expect_trace(value: object, name: str = "trace", instance: Instance | None = None) -> Trace:
     """``value`` if it is a :class:`Trace` (of ``instance``, where given), else one

@@ -131,8 +131,17 @@ class BatchLog:
             if e - b > 1:
                 entries.append(Run.of(starts[b], durs[b:e], req[lo:hi]))
             else:
+                # The log's own arrays, of one length and dtype by construction: the unchecked constructor
+                # (a user's Batch(...) is checked for form; the replay judges these batches).
                 entries.append(
-                    Batch(starts[b], float(durs[b]), req[lo:hi], tok[lo:hi], ph[lo:hi], ev[ep[b] : ep[b + 1]])
+                    Batch._trusted(
+                        float(starts[b]),
+                        float(durs[b]),
+                        req[lo:hi],
+                        tok[lo:hi],
+                        ph[lo:hi],
+                        ev[ep[b] : ep[b + 1]],
+                    )
                 )
         return Schedule(tuple(entries), dict(meta or {}))
 
