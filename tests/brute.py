@@ -23,15 +23,17 @@ def brute_force(instance: Instance, objective: str, allow_eviction: bool = True)
 
     Many tests ask for the same optimum (a certificate and the every-schedule bound of the same draw, the same
     budget trio under the same cost model in several files): the search is pure, so its answer is reused.
-    Instances are frozen but hold dicts, so their ``repr`` (every field, floats exactly) is the key.
+    The key is what decides the optimum: the requests and limits (frozen, compared field by field, floats
+    exactly) and the time model (its parameters' repr: a dict). Not the instance's repr, which is a summary.
     """
-    key = (repr(instance), objective, allow_eviction)
+    tm = instance.time_model
+    key = (tuple(instance.requests), instance.limits, tm.name, repr(tm.params), objective, allow_eviction)
     if key not in _OPTIMA:
         _OPTIMA[key] = _brute_force(instance, objective, allow_eviction)
     return _OPTIMA[key]
 
 
-_OPTIMA: dict[tuple[str, str, bool], float] = {}
+_OPTIMA: dict[tuple, float] = {}
 
 
 def _brute_force(
