@@ -113,6 +113,18 @@ def _page(title: str, subtitle: str, sections: Sequence[_Section]) -> str:
     return "\n".join(parts)
 
 
+def check_report_folder(
+    out_dir: str | Path, what: str = "out_dir", inputs: Sequence[str | Path] = ()
+) -> Path:
+    """The folder a report's page goes in, checked and made before the work: its ``index.html`` refused where
+    every writer refuses (the bundled examples, an input's file), the folder not an input (``inputs``), not a
+    file, creatable. ``what`` names it in an error (``--out`` on the command line)."""
+    from kvsched.instances.io import check_output_folder
+
+    check_not_input(Path(expect_path(out_dir, what)) / REPORT_FILE, what)
+    return check_output_folder(out_dir, what, inputs)
+
+
 def _write(out_dir: str | Path, page: str) -> Path:
     out = Path(out_dir)
     if out.exists() and not out.is_dir():
@@ -213,7 +225,6 @@ def instance_report(
     """
     from kvsched.analysis.compare import compare, policy_names
     from kvsched.heuristics import POLICIES
-    from kvsched.instances.io import check_output_folder
     from kvsched.schedule.output_time import solve_deadline
 
     expect_instance(instance)
@@ -237,10 +248,8 @@ def instance_report(
         objective = comparison.objective
     elif objective is None:
         objective = "total-latency"
-    # The page goes in out_dir/index.html: refused where every other writer refuses (the bundled
-    # examples, an input's file), and checked before the work, not after a solve.
-    check_not_input(Path(expect_path(out_dir, "out_dir")) / REPORT_FILE, "out_dir")
-    check_output_folder(out_dir, "out_dir")
+    # Checked before the work, not after a solve.
+    check_report_folder(out_dir)
     deadline = deadline or Deadline.never()
     cmp = comparison or compare(
         instance,

@@ -364,9 +364,8 @@ def _check_semantics(spec: SweepSpec, base: Path | None) -> None:
                 raise InputError(f"{where}.file.{j}: {path}: no such file")
     for k, entry in enumerate(spec.policies):
         try:
-            if is_file_ref(
-                entry.name
-            ):  # one's own scheduler: built once here, so that a bad one stops the spec
+            # One's own scheduler is built once here, so that a bad one stops the spec.
+            if is_file_ref(entry.name):
                 load_policy_file(_resolved(entry.name, base), entry.params)
             else:
                 make_policy(entry.name, **entry.params)

@@ -15,18 +15,17 @@ from rich.table import Table
 from kvsched.commands.common import (
     EXIT_INTERNAL,
     atomic_output,
-    check_output_folder,
     check_outputs,
     load_instance_from_args,
     note_late,
     positive_int,
-    solve_deadline,
 )
 from kvsched.commands.given import add_given_args, given_inputs, policy_names, read_given, schedule_paths
 from kvsched.commands.outputs import add_slo_arg
 from kvsched.commands.solve import add_solver_args, model_kwargs, solver_options
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
+from kvsched.schedule.output_time import solve_deadline
 from kvsched.stop import Deadline
 
 PLOT_KINDS = ("gantt", "kv", "load", "regret", "cdf", "anytime")
@@ -184,10 +183,9 @@ def _schedules_for(
     2,000 requests ran for 94 s under ``--time-limit 2``. Those not started are named on one line.
     """
     from kvsched.analysis.compare import CUT, NOT_RUN, POLICY_SHARE, run_policies
-    from kvsched.heuristics import POLICIES, make_policy
+    from kvsched.heuristics import make_policy
 
     names = policy_names(args.policies, allow_none=False)
-    names = list(POLICIES) if names is None else names
     usable = solve_deadline(deadline, instance, ("figure",))
     starts_by = usable.share(POLICY_SHARE) if args.solve else usable
     schedules: dict[str, Any] = {}
@@ -326,9 +324,8 @@ def _anytime_rows(points: Any, path: Path) -> list[list[float | None]]:
 
 # ----------------------------------------------------------------------------- report
 def cmd_report(args: argparse.Namespace) -> int:
-    from kvsched.analysis.report import database_report, instance_report
+    from kvsched.analysis.report import check_report_folder, database_report, instance_report
     from kvsched.analysis.store import load_results, names_database
-    from kvsched.instances.io import check_not_input
 
     # --time-limit bounds the command: loading and the policies count against the solve.
     deadline = Deadline.for_command(args.time_limit)
@@ -344,8 +341,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise InputError(f"{args.target}: the results database is empty")
         if given:
             raise InputError("--schedule: a results database's report reads its schedules from the database")
-        check_not_input(Path(args.out) / "index.html", "--out")  # never into the bundled examples
-        check_output_folder(args.out, "--out", [args.target])
+        check_report_folder(args.out, "--out", [args.target])
         path = database_report(args.target, args.out, against=args.against, frame=frame)
     else:
         from kvsched.analysis import compare
@@ -354,8 +350,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         # Read first: a bad instance is one error line and leaves no empty --out folder behind.
         instance = load_instance_from_args(args.target, args)
         policies, schedules = read_given(args, instance)
-        check_not_input(Path(args.out) / "index.html", "--out")  # never into the bundled examples
-        check_output_folder(args.out, "--out", [args.target, *given_inputs(args)])
+        check_report_folder(args.out, "--out", [args.target, *given_inputs(args)])
         cmp = compare(
             instance,
             policies,

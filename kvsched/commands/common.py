@@ -13,17 +13,9 @@ from typing import TYPE_CHECKING
 
 from kvsched.errors import InputError
 from kvsched.instances.csvtrace import number_or_text
-from kvsched.instances.io import check_output_folder, same_file_key  # noqa: F401
+from kvsched.instances.io import same_file_key
 from kvsched.instances.model import Instance, Limits, TimeModel
 from kvsched.schedule.collector import collector_paused as paused
-from kvsched.schedule.output_time import (  # noqa: F401  (the commands' names for them)
-    OUTPUT_FIXED_SECONDS,
-    OUTPUT_SECONDS,
-    OUTPUT_SECONDS_PER_TOKEN,
-    OUTPUT_SHARE,
-    output_seconds,
-    solve_deadline,
-)
 from kvsched.stop import Deadline
 
 if TYPE_CHECKING:
@@ -168,21 +160,21 @@ def load_instance_from_args(path: str, args: argparse.Namespace) -> Instance:
     instance.check_feasible(requests=False)  # the file's requests were checked as it was read
     # Every command refuses the model up front, not only those that build the problem data (`info` showed
     # "unit (slot=nan)" and exited 0 where `simulate` refuses it), the file's own as well as the flags'.
-    flags_cost_model(
+    checked_cost_model(
         instance, "--cost-model/--cost-param" if time_model is not None else f"{path}: time_model"
     )
     return instance
 
 
-def flags_cost_model(instance: Instance, what: str = "--cost-model/--cost-param") -> CostModel:
-    """The cost model of ``instance`` (its time model, which ``--cost-model``/``--cost-param`` may have
-    chosen), checked as :class:`~kvsched.schedule.data.ProblemData` checks it (a batch of this instance must
+def checked_cost_model(instance: Instance, what: str = "--cost-model/--cost-param") -> CostModel:
+    """The cost model of ``instance`` (its file's time model, or the one ``--cost-model``/``--cost-param``
+    chose), checked as :class:`~kvsched.schedule.data.ProblemData` checks it (a batch of this instance must
     take some time, and finitely little); a refusal is one :class:`InputError` naming ``what``.
     """
-    from kvsched.schedule.data import checked_cost_model
+    from kvsched.schedule.data import checked_cost_model as checked
 
     try:  # (independent of the request count: a few batch probes)
-        return checked_cost_model(instance)
+        return checked(instance)
     except InputError as exc:
         raise InputError(f"{what}: {exc}") from None
 

@@ -18,7 +18,6 @@ from rich.table import Table
 
 from kvsched.commands.common import (
     EXIT_INVALID,
-    check_output_folder,
     check_output_path,
     check_outputs,
     non_negative_int,
@@ -27,6 +26,7 @@ from kvsched.commands.common import (
     write_text_atomic,
 )
 from kvsched.errors import InputError
+from kvsched.instances.io import check_output_folder
 from kvsched.threads import check_threads
 
 #: dtypes for which the oracle must hold exactly.
@@ -47,10 +47,10 @@ def _prediction_model(args: argparse.Namespace, instance: Any) -> tuple[Any, str
     chosen = time_model_from_args(args, instance.time_model)
     if chosen is None:
         return instance_cost_model(instance), f"the instance's {instance.time_model.name!r}"
-    from kvsched.commands.common import flags_cost_model
+    from kvsched.commands.common import checked_cost_model
 
     # A model whose batches take no time, or overflow, on this instance (the check simulate makes).
-    cost = flags_cost_model(replace(instance, time_model=chosen))
+    cost = checked_cost_model(replace(instance, time_model=chosen))
     if args.cost_model is not None:
         return cost, args.cost_model
     given = ", ".join(args.cost_param)

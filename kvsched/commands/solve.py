@@ -21,7 +21,6 @@ from kvsched.commands.common import (
     note_late,
     positive_int,
     seed_int,
-    solve_deadline,
     time_unit,
 )
 from kvsched.commands.given import add_given_args, given_inputs, read_given
@@ -36,6 +35,7 @@ from kvsched.commands.outputs import (
 from kvsched.commands.warmup import note_cold_kernels
 from kvsched.errors import InputError
 from kvsched.schedule.metrics import format_number
+from kvsched.schedule.output_time import solve_deadline
 from kvsched.stop import Deadline, DeadlineReached, check_time_limit
 from kvsched.threads import check_threads
 

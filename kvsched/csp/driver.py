@@ -195,8 +195,7 @@ def solve(
         bound meets its objective; ``scope`` says which schedules the optimum
         and the bound range over.
     """
-    expect_instance(instance)
-    instance.check_requests()  # before any bound reads a NaN arrival
+    expect_instance(instance)  # its requests checked too: before any bound reads a NaN arrival
     options = options or SolverOptions()
     check_options(options)
     if warm_start is not None:

@@ -38,3 +38,11 @@ def check_non_negative_number(name: str, value: Any, *, none: bool = False) -> N
     ):
         more = " or None" if none else ""
         raise ValueError(f"{name} must be a finite number >= 0{more}; got {value!r}")
+
+
+def check_eq1_options(batch_size: Any, d0: Any, d1: Any) -> None:
+    """The WAIT family's ``batch_size`` (B of the paper's thresholds) and Eq. (1)'s ``d0``, ``d1`` (None: from
+    the instance): a positive integer, and finite numbers >= 0."""
+    check_positive("batch_size", batch_size)
+    check_non_negative_number("d0", d0, none=True)
+    check_non_negative_number("d1", d1, none=True)

@@ -163,9 +163,7 @@ def load_policy_file(ref: str, params: Mapping[str, Any] | None = None) -> Polic
         policy = cls(**dict(params or {}))
     except Exception as exc:  # a constructor refusing its parameters, or failing: one line naming it
         raise InputError(f"{ref}: {class_name}(...) raised {type(exc).__name__}: {exc}") from None
-    missing = [
-        m for m in ("name", "uses_true_output", "params", "reset", "next_batch") if not hasattr(policy, m)
-    ]
+    missing = missing_members(policy)
     if missing:
         raise InputError(
             f"{ref}: {class_name} is not a policy (it has no {', '.join(missing)}; see kvsched.Policy)"

@@ -54,7 +54,7 @@ class LowerBounds:
 
 def lower_bounds(instance: Instance) -> LowerBounds:
     """Lower bounds for ``instance`` (unit time model only)."""
-    expect_instance(instance).check_requests()  # (an impossible field: one error, not a wrong bound)
+    expect_instance(instance)  # (its fields checked: an impossible one is one error, not a wrong bound)
     cost = instance_cost_model(instance)
     if not isinstance(cost, UnitCost):
         raise InputError(f"combinatorial bounds need the unit time model, not {cost.name!r}")

@@ -142,7 +142,7 @@ def portfolio(instance: Instance, objective: str, deadline: Deadline | None = No
     """
     objective_function(objective)  # one clear error for an unknown name
     # A request built in Python with a zero length or a NaN arrival is one error here, not a wrong bound.
-    expect_instance(instance).check_requests()
+    expect_instance(instance)
     deadline = deadline or Deadline.never()
     if not instance.requests:
         return [Bound(0.0, "empty")]

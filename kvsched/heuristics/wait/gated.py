@@ -12,7 +12,7 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.heuristics.base import Decision, SchedulerView
-from kvsched.heuristics.checks import check_choice, check_non_negative_number, check_positive
+from kvsched.heuristics.checks import check_choice, check_eq1_options, check_non_negative_number
 from kvsched.heuristics.fluid import instance_types, kv_mass
 from kvsched.heuristics.wait.thresholds import ThresholdMode, TypeKey, eq1_of, wait_thresholds
 from kvsched.instances.model import Instance
@@ -331,9 +331,7 @@ class WAIT(StageGated):
         check_choice("types", types, TypeKey)
         check_choice("thresholds", thresholds, ThresholdMode)
         check_non_negative_number("margin", margin)  # NaN passed "< 0" and stalled the policy
-        check_positive("batch_size", batch_size)
-        check_non_negative_number("d0", d0, none=True)
-        check_non_negative_number("d1", d1, none=True)
+        check_eq1_options(batch_size, d0, d1)
         self.name = name
         self.types = types
         self.thresholds = thresholds

@@ -14,7 +14,7 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.heuristics.base import SchedulerView
-from kvsched.heuristics.checks import check_choice, check_non_negative_number, check_positive
+from kvsched.heuristics.checks import check_choice, check_eq1_options, check_non_negative_number
 from kvsched.heuristics.fluid import fluid_equilibrium
 from kvsched.heuristics.wait.gated import StageGated
 from kvsched.heuristics.wait.thresholds import (
@@ -87,9 +87,7 @@ class NestedWAIT(StageGated):
             raise ValueError("need segments >= 1 or 'auto' and 0 < delta < 1")
         for key, value in (("eps", eps), ("margin", margin)):
             check_non_negative_number(key, value)  # NaN passed "< 0"
-        check_positive("batch_size", batch_size)
-        check_non_negative_number("d0", d0, none=True)
-        check_non_negative_number("d1", d1, none=True)
+        check_eq1_options(batch_size, d0, d1)
         self.name = name
         self.design = design
         self.segments: int | Literal["auto"] = segments if segments == "auto" else int(segments)
