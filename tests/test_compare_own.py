@@ -13,6 +13,7 @@ from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import InputError
 from kvsched.instances.io import load_instance
 from tests.test_examples import EXAMPLES
+from tests.test_heuristics_own import POLICY_FILE
 
 FIG15 = load_instance(EXAMPLES / "figure15.json")
 TOTAL = OBJECTIVES["total-latency"]
@@ -216,33 +217,6 @@ def test_report_takes_schedule_files_too(tmp_path, capsys):
     assert "--out" in capsys.readouterr().err
 
 
-OWN_FILE = """
-import kvsched as kv
-
-
-class Serial:
-    name = "serial"
-    uses_true_output = False
-    params = {}
-
-    def __init__(self, crash_at=None):
-        self.crash_at = crash_at
-
-    def reset(self, instance):
-        self.batches = 0
-
-    def next_batch(self, view):
-        self.batches += 1
-        if self.batches == self.crash_at:
-            raise ZeroDivisionError("my bug")
-        active = view.active()
-        if not active.size:
-            return None
-        r = int(active[0])
-        return kv.Decision([r], [int(view.unprocessed(r))])
-"""
-
-
 def test_a_sweep_runs_your_own_policy_file_and_keeps_going_past_its_bug(tmp_path):
     import yaml
 
@@ -251,7 +225,7 @@ def test_a_sweep_runs_your_own_policy_file_and_keeps_going_past_its_bug(tmp_path
     from kvsched.analysis.sweep import run_sweep
 
     (tmp_path / "own").mkdir()
-    (tmp_path / "own" / "mine.py").write_text(OWN_FILE)
+    (tmp_path / "own" / "mine.py").write_text(POLICY_FILE)
     spec = {
         "name": "own",
         "instances": [{"generator": "sharegpt", "n": 12, "kv_capacity": 3000, "seeds": 2}],

@@ -92,13 +92,17 @@ class Serial:
     uses_true_output = False
     params = {}
 
-    def __init__(self, first=0):
+    def __init__(self, first=0, crash_at=None):
         self.first = first
+        self.crash_at = crash_at  # the batch whose decision raises (a bug of one's own)
 
     def reset(self, instance):
-        pass
+        self.batches = 0
 
     def next_batch(self, view):
+        self.batches += 1
+        if self.batches == self.crash_at:
+            raise ZeroDivisionError("my bug")
         active = view.active()
         if not active.size:
             return None
