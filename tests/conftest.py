@@ -37,3 +37,14 @@ def _compiled_kernels() -> None:
     names = [*names, "chain-lagrangian"] if odd else ["chain-lagrangian", *names]
     for name in names:
         FAMILIES[name][1]()
+
+
+@pytest.fixture(scope="module")
+def torch():
+    """torch on one thread (skipped without it): the executor tests' tiny model's matmuls are microseconds,
+    and more threads only add contention."""
+    torch = pytest.importorskip("torch")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield torch
+    torch.set_num_threads(threads)

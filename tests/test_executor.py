@@ -69,16 +69,6 @@ def schedule_of(policy: str, kind: str) -> Schedule:
 
 
 @pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
-    # The tiny model's matmuls are microseconds: more threads only add contention.
-    torch.set_num_threads(1)
-    yield torch
-    torch.set_num_threads(threads)
-
-
-@pytest.fixture(scope="module")
 def model(torch):
     from kvsched.executor.model import Decoder, decoder_config
 

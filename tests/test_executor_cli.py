@@ -25,15 +25,6 @@ FAST = ["--threads", "1", "--warmup", "0"]
 SHIPPED = "llama-2-7b_a100-80gb_tp1"
 
 
-@pytest.fixture(scope="module")
-def torch():
-    torch = pytest.importorskip("torch")
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield torch
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture
 def files(tmp_path):
     instance = instances()["chunked"]
