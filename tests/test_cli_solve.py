@@ -57,7 +57,9 @@ def test_bad_input_lines(tmp_path):
     # An empty numba cache, as on a fresh install (CI): no note about cold kernels may join the error line.
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / "numba")}
     for args, text in (
-        (["simulate", FIG15, "-p", "nope"], "unknown policy 'nope'"),
+        (["simulate", FIG15, "-p", "nope"], "-p/--policy: unknown policy 'nope'"),
+        (["simulate", FIG15, "-p", "vlm"], "did you mean 'vllm'"),
+        (["compare", FIG15, "--policies", "vllm,vllm"], "--policies: 'vllm' given more than once"),
         (["simulate", FIG15, "-p", "vllm", "--param", "bogus=1"], "unknown parameter"),
         (["compare", FIG15, "--policies", "vllm,zzz"], "unknown policy 'zzz'"),
         (["solve", FIG15, "--time-limit", "-1"], "--time-limit"),

@@ -191,6 +191,11 @@ def test_table1_flags():
 def test_make_policy_rejects_bad_input():
     with pytest.raises(InputError, match="unknown policy 'lightllm'"):
         make_policy("lightllm")
+    # A typo is told the closest registered names; a name far from all of them is not.
+    with pytest.raises(InputError, match=r"^policy: unknown policy 'sarati'; did you mean 'sarathi'"):
+        make_policy("sarati")
+    with pytest.raises(InputError, match=r"'qqqqqq' \(kvsched policies lists them\)$"):
+        make_policy("qqqqqq")
     with pytest.raises(InputError, match="unknown parameter chunk_size"):
         make_policy("sarathi", chunk_size=256)
     with pytest.raises(InputError, match="reinsert must be one of"):

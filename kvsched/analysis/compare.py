@@ -40,7 +40,8 @@ from kvsched.csp.formulations import make_formulation
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import POLICIES, Policy, SimResult, make_policy, simulate
-from kvsched.heuristics.own import missing_members
+from kvsched.heuristics.own import is_file_ref, missing_members
+from kvsched.heuristics.registry import check_policy_name
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.ir import Schedule, expect_schedule
 from kvsched.schedule.metrics import RunMetrics, request_columns, run_metrics
@@ -123,10 +124,11 @@ def _row(
     }
 
 
-def policy_names(policies: str | Iterable[str], what: str = "policies") -> list[str]:
+def policy_names(policies: str | Iterable[str], what: str = "policies", *, files: bool = False) -> list[str]:
     """Registered policy names from ``"all"``, ``"a,b"`` or a sequence of names; else :class:`InputError`.
 
-    The error names the argument (``what``) and the offending value.
+    With ``files``, a policy of one's own named ``FILE.py:CLASS`` passes as well (the command line's form).
+    The error names the argument (``what``) and the offending value; a name given twice is refused.
     """
     if isinstance(policies, str):
         text = policies.strip()
@@ -143,8 +145,8 @@ def policy_names(policies: str | Iterable[str], what: str = "policies") -> list[
             if not isinstance(name, str):
                 raise InputError(f"{what}: policy names are strings, got {name!r}")
     for name in names:
-        if name not in POLICIES:
-            raise InputError(f"{what}: unknown policy {name!r} (see kvsched policies, or kvsched.POLICIES)")
+        if not (files and is_file_ref(name)):
+            check_policy_name(name, what)
     dup = sorted({n for n in names if names.count(n) > 1})
     if dup:
         raise InputError(f"{what}: {', '.join(map(repr, dup))} given more than once")

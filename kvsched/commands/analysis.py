@@ -262,8 +262,9 @@ def _one_schedule(instance: Any, args: argparse.Namespace, deadline: Deadline) -
         raise InputError("plot gantt: give exactly one of --policy NAME, --schedule FILE or --solve")
     if args.policy:
         from kvsched.heuristics import make_policy, simulate
+        from kvsched.heuristics.registry import check_policy_name
 
-        sim = simulate(instance, make_policy(args.policy))
+        sim = simulate(instance, make_policy(check_policy_name(args.policy, "--policy")))
         return args.policy, sim.schedule, sim.trace
     if args.schedule:
         from kvsched.schedule.io import load_schedule

@@ -44,19 +44,14 @@ def add_given_args(p: argparse.ArgumentParser) -> None:
 def policy_names(text: str, *, allow_none: bool = True, files: bool = False) -> list[str]:
     """``--policies``: ``all``, ``none`` (where ``allow_none``) or comma-separated registered names, and
     with ``files`` policies of one's own as ``FILE.py:CLASS`` (see :func:`own_policies`)."""
-    from kvsched.heuristics import POLICIES
-    from kvsched.heuristics.own import is_file_ref
+    from kvsched.analysis.compare import policy_names as checked_names
 
     if text.strip() == "none" and allow_none:
         return []
-    names = list(POLICIES) if text.strip() == "all" else [p.strip() for p in text.split(",") if p.strip()]
+    names = checked_names(text, "--policies", files=files)
     if not names:
         other = ", all or none" if allow_none else " or all"
         raise InputError(f"--policies: give at least one policy name{other}")
-    for name in names:
-        if name not in POLICIES and not (files and is_file_ref(name)):
-            own = " or FILE.py:CLASS for your own" if files else ""
-            raise InputError(f"--policies: unknown policy {name!r} (see kvsched policies{own})")
     return names
 
 

@@ -378,6 +378,18 @@ def list_policies() -> list[PolicySpec]:
     return list(POLICIES.values())
 
 
+def check_policy_name(name: str, what: str = "policy") -> str:
+    """``name`` if it is a registered policy, else one :class:`InputError` naming ``what`` and the closest
+    registered names (a newcomer's typo, ``sarati``, gets ``did you mean 'sarathi'``)."""
+    if name in POLICIES:
+        return name
+    import difflib  # only on the error path
+
+    close = difflib.get_close_matches(name, list(POLICIES), n=3, cutoff=0.6)
+    hint = f"; did you mean {' or '.join(map(repr, close))}?" if close else ""
+    raise InputError(f"{what}: unknown policy {name!r}{hint} (kvsched policies lists them)")
+
+
 def make_policy(name: str, **params: Any) -> Policy:
     """Build the registered policy ``name``, its defaults overridden by ``params``.
 
@@ -386,11 +398,7 @@ def make_policy(name: str, **params: Any) -> Policy:
     InputError
         For an unknown name, an unknown parameter or a bad value.
     """
-    try:
-        spec = POLICIES[name]
-    except KeyError:
-        known = ", ".join(POLICIES)
-        raise InputError(f"unknown policy {name!r} (known: {known})") from None
+    spec = POLICIES[check_policy_name(name)]
     accepted = spec.accepted()
     unknown = sorted(set(params) - set(accepted))
     if unknown:
