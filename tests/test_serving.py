@@ -3,6 +3,7 @@ records."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 
@@ -113,6 +114,32 @@ def test_throughput_only_in_seconds():
     secs = serving_metrics(_trace(SHAREGPT)).to_dict()
     assert secs["time_unit"] == "s"
     assert secs["output_throughput"] == pytest.approx(secs["total_output_tokens"] / secs["duration"])
+
+
+def test_duration_runs_from_the_first_arrival():
+    # vLLM's benchmark clock starts with the first request sent: a trace whose arrivals all start 1000 s
+    # late has the same latencies and the same throughputs, not a tenth of them.
+    moved = tuple(dataclasses.replace(r, arrival=r.arrival + 1000.0) for r in SHAREGPT.requests)
+    late = dataclasses.replace(SHAREGPT, requests=moved)
+    base, shifted = (serving_metrics(_trace(i, "sarathi")) for i in (SHAREGPT, late))
+    first = min(r.arrival for r in SHAREGPT.requests)
+    assert base.duration == pytest.approx(_trace(SHAREGPT, "sarathi").state.clock - first)
+    assert shifted.duration == pytest.approx(base.duration)
+    assert shifted.to_dict()["request_throughput"] == pytest.approx(base.to_dict()["request_throughput"])
+    assert shifted.e2el.mean == pytest.approx(base.e2el.mean)
+
+
+def test_rates_are_named_by_their_time_unit():
+    from kvsched.analysis.compare import compare
+
+    m = run_metrics(_trace(FIG15))
+    assert {"tokens_per_slot", "requests_per_slot"} <= set(
+        m.to_dict("slot")
+    ) and "tokens_per_s" not in m.to_dict("slot")
+    assert not {k for k in m.to_dict(rates=False) if "_per_" in k}
+    slots = compare(FIG15, "vllm", solver=None).table
+    secs = compare(SHAREGPT, "vllm", solver=None).table
+    assert "tokens_per_slot" in slots and "tokens_per_s" not in slots and "tokens_per_s" in secs
 
 
 def test_goodput_counts_requests_meeting_every_slo():

@@ -115,7 +115,7 @@ def _row(
         "mean_ttft": m.mean_ttft,
         "p99_ttft": m.p99_ttft,
         "max_tbt": m.max_tbt,
-        "tokens_per_s": m.tokens_per_s,
+        f"tokens_per_{s.time_unit}": m.tokens_per_s,  # tokens_per_slot under the unit model
         "makespan": m.makespan,
         "evictions": m.evictions,
         "batches": m.num_batches,

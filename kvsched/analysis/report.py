@@ -167,6 +167,7 @@ _COMPARE_COLUMNS = (
     "p99_ttft",
     "max_tbt",
     "tokens_per_s",
+    "tokens_per_slot",
     "evictions",
     "batches",
     "runtime_s",
@@ -311,8 +312,6 @@ def instance_report(
         sections.append(_Section("Exact solution", f'<p class="note">The solver did not run: {why}</p>'))
     cols = [c for c in _COMPARE_COLUMNS if c in table.columns]
     shown_table = table[cols]
-    if unit != "s":  # RunMetrics' tokens_per_s is per time unit: name the unit, never "per s" for slots
-        shown_table = shown_table.rename(columns={"tokens_per_s": "tokens_per_slot"})
     if "error" in shown_table and shown_table["error"].isna().all():
         shown_table = shown_table.drop(columns="error")
     sections.append(

@@ -20,9 +20,6 @@ if TYPE_CHECKING:
 
     from kvsched.schedule.validate import Trace
 
-#: RunMetrics fields left out of a JSON summary: per time unit, named "per s" (the serving fields say it right).
-_PER_TIME_UNIT = ("tokens_per_s", "requests_per_s")
-
 
 def add_json_arg(p: argparse.ArgumentParser, what: str = "the summary") -> None:
     p.add_argument(
@@ -144,7 +141,7 @@ class TraceMetrics:
 
     def summary(self) -> dict[str, Any]:
         """The whole-run and the serving metrics as one flat dict (the ``--json`` summary)."""
-        doc = {k: v for k, v in self.run.to_dict().items() if k not in _PER_TIME_UNIT}
+        doc = self.run.to_dict(rates=False)  # the serving metrics carry the rates, named by their unit
         doc.update(self.serving.to_dict())
         return doc
 

@@ -335,6 +335,7 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
             "mean_ttft",
             "max_tbt",
             "tokens_per_s",
+            "tokens_per_slot",
             "goodput_fraction",
             "evictions",
         )
@@ -344,11 +345,8 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
     out.add_column("objective", justify="right", overflow="fold")
     for label, _ in regret:
         out.add_column(label, justify="right", overflow="fold")
-    unit = next((m.time_unit for m in cmp.serving.values()), "s")
     for c in cols:
-        # RunMetrics' tokens_per_s is per time unit: say "per slot" under the unit model.
-        label = f"tokens per {unit}" if c == "tokens_per_s" else c.replace("_", " ")
-        out.add_column(label, justify="right", overflow="fold")
+        out.add_column(c.replace("_", " "), justify="right", overflow="fold")
     for name, row in table.iterrows():
         if row["error"] in (NOT_RUN, CUT):  # listed below, on one line each
             continue
@@ -433,8 +431,6 @@ def cmd_compare(args: argparse.Namespace) -> int:
         for row in rows:  # each schedule's serving metrics beside its regret
             if row["name"] in cmp.serving:
                 row.update(cmp.serving[row["name"]].to_dict())
-            if time_unit(instance) != "s":  # per slot, not per second: the serving fields say which
-                row.pop("tokens_per_s", None)
         doc = {
             "objective": args.objective,
             "time_unit": time_unit(instance),

@@ -27,8 +27,10 @@ class HingeCost:
     """Seed 001 Eq. (2.3), as reconstructed: ``t = c + a * max(0, tokens - b0)``.
 
     Flat at ``c`` while the batch is memory-bound (below ``b0`` tokens), then
-    ``a`` per token. The seed's calibrated values were lost in extraction; the
-    parameters are in whatever unit the instance uses.
+    ``a`` per token. The seed's calibrated values were lost in extraction. The
+    parameters are seconds, as for every model but ``unit`` (the metrics and
+    reports read the times as seconds); the defaults, one second a batch, are
+    only a shape.
 
     Parameters
     ----------
@@ -63,7 +65,8 @@ class StaircaseCost:
 
     Each started block of ``b0`` tokens costs ``a``: one token costs as much as
     ``b0``. The seed's notes quote CodeLlama-34B on one A100-80GB:
-    c = 11.28 ms, a = 35.47 ms, b0 = 128, so t(512) = 153.16 ms.
+    c = 11.28 ms, a = 35.47 ms, b0 = 128, so t(512) = 153.16 ms (in seconds,
+    as every model but ``unit``: c = 0.01128, a = 0.03547).
 
     Parameters
     ----------

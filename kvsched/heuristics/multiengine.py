@@ -67,7 +67,7 @@ from kvsched.heuristics.step import Stepper
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL
 from kvsched.schedule.ir import Batch, Run, Schedule
-from kvsched.schedule.metrics import request_metrics
+from kvsched.schedule.metrics import request_metrics, time_unit
 from kvsched.schedule.validate import Trace, instance_cost_model
 
 if TYPE_CHECKING:
@@ -261,6 +261,8 @@ class MultiEngineResult:
         req = self.request_metrics()
         done = [t for t in self.traces if t is not None]
         makespan = max((t.state.clock for t in done), default=0.0)
+        # Rates from the first arrival, as the serving metrics' duration; named by the time unit.
+        span = makespan - min((r.arrival for r in self.instance.requests), default=0.0)
         generated = int(req["generated"].sum())
         slo = req["slo_met"].dropna()
         return {
@@ -277,7 +279,7 @@ class MultiEngineResult:
             "p50_ttft": float(req["ttft"].quantile(0.5)),
             "p99_ttft": float(req["ttft"].quantile(0.99)),
             "max_tbt": float(req["tbt_max"].max()),
-            "tokens_per_s": generated / makespan if makespan > 0 else float("nan"),
+            f"tokens_per_{time_unit(self.instance)}": generated / span if span > 0 else float("nan"),
             "evictions": int(req["evictions"].sum()),
             "batches": sum(len(t.records) for t in done),
             "slo_attainment": float(slo.astype(bool).mean()) if len(slo) else None,

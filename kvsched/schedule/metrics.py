@@ -452,9 +452,11 @@ class RunMetrics:
 
     Latency, TTFT and TPOT statistics are over completed requests; percentiles
     use linear interpolation. ``tokens_per_s`` and ``requests_per_s`` are per
-    time unit (per second only when the instance is in seconds), over the
-    makespan: the schedule starts at time 0, so idle time before arrivals
-    counts. ``mean_kv_util`` is weighted by batch durations (idle gaps between
+    time unit (per second only when the instance is in seconds: outputs name
+    them ``tokens_per_slot`` and ``requests_per_slot`` otherwise, see
+    :meth:`to_dict`), from the first arrival to the makespan, as the serving
+    metrics' throughputs (idle time before the first request does not count).
+    ``mean_kv_util`` is weighted by batch durations (idle gaps between
     batches do not count). ``slo_attainment`` is the fraction of requests with
     at least one SLO that meet all of theirs, None if no request has an SLO.
     """
@@ -483,9 +485,15 @@ class RunMetrics:
     mean_batch_size: float
     slo_attainment: float | None
 
-    def to_dict(self) -> dict[str, float | int | None]:
-        """The fields as a plain dict (for JSON/CSV reports)."""
-        return asdict(self)
+    def to_dict(self, unit: str = "s", *, rates: bool = True) -> dict[str, float | int | None]:
+        """The fields as a plain dict (for JSON/CSV reports), the two rates named by ``unit``
+        (:func:`time_unit`: ``tokens_per_slot`` under the unit model) or, without ``rates``, left out
+        (where the serving metrics carry them)."""
+        out = asdict(self)
+        tokens, requests = out.pop("tokens_per_s"), out.pop("requests_per_s")
+        if rates:
+            out[f"tokens_per_{unit}"], out[f"requests_per_{unit}"] = tokens, requests
+        return out
 
 
 def _finite(values: pd.Series | np.ndarray) -> np.ndarray:
@@ -619,6 +627,8 @@ def run_metrics(
     )
     bat = _batch_totals(trace, clock)
     makespan = bat.makespan
+    arrival = trace.state.arrival
+    span = makespan - (float(arrival.min()) if arrival.size else 0.0)  # as the serving metrics' duration
     durations, util = bat.durations, bat.kv_util
     busy = float(durations.sum())
     peak_util = _max(util)
@@ -646,8 +656,8 @@ def run_metrics(
         mean_tpot=_mean(req["tpot"]),
         max_tbt=_max(req["tbt_max"]),
         generated_tokens=generated,
-        tokens_per_s=_per_time(generated, makespan),
-        requests_per_s=_per_time(completed, makespan),
+        tokens_per_s=_per_time(generated, span),
+        requests_per_s=_per_time(completed, span),
         processed_tokens=bat.processed,
         recomputed_tokens=int(req["recomputed_tokens"].sum()),
         evictions=bat.evicted,

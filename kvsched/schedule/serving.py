@@ -226,13 +226,20 @@ def _counted_quantiles(values: np.ndarray, counts: np.ndarray, n: int, q: np.nda
     return interpolate(a, b, t)
 
 
+def _first_arrival(traces: list[Trace]) -> float:
+    """The earliest arrival of the traces' requests (0 when they hold none)."""
+    return min((float(t.state.arrival.min()) for t in traces if t.state.arrival.size), default=0.0)
+
+
 # ----------------------------------------------------------------------------- metrics
 @dataclass(frozen=True, slots=True)
 class ServingMetrics:
     """vLLM-style serving metrics of one run (or of several engines' runs pooled).
 
-    ``duration`` is the makespan (the end of the last batch; the schedule starts
-    at time 0, as a benchmark run starts with its first request). The
+    ``duration`` runs from the first request's arrival to the end of the last
+    batch, as vLLM's benchmark duration runs from the first request sent (a
+    trace whose arrivals start at 50 s is not charged the idle time before
+    them; :class:`~kvsched.schedule.metrics.RunMetrics`' makespan is). The
     ``*_per_time_unit`` rates are over it; ``request_throughput``,
     ``output_throughput``, ``total_token_throughput`` and ``request_goodput``
     are the same rates when the time unit is seconds and ``None`` otherwise.
@@ -416,7 +423,7 @@ def serving_metrics(
         time_unit=label,
         num_requests=int(done.size),
         completed=int(done.sum()),
-        duration=max(float(t.state.clock) for t in found),
+        duration=max(float(t.state.clock) for t in found) - _first_arrival(found),
         total_input_tokens=int(req["prompt"][done].sum()),
         total_output_tokens=int(req["generated"][done].sum()),
         ttft=Distribution.of(req["ttft"]),
