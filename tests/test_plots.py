@@ -108,6 +108,18 @@ def test_token_gaps_are_the_tbt_samples(fig15):
     assert gaps.max() == run_metrics(trace).max_tbt == 4  # the evicted requests wait out the eviction
 
 
+def test_tbt_cdf_is_the_share_of_gaps_at_or_below(fig15):
+    # The right panel is drawn from the token statistics' counts: at each value drawn, the share of
+    # every gap (spelled out by token_gaps) at or below it.
+    inst, schedules = fig15
+    trace = replay(inst, schedules["vllm"])
+    gaps = np.sort(plots.token_gaps(trace))
+    line = plots.plot_cdfs(inst, {"vllm": schedules["vllm"]}, traces={"vllm": trace}).axes[1].lines[0]
+    x, y = line.get_xdata()[1:], line.get_ydata()[1:]
+    assert set(x) == set(gaps) and y[-1] == 1
+    np.testing.assert_allclose(y, np.searchsorted(gaps, x, side="right") / gaps.size)
+
+
 def test_anytime_points_close_at_the_final_result():
     inst = load_instance(EXAMPLES / "tiny.json")
     res = solve(inst, formulation="time", options=SolverOptions(time_limit=10, threads=1))

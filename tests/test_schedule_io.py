@@ -203,3 +203,5 @@ def test_load_schedule_with_its_arguments_swapped_names_path(tmp_path):
         load_schedule(5, inst)
     with pytest.raises(InputError, match="instance"):
         load_schedule(path, str(path))
+    with pytest.raises(InputError, match=r"^instance: .*save_schedule\(schedule, instance, path\)"):
+        save_schedule(Schedule(()), path, inst)

@@ -173,6 +173,11 @@ def save_schedule(schedule: Schedule, instance: Instance, path: str | Path) -> N
     path that cannot be written is one :class:`InputError` (:func:`~kvsched.instances.io.write_output`).
     """
     expect_schedule(schedule)  # first: swapped arguments name the schedule
+    if isinstance(instance, str | os.PathLike) and isinstance(path, Instance):
+        raise InputError(
+            "instance: expected an Instance, got a path (the instance comes before the path: "
+            "save_schedule(schedule, instance, path))"
+        )
     expect_instance(instance)
     expect_schedule_for(schedule, len(instance.requests))
     p = check_not_input(path, "save_schedule")
