@@ -29,9 +29,9 @@ from typing import Any, NoReturn
 # unless the caller chose (set before the first numpy import below; a no-op if numpy is loaded).
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from kvsched.commands.common import EXIT_ERROR, EXIT_INTERNAL, KEPT
+from kvsched.commands.common import EXIT_ERROR, EXIT_INTERNAL, EXIT_INTERRUPTED, KEPT
 from kvsched.errors import KvschedError
-from kvsched.stop import mark_start
+from kvsched.stop import INTERRUPTS, interrupted, mark_start
 
 #: Each command and the module of :mod:`kvsched.commands` that registers it, in the order ``kvsched
 #: --help`` lists them (tests/test_cli.py checks it against what the modules register).
@@ -150,9 +150,11 @@ def _run(args: argparse.Namespace) -> int:
     except KvschedError as exc:
         print(f"kvsched {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except KeyboardInterrupt:
+    except INTERRUPTS as exc:  # Ctrl-C, also as a compiled kernel reports it
+        if not interrupted(exc):
+            return _internal_error(args.command, exc)
         print(f"kvsched {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:  # the reader went away (kvsched ... | head): not an error of ours
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the exit's final flush cannot fail again
@@ -162,17 +164,22 @@ def _run(args: argparse.Namespace) -> int:
         print(f"kvsched {args.command}: error: {exc.strerror or exc}{where}", file=sys.stderr)
         return EXIT_ERROR
     except Exception as exc:  # a bug: one line and a hint, the traceback only on request
-        if os.environ.get("KVSCHED_DEBUG", "") not in ("", "0"):
-            import traceback  # here: only a bug prints one
+        return _internal_error(args.command, exc)
 
-            traceback.print_exc()
-        detail = (str(exc).splitlines() or [""])[0][:300]
-        print(
-            f"kvsched {args.command}: internal error: {type(exc).__name__}: {detail} -- this is a bug in "
-            "kvsched; please report it with the command line (KVSCHED_DEBUG=1 shows the traceback)",
-            file=sys.stderr,
-        )
-        return EXIT_INTERNAL
+
+def _internal_error(command: str, exc: BaseException) -> int:
+    """A bug: one line and a hint on stderr, the traceback only on request (KVSCHED_DEBUG=1)."""
+    if os.environ.get("KVSCHED_DEBUG", "") not in ("", "0"):
+        import traceback  # here: only a bug prints one
+
+        traceback.print_exception(exc)
+    detail = (str(exc).splitlines() or [""])[0][:300]
+    print(
+        f"kvsched {command}: internal error: {type(exc).__name__}: {detail} -- this is a bug in "
+        "kvsched; please report it with the command line (KVSCHED_DEBUG=1 shows the traceback)",
+        file=sys.stderr,
+    )
+    return EXIT_INTERNAL
 
 
 def _highs_busy() -> bool:

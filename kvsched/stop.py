@@ -167,6 +167,31 @@ def _seconds(value: object, name: str) -> float:
     return float(value)
 
 
+#: What Ctrl-C may arrive as: a compiled kernel's dispatcher (numba) turns a KeyboardInterrupt raised while it
+#: runs Python code of its own (loading a cached kernel) into a SystemError whose cause is the interrupt.
+INTERRUPTS = (KeyboardInterrupt, SystemError)
+
+
+def interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` is Ctrl-C: a KeyboardInterrupt, or an exception caused by one (see :data:`INTERRUPTS`).
+
+    Catch :data:`INTERRUPTS` and re-raise what this says is not an interrupt::
+
+        try:
+            ...
+        except INTERRUPTS as exc:
+            if not interrupted(exc):
+                raise
+    """
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return False
+
+
 def wait_timeout(seconds: float) -> float | None:
     """``seconds`` as a timeout ``threading`` takes: None (wait for ever) for an infinite wait or one past
     ``threading.TIMEOUT_MAX`` (``--time-limit 1e10`` raised OverflowError: about 9.2e9 s is the most a wait

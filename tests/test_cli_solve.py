@@ -131,3 +131,20 @@ def test_a_warm_start_policy_is_cut_at_half_the_time_limit(tmp_path, monkeypatch
     assert "--warm-start vllm did not finish within half of --time-limit 0.05; solving without it" in (
         capsys.readouterr().err
     )
+
+
+def test_a_solve_stopped_by_ctrl_c_writes_its_best_and_exits_130(tmp_path, monkeypatch, capsys):
+    # The outputs hold the best schedule and bound found before Ctrl-C; the exit status and a note on
+    # stderr say that it is not a finished solve (it exited 0 and said nothing).
+    from kvsched.csp import driver, pipeline
+
+    def ctrl_c(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(driver, "AUTO_EXACT_MAX", 0)  # the pipeline at this size
+    monkeypatch.setattr(pipeline, "_lagrangian", ctrl_c)
+    js, out = tmp_path / "r.json", tmp_path / "s.json"
+    inst = str(EXAMPLES / "sharegpt-small.json")
+    assert main(["solve", inst, "--time-limit", "20", "--json", str(js), "-o", str(out)]) == 130
+    assert "interrupted (Ctrl-C): what was written is the best" in capsys.readouterr().err
+    assert json.loads(js.read_text())["stopped"] == "interrupted" and out.is_file()

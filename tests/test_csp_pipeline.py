@@ -1,6 +1,7 @@
 """The certified pipeline: what it hands back is ready to report without another replay."""
 
 import numpy as np
+import pytest
 
 from kvsched.csp import SolverOptions, solve
 from kvsched.csp.objectives import OBJECTIVES
@@ -125,3 +126,36 @@ def test_a_solve_proven_by_its_first_bounds_skips_the_stages_left(monkeypatch):
     assert result.stats["proven_by"] == "the bounds portfolio"
     assert "batch_rate_lp_seconds" not in result.stats and "sharing_lp_seconds" not in result.stats
     assert "improved_by" not in result.stats
+
+
+def test_ctrl_c_in_a_compiled_kernel_keeps_the_best_schedule_and_runs_no_stage_after(monkeypatch):
+    """Ctrl-C inside a numba kernel arrives as a SystemError caused by the KeyboardInterrupt (the dispatcher
+    wraps it): it ended a solve as an internal error, losing the validated schedule. It is an interrupt,
+    and no stage starts after it; any other SystemError is still raised."""
+    from kvsched.csp import pipeline
+
+    def ctrl_c_in_a_kernel(*args, **kwargs):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as exc:
+            raise SystemError(
+                "CPUDispatcher(<function price_blocks>) returned a result with an exception set"
+            ) from exc
+
+    def no_stage(*args, **kwargs):
+        raise AssertionError("a stage ran after Ctrl-C")
+
+    monkeypatch.setattr(pipeline, "_lagrangian", ctrl_c_in_a_kernel)
+    monkeypatch.setattr(pipeline, "_running_caps", no_stage)
+    monkeypatch.setattr(pipeline, "improve", no_stage)
+    inst = _congested()
+    result = solve(inst, formulation="auto", options=SolverOptions(time_limit=20.0))
+    assert result.stopped == "interrupted" and result.stats["interrupted"] == "during the Lagrangian"
+    assert OBJECTIVES["total-latency"](replay(inst, result.schedule)) == result.objective
+
+    def a_bug(*args, **kwargs):
+        raise SystemError("a real one")
+
+    monkeypatch.setattr(pipeline, "_lagrangian", a_bug)
+    with pytest.raises(SystemError, match="a real one"):
+        solve(inst, formulation="auto", options=SolverOptions(time_limit=20.0))

@@ -332,3 +332,24 @@ def test_instance_report_that_ends_late_says_so(tmp_path):
     with pytest.warns(RuntimeWarning, match=r"^instance_report: ended 1\.\d s past its deadline"):
         path = instance_report(inst, tmp_path, comparison=cmp, deadline=deadline)
     assert "Left out to end by the deadline" in _text(path)
+
+
+def test_instance_report_draws_the_replays_the_comparison_kept(tmp_path, monkeypatch):
+    import importlib
+
+    from kvsched.analysis.compare import compare
+
+    inst = load_instance(EXAMPLES / "sharegpt-small.json")
+    cmp = compare(inst, ["vllm", "sarathi", "orca", "fastertransformer"], solver=None, keep_traces=True)
+    ran = cmp.table["objective"]
+    # Only the best and the worst policy's traces are held (the first of equals), not one per policy.
+    assert set(cmp.traces) == {ran.idxmin(), ran.idxmax()}
+    assert not compare(inst, ["vllm"], solver=None).traces  # kept only when asked
+    report = importlib.import_module("kvsched.analysis.report")
+
+    def no_replay(*args, **kwargs):
+        raise AssertionError("the report replayed a schedule the comparison kept")
+
+    monkeypatch.setattr(report, "replay", no_replay)
+    page = instance_report(inst, tmp_path, comparison=cmp)
+    assert len(_assert_self_contained(page.read_text())) == 4  # two Gantt charts, KV usage, CDFs

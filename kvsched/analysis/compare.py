@@ -48,7 +48,7 @@ from kvsched.schedule.metrics import RunMetrics, request_columns, run_metrics
 from kvsched.schedule.records import Rule, Violation
 from kvsched.schedule.serving import SLO, ServingMetrics, expect_slo, serving_metrics
 from kvsched.schedule.tokens import BatchClock, token_stats
-from kvsched.schedule.validate import replay
+from kvsched.schedule.validate import Trace, replay
 from kvsched.stop import Deadline, DeadlineReached
 
 #: The regret columns, each named after what it is measured against (see :func:`add_regret`).
@@ -91,6 +91,9 @@ class Comparison:
         Why the solver could not run (only with ``skip_solver_errors=True``).
     serving
         The serving metrics (TTFT, TPOT, ITL, E2EL, goodput) of every schedule compared, by row name.
+    traces
+        With ``keep_traces``: the replays of the solver's schedule and of the best and the worst policy
+        (what :func:`~kvsched.analysis.report.instance_report` draws), by row name; else empty.
     """
 
     table: pd.DataFrame
@@ -101,6 +104,7 @@ class Comparison:
     metrics: Mapping[str, RunMetrics] = field(default_factory=dict)
     solver_error: str | None = None
     serving: Mapping[str, ServingMetrics] = field(default_factory=dict)
+    traces: Mapping[str, Trace] = field(default_factory=dict)
 
 
 def _row(
@@ -335,6 +339,7 @@ def compare(
     deadline: Deadline | None = None,
     validate: bool = False,
     schedules: Mapping[str, Schedule] | None = None,
+    keep_traces: bool = False,
 ) -> Comparison:
     """Run ``policies`` and the exact solver on ``instance`` and tabulate their regret.
 
@@ -366,7 +371,9 @@ def compare(
     returns its fast schedule and bounds). Without it every policy runs and the
     solve has ``options.time_limit`` from its own start. ``validate`` replays every policy's
     schedule through :func:`~kvsched.schedule.validate.replay` (the simulator's core
-    already checked each batch; the tests replay every policy's schedules).
+    already checked each batch; the tests replay every policy's schedules). ``keep_traces`` keeps the
+    traces a report draws (:attr:`Comparison.traces`; a replay of 100,000 requests takes half a minute,
+    and three are held at most, not one per policy).
     """
     _check_arguments(objective, solver, formulation)
     if deadline is not None and not isinstance(deadline, Deadline):
@@ -392,6 +399,7 @@ def compare(
     compared: dict[str, Schedule] = {}
     metrics: dict[str, RunMetrics] = {}
     serving: dict[str, ServingMetrics] = {}
+    kept = _Extremes() if keep_traces else None
     # The schedules given first: they are what the comparison is for, and the policies' share of the time is
     # of what they leave (a replay cannot stop halfway and leave a measure).
     given_rows: list[dict[str, Any]] = []
@@ -415,6 +423,8 @@ def compare(
         metrics[name], serving[name] = _metrics(trace, slo)
         rows.append(_row(metrics[name], serving[name], name, measure(trace), "policy", sim.runtime))
         compared[name] = sim.schedule
+        if kept is not None:
+            kept.offer(name, rows[-1]["objective"], trace)
     rows += given_rows  # (the table lists the policies first)
 
     result = None
@@ -443,6 +453,8 @@ def compare(
         metrics[label], serving[label] = _metrics(trace, slo)
         rows.append(_row(metrics[label], serving[label], label, measure(trace), "solver", result.runtime))
         compared[label] = result.schedule
+        if kept is not None:
+            kept.traces[label] = trace
 
     lower = global_lower_bound(instance, objective, result)
     table = pd.DataFrame(rows).set_index("name")
@@ -458,7 +470,28 @@ def compare(
         table["scope"] = str(result.scope)
     elif lower is not None:
         add_regret(table, None, None, lower)
-    return Comparison(table, result, objective, lower, compared, metrics, solver_error, serving)
+    traces = {} if kept is None else kept.traces
+    return Comparison(table, result, objective, lower, compared, metrics, solver_error, serving, traces)
+
+
+class _Extremes:
+    """The traces of the best and the worst policy so far (the first of equals), the others let go."""
+
+    def __init__(self) -> None:
+        self.traces: dict[str, Trace] = {}
+        self._best: tuple[float, str] | None = None
+        self._worst: tuple[float, str] | None = None
+
+    def offer(self, name: str, value: float, trace: Trace) -> None:
+        if self._best is None or value < self._best[0]:
+            self._best = (value, name)
+        if self._worst is None or value > self._worst[0]:
+            self._worst = (value, name)
+        keep = {self._best[1], self._worst[1]}
+        if name in keep:
+            self.traces[name] = trace
+        for held in [n for n in self.traces if n not in keep]:
+            del self.traces[held]
 
 
 def run_policies(

@@ -17,7 +17,7 @@ import base64
 import html
 import time
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -261,6 +261,7 @@ def instance_report(
         options=options,
         skip_solver_errors=True,
         solve_options=solve_options,
+        keep_traces=True,  # the figures draw the replays the comparison made
         # As `kvsched report`: time is kept from the solve for drawing the figures after it.
         deadline=solve_deadline(deadline, instance, ("figures",)),
     )
@@ -357,8 +358,9 @@ def _instance_figures(
 ) -> tuple[list[str], list[str]]:
     """The figures of :func:`instance_report` that fit before ``deadline``, and the captions of the rest.
 
-    A figure is drawn only if the time left covers its estimate (``kvsched plot``'s one figure, a high
-    estimate): a late figure would make the whole report late.
+    A figure is drawn only if the time left covers its estimate: at first a drawing's (from a trace at
+    hand), then the longest a figure here has taken, plus a replay (likewise) for each schedule the
+    comparison did not keep the trace of. A late figure would make the whole report late.
     """
     from kvsched.schedule.output_time import output_seconds
 
@@ -366,23 +368,30 @@ def _instance_figures(
     objective = cmp.objective
     figs: list[str] = []
     left_out: list[str] = []
-    need = output_seconds(instance, ("figure",))
+    # The replays the comparison kept (the solver's, the best and the worst policy's) are not made again:
+    # a replay of 100,000 requests takes half a minute, drawing from it a few seconds.
+    traces: dict[str, Any] = {n: cmp.traces[n] for n in shown if n in cmp.traces}
+    clock = _FigureClock(output_seconds(instance, ("drawing",)), output_seconds(instance, ("replay",)))
 
-    def fits(what: str, need: float = need) -> bool:
-        if deadline.remaining() >= need:
+    def fits(what: str, names: Iterable[str] = ()) -> bool:
+        if deadline.remaining() >= clock.need(sum(1 for n in names if n not in traces)):
             return True
         left_out.append(what)
         return False
 
-    # Each shown schedule replayed once for its three figures (a replay of 1k requests takes about 0.4 s).
-    traces: dict[str, Any] = {}
+    def replayed(names: Iterable[str]) -> dict[str, Any]:
+        for n in names:
+            if n not in traces:
+                traces[n] = clock.timed("replay", replay, instance, shown[n])
+        return {n: traces[n] for n in names}
+
     for name, schedule in shown.items():
         solved = res if name == optimum else None
         heading = gantt_heading(labels[name], name, objective, table.loc[name, "objective"], unit, solved)
-        if not fits(f"the Gantt chart of {name}"):
+        if not fits(f"the Gantt chart of {name}", [name]):
             continue
-        traces[name] = replay(instance, schedule)
-        fig = plots.plot_gantt(instance, schedule, title=heading, trace=traces[name])
+        trace = replayed([name])[name]
+        fig = clock.timed("figure", plots.plot_gantt, instance, schedule, title=heading, trace=trace)
         figs.append(
             _figure(
                 fig,
@@ -391,19 +400,47 @@ def _instance_figures(
             )
         )
     if shown:
-        if fits("KV usage over time"):
-            figs.append(_figure(plots.plot_kv(instance, shown, traces=traces), "KV usage over time"))
-        if fits("TTFT and time-between-tokens distributions"):
-            figs.append(
-                _figure(
-                    plots.plot_cdfs(instance, shown, traces=traces),
-                    "TTFT and time-between-tokens distributions",
-                )
-            )
+        if fits("KV usage over time", shown):
+            got = replayed(shown)
+            fig = clock.timed("figure", plots.plot_kv, instance, shown, traces=got)
+            figs.append(_figure(fig, "KV usage over time"))
+        if fits("TTFT and time-between-tokens distributions", shown):
+            got = replayed(shown)
+            fig = clock.timed("figure", plots.plot_cdfs, instance, shown, traces=got)
+            figs.append(_figure(fig, "TTFT and time-between-tokens distributions"))
     # The anytime curve has a point per improvement, not per token: its own, smaller estimate.
-    if res is not None and fits("the solver's progress", output_seconds(instance, ("curve",))):
-        figs.append(_figure(plots.plot_anytime(res), anytime_caption(res)))
+    if res is not None:
+        if deadline.remaining() >= output_seconds(instance, ("curve",)):
+            figs.append(_figure(plots.plot_anytime(res), anytime_caption(res)))
+        else:
+            left_out.append("the solver's progress")
     return figs, left_out
+
+
+class _FigureClock:
+    """What the next figure of a report needs: the longest a figure has taken so far (at first the
+    estimate of a drawing) with a margin, plus a replay (likewise) for each schedule whose trace is not at
+    hand."""
+
+    #: Figures of one report differ: the next may take this much longer than the longest so far.
+    MARGIN = 1.5
+
+    def __init__(self, drawing: float, replay: float) -> None:
+        self._longest = {"figure": drawing, "replay": replay}
+        self._measured: set[str] = set()
+
+    def need(self, replays: int) -> float:
+        return self._longest["figure"] + replays * self._longest["replay"]
+
+    def timed(self, kind: str, work: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        started = time.monotonic()
+        out = work(*args, **kwargs)
+        spent = self.MARGIN * (time.monotonic() - started)
+        # The first measurement replaces the estimate; later ones only raise it.
+        seen = kind in self._measured
+        self._longest[kind] = max(self._longest[kind], spent) if seen else spent
+        self._measured.add(kind)
+        return out
 
 
 def anytime_caption(result: Result) -> str:

@@ -16,6 +16,7 @@ from kvsched.commands.common import (
     EXIT_INTERNAL,
     atomic_output,
     check_outputs,
+    interrupted_exit,
     load_instance_from_args,
     note_late,
     positive_int,
@@ -334,6 +335,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise InputError(f"{args.target}: no such file")
     given = schedule_paths(args.schedule)
     compared = None  # when the policies and the solve returned (an instance only)
+    solved = None  # the solve's result (an instance only)
     # By header or by suffix: an empty or damaged .sqlite gets the database's error, not an instance's.
     if names_database(args.target):
         # Read first, as an instance is: a bad database is one error line and leaves no empty --out folder.
@@ -364,8 +366,10 @@ def cmd_report(args: argparse.Namespace) -> int:
             solve_options=None if args.no_solver else model_kwargs(args),
             # Time is kept for the table and for drawing the figures after the solve.
             deadline=solve_deadline(deadline, instance, ("summary", "figures"), warn="report"),
+            keep_traces=True,  # the figures draw the replays the comparison made
         )
         compared = deadline.elapsed()
+        solved = cmp.result
         print_comparison(cmp, args.objective, instance.name or args.target)
         # The figures that fit the limit (the page names the ones left out; the solve kept their time).
         path = instance_report(
@@ -379,7 +383,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     Console(stderr=True).print(f"wrote {path}", highlight=False)
     if compared is not None:
         note_late(deadline, {"solved": compared}, command="report", stage="the policies and the solve")
-    return 0
+    return interrupted_exit("report", solved)
 
 
 # ----------------------------------------------------------------------------- parser

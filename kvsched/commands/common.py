@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kvsched.errors import InputError
 from kvsched.instances.csvtrace import number_or_text
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 EXIT_INVALID = 1  # the schedule is illegal
 EXIT_ERROR = 2  # bad input
 EXIT_INTERNAL = 3  # a bug in kvsched
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT, as a shell reports it)
 #: The engine-limit flags and the :class:`Limits` field each one overrides.
 LIMIT_FLAGS = {
     "kv_capacity": "--kv-capacity",
@@ -377,6 +378,20 @@ def time_unit(instance: Instance) -> str:
     from kvsched.schedule.serving import time_unit as unit_of  # the one rule, beside the serving metrics
 
     return unit_of(instance)
+
+
+def interrupted_exit(command: str, result: Any, code: int = 0) -> int:
+    """``code``, or :data:`EXIT_INTERRUPTED` with a note on stderr where Ctrl-C stopped the solve of
+    ``result`` (a :class:`~kvsched.csp.Result` or None): its best schedule and bound were written, and a
+    script must not read them as a finished solve."""
+    if result is None or result.stopped != "interrupted":
+        return code
+    print(
+        f"kvsched {command}: interrupted (Ctrl-C): what was written is the best schedule and bound found "
+        "before it",
+        file=sys.stderr,
+    )
+    return EXIT_INTERRUPTED
 
 
 def note_late(

@@ -17,6 +17,7 @@ from kvsched.commands.common import (
     add_limit_args,
     atomic_output,
     check_outputs,
+    interrupted_exit,
     load_instance_from_args,
     note_late,
     positive_int,
@@ -288,7 +289,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    return 0
+    return interrupted_exit("solve", result)
 
 
 def _regret_interval(row: Any, lo: str, hi: str) -> str:
@@ -440,7 +441,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         }
         write_json(args.json, doc)
     note_late(deadline, {"solved": compared}, command="compare", stage="the policies and the solve")
-    return 0
+    return interrupted_exit("compare", cmp.result)
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -337,7 +337,7 @@ def _pipeline_then_exact(
         if result is None:
             raise
         return result
-    if first.status == SolveStatus.OPTIMAL or deadline.expired():
+    if first.status == SolveStatus.OPTIMAL or deadline.expired() or first.stopped == "interrupted":
         return first
     exact = _solve_exact(run, form, objective, solver, options, deadline, first.schedule, export, True)
     pipeline = {"pipeline": {"objective": first.objective, "found_by": first.stats.get("found_by")}}

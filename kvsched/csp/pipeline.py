@@ -50,7 +50,7 @@ from kvsched.errors import KvschedError
 from kvsched.jit import compile_seconds, use_compiled
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import instance_cost_model
-from kvsched.stop import Deadline
+from kvsched.stop import INTERRUPTS, Deadline, interrupted
 
 #: Shares of what is left for each stage.
 BOUNDS_SHARE = 0.05
@@ -312,19 +312,26 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
             stats.update(found_stats)
             if lag is not None:
                 guide = ChainGuide.from_lagrangian(lag, deadline)
-        except KeyboardInterrupt:  # Ctrl-C: keep the best schedule and the bounds found so far
+        except INTERRUPTS as exc:  # Ctrl-C: keep the best schedule and the bounds found so far
+            if not interrupted(exc):
+                raise
             stats["interrupted"] = "during the Lagrangian"
         if _proven(log, best.value):
             stats["proven_by"] = "the Lagrangian stage's bounds"
-    if not deadline.expired() and "proven_by" not in stats:
+    # After Ctrl-C no stage starts: the user asked for what there is.
+    if not deadline.expired() and "proven_by" not in stats and "interrupted" not in stats:
         try:
             best = _running_caps(log, best, deadline.before(FINISH_MARGIN * deadline.limit), stats)
-        except KeyboardInterrupt:
+        except INTERRUPTS as exc:
+            if not interrupted(exc):
+                raise
             stats["interrupted"] = "during the running-cap search"
-    if not deadline.expired() and "proven_by" not in stats:
+    if not deadline.expired() and "proven_by" not in stats and "interrupted" not in stats:
         try:
             better = improve(log.instance, best, deadline.before(FINISH_MARGIN * deadline.limit), guide=guide)
-        except KeyboardInterrupt:
+        except INTERRUPTS as exc:
+            if not interrupted(exc):
+                raise
             better = best
             stats["interrupted"] = "during the local search"
         if better.stats.get("out_of_time"):
@@ -360,6 +367,8 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         # mislead.
         stopped=""
         if status == SolveStatus.OPTIMAL
+        else "interrupted"
+        if "interrupted" in stats
         else ("deadline" if deadline.expired() or short_of_time or stats.get("out_of_time") else "converged"),
         trace=log.trace_of(best.value),
     )

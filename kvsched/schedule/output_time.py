@@ -27,18 +27,22 @@ OUTPUT_SECONDS_PER_TOKEN = {
     "schedule.json": 3.5e-6,
     "schedule.npz": 3.0e-7,
     "trace": 4.5e-6,
-    "figures": 1.5e-5,
+    "figures": 1.0e-6,
     "figure": 4.5e-6,
+    "drawing": 3.0e-7,
+    "replay": 1.5e-6,
     "curve": 0.0,
 }
-#: Seconds an output takes whatever the instance's size. ``report``'s figures (three Gantt charts, KV usage,
-#: CDFs, the anytime curve; matplotlib's layout and PNG encoding) took 5.1 s for 200 requests (6,755 output
-#: tokens) and 7.8 s for 1,000 (247k tokens; 1.1e-5 s a token beyond the fixed part) on 2 cores at load 1
-#: (2026-11-29), where 2 s had been kept for them.
+#: Seconds an output takes whatever the instance's size. ``report``'s figures (Gantt charts, KV usage, CDFs,
+#: the anytime curve; matplotlib's layout and PNG encoding), drawn from the replays its comparison kept: two
+#: policies' took 2.3-5.0 s at 1k requests (28k-338k output tokens), 2.8 s and 5.8 s at 10k (2.2 M and 3.4 M)
+#: and three schedules' about 21 s at 100k (34.5 M) on 2 cores at load 2.5-3 (2026-11-29; before the traces
+#: were kept, 7.8 s at 1k where 1.1e-5 s a token was estimated, 525 s at 100k). One ``drawing`` from a trace
+#: at hand: a Gantt chart 4.4 s, KV usage 3.0 s, the CDFs 3.6 s at 100k; a ``replay`` of that schedule 39 s.
 #: ``plot``'s one figure (KV usage or CDFs of three schedules, or a Gantt chart, from their traces) took
 #: 0.5-2.3 s at 417k tokens, 0.9-9.4 s at 2.2 M and 0.5-1.6 s at 247k (2026-11-29, load 3).
 #: ``plot anytime``'s curve has a point per improvement, not per token.
-OUTPUT_FIXED_SECONDS = {"figures": 8.0, "figure": 1.5, "curve": 1.0}
+OUTPUT_FIXED_SECONDS = {"figures": 6.0, "figure": 1.5, "drawing": 1.5, "replay": 0.2, "curve": 1.0}
 #: The solve keeps at least this share of the limit: beyond it the output overruns (and the command says so).
 OUTPUT_SHARE = 0.5
 
