@@ -617,3 +617,28 @@ def test_warm_starts_of_too_many_batches_do_not_outlast_the_time_limit():
     assert time.perf_counter() - t0 < 20
     # a and c share their three batches (2^26 + 2^25 fits, two 2^26 prompts do not), then b: 3 + 3 + 6.
     assert result.status == SolveStatus.OPTIMAL and result.objective == 12
+
+
+@pytest.mark.parametrize(
+    ("origin", "model"),
+    [(1234.56789, TimeModel("infermax-linear")), (123456789.0, TimeModel("unit"))],
+)
+def test_cbc_values_keep_full_precision_far_from_time_zero(origin, model):
+    # CBC's text solution prints 8 significant digits: arrivals near 1,234 s (an ordinary trace) or
+    # 123,456,789 slots read back rounded, the decoded schedule disagreed with the model, and the solve
+    # ended as an internal error. Its binary solution holds full doubles.
+    gap = 0.01 if model.name != "unit" else 1.0
+    reqs = (
+        Request("a", origin, 2, 2),
+        Request("b", origin + gap, 1, 2),
+        Request("c", origin + 2 * gap, 2, 1),
+    )
+    inst = Instance(reqs, Limits(kv_capacity=4), model)
+    opt = brute_force(inst, "total-latency")
+    cbc, highs = (
+        solve(inst, formulation="batch", solver=s, options=SolverOptions(time_limit=20, threads=1))
+        for s in ("cbc", "highs")
+    )
+    assert cbc.status == highs.status == SolveStatus.OPTIMAL
+    assert cbc.objective == pytest.approx(opt, rel=1e-12, abs=1e-9)
+    assert cbc.best_bound <= opt + 1e-9

@@ -10,6 +10,11 @@ not exited shortly after.
 Bound semantics: CBC's solution file states only its status and objective, not
 its dual bound, so a bound is reported only when CBC proves optimality (then it
 is the objective, at the gap it was given).
+
+Values: the text solution file prints each value to 8 significant digits (an
+arrival at 123,456,789 slots reads back as 123,456,790, and a time of 0.0113920195
+s as 0.01139202), so the values come from CBC's binary solution (``-saveSolution``,
+full doubles) and the text file gives only the status line.
 """
 
 from __future__ import annotations
@@ -52,8 +57,9 @@ def _write_start(path: Path, hint: np.ndarray, integer: list[bool]) -> None:
     path.write_text("".join(lines))
 
 
-def _read_solution(path: Path, n: int) -> tuple[str, np.ndarray | None]:
-    """CBC's status line and values (None without a solution)."""
+def _read_solution(path: Path, binary: Path, n: int) -> tuple[str, np.ndarray | None]:
+    """CBC's status line (from the text solution ``path``) and its values (from the ``binary`` one;
+    None without a solution)."""
     if not path.exists():
         return "", None
     lines = path.read_text().splitlines()
@@ -62,14 +68,22 @@ def _read_solution(path: Path, n: int) -> tuple[str, np.ndarray | None]:
     head = lines[0].strip()
     if "objective value" not in head or head.startswith("Infeasible"):
         return head, None
-    x = np.zeros(n)
-    for line in lines[1:]:
-        parts = line.split()
-        if parts and parts[0] == "**":  # CBC marks values outside their bounds
-            parts = parts[1:]
-        if len(parts) >= 3 and parts[1].startswith("c") and parts[1][1:].isdigit():
-            x[int(parts[1][1:])] = float(parts[2])
-    return head, x
+    return head, _read_binary(binary, n)
+
+
+def _read_binary(path: Path, n: int) -> np.ndarray | None:
+    """The column values of CBC's binary solution file: two int32 (rows r, columns c), the objective, then
+    float64 row activities (r), row duals (r), column values (c) and reduced costs (c)."""
+    if not path.exists():
+        return None
+    raw = path.read_bytes()
+    if len(raw) < 16:
+        return None
+    rows, cols = np.frombuffer(raw[:8], dtype=np.int32)
+    values = np.frombuffer(raw[16:], dtype=np.float64)
+    if cols != n or values.size < 2 * rows + cols:  # not this model's: no solution rather than a wrong one
+        return None
+    return values[2 * rows : 2 * rows + cols].copy()
 
 
 def solve_cbc(model: LinearModel, options: SolverOptions, deadline: Deadline) -> RawSolution:
@@ -78,7 +92,7 @@ def solve_cbc(model: LinearModel, options: SolverOptions, deadline: Deadline) ->
     start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kvsched-cbc-") as tmp:
         d = Path(tmp)
-        mps, mst, sol = d / "model.mps", d / "start.mst", d / "solution.txt"
+        mps, mst, sol, full = d / "model.mps", d / "start.mst", d / "solution.txt", d / "solution.bin"
         write_model(model, str(mps))
         args = [binary, str(mps)]
         if model.hint is not None:
@@ -90,6 +104,7 @@ def solve_cbc(model: LinearModel, options: SolverOptions, deadline: Deadline) ->
         if options.gap > 0:
             args += ["-ratioGap", str(options.gap)]
         args += ["-solve" if any(model.integer) else "-initialSolve", "-solution", str(sol)]
+        args += ["-saveSolution", str(full)]  # the values in full precision (see the module's docstring)
         out = None if options.log else subprocess.DEVNULL
         proc = subprocess.Popen(args, stdout=out, stderr=out, stdin=subprocess.DEVNULL)
         stopped = ""
@@ -108,7 +123,7 @@ def solve_cbc(model: LinearModel, options: SolverOptions, deadline: Deadline) ->
                     proc.kill()
                     with contextlib.suppress(subprocess.TimeoutExpired):
                         proc.wait(timeout=KILL_AFTER)
-        head, x = _read_solution(sol, model.num_vars)
+        head, x = _read_solution(sol, full, model.num_vars)
     runtime = time.perf_counter() - start
     obj = model.objective_value(x) if x is not None else None
     if head.startswith("Optimal") and not stopped:
