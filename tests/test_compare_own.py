@@ -4,6 +4,7 @@ import json
 import time
 from types import MappingProxyType
 
+import pandas as pd
 import pytest
 
 import kvsched as kv
@@ -258,3 +259,23 @@ def test_report_refuses_the_bundled_examples_before_any_work(capsys):
     assert main(["report", FIG15_PATH, "--out", str(kvsched.EXAMPLES_DIR)]) == 2
     assert "--out: " in capsys.readouterr().err and time.monotonic() - started < 5
     assert not (kvsched.EXAMPLES_DIR / "index.html").exists()
+
+
+class CtrlC(FirstComeWhole):
+    """Pressed Ctrl-C while it ran."""
+
+    name = "ctrl-c"
+
+    def next_batch(self, view):
+        raise KeyboardInterrupt
+
+
+def test_ctrl_c_during_the_policies_keeps_the_rows_finished_and_starts_nothing():
+    from kvsched.analysis.compare import INTERRUPTED
+
+    cmp = compare(FIG15, ["vllm", CtrlC(), "sarathi"], solver="highs")
+    t = cmp.table
+    assert cmp.interrupted == "during the policies" and cmp.result is None  # no solve after Ctrl-C
+    assert t.loc["vllm", "objective"] == 36 and pd.isna(t.loc["vllm", "error"])
+    assert list(t.loc[["ctrl-c", "sarathi"], "error"]) == [INTERRUPTED, INTERRUPTED]
+    assert not compare(FIG15, ["vllm"], solver=None).interrupted

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import shutil
 import sqlite3
 import sys
@@ -725,3 +726,36 @@ def test_report_reads_a_sqlite_name_as_a_database(tmp_path, capsys, content, say
     assert main(["report", str(path), "--out", str(tmp_path / "rep")]) == 2
     _one_error_line(capsys, str(path), says)
     assert not (tmp_path / "rep").exists()
+
+
+@pytest.mark.parametrize("after", [1.5, 6.0])  # while the workers start (import), and while they solve
+def test_ctrl_c_ends_a_pool_sweep_at_once_without_tracebacks(tmp_path, after):
+    # Ctrl-C reaches every process of the group: workers still importing printed KeyboardInterrupt
+    # tracebacks, and the sweep waited for (once hung on) the cells in flight. Now the workers ignore it,
+    # the sweep ends them, and the finished cells stay in the database.
+    import signal
+    import subprocess
+    import time
+
+    spec = Path(sweep_mod.__file__).parent / "examples" / "small.yaml"
+    db = tmp_path / "r.sqlite"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "kvsched.cli", "sweep", str(spec), "--db", str(db), "--workers", "2"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, as a terminal's: the signal goes to all of it
+    )
+    time.sleep(after)
+    os.killpg(proc.pid, signal.SIGINT)
+    sent = time.monotonic()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert time.monotonic() - sent < 5
+    left = None
+    for _ in range(50):  # no worker left behind (terminated, they may take a moment to go)
+        left = subprocess.run(["pgrep", "-g", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left

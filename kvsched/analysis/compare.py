@@ -49,7 +49,7 @@ from kvsched.schedule.records import Rule, Violation
 from kvsched.schedule.serving import SLO, ServingMetrics, expect_slo, serving_metrics
 from kvsched.schedule.tokens import BatchClock, token_stats
 from kvsched.schedule.validate import Trace, replay
-from kvsched.stop import Deadline, DeadlineReached
+from kvsched.stop import INTERRUPTS, Deadline, DeadlineReached, interrupted
 
 #: The regret columns, each named after what it is measured against (see :func:`add_regret`).
 REGRET = "regret_vs_solver"
@@ -64,6 +64,8 @@ SOLVE_OPTIONS = ("allow_eviction", "strengthen", "export")
 POLICY_SHARE = 0.5
 #: The ``error`` of a policy that a time limit left unrun.
 NOT_RUN = "not run: the time limit ran out before it"
+#: The ``error`` of a policy that Ctrl-C left unrun (or stopped while it ran).
+INTERRUPTED = "not run: interrupted (Ctrl-C)"
 #: The ``error`` of a policy stopped by the time limit while it ran (a slow policy on 100k requests ran
 #: for 17 minutes inside ``compare --time-limit 20``).
 CUT = "not finished: the time limit ran out while it ran"
@@ -94,6 +96,9 @@ class Comparison:
     traces
         With ``keep_traces``: the replays of the solver's schedule and of the best and the worst policy
         (what :func:`~kvsched.analysis.report.instance_report` draws), by row name; else empty.
+    interrupted
+        Where Ctrl-C stopped the comparison (``"during the policies"``, ``"during the solve"``), else ``""``:
+        the rows finished before it are kept, the policies after it are :data:`INTERRUPTED` rows.
     """
 
     table: pd.DataFrame
@@ -105,6 +110,7 @@ class Comparison:
     solver_error: str | None = None
     serving: Mapping[str, ServingMetrics] = field(default_factory=dict)
     traces: Mapping[str, Trace] = field(default_factory=dict)
+    interrupted: str = ""
 
 
 def _row(
@@ -414,21 +420,29 @@ def compare(
         given_rows.append(_row(metrics[name], serving[name], name, measure(trace), "schedule", took))
         compared[name] = schedule
     policies_by = _policy_deadline(deadline, solver is not None and solver_error is None)
-    for name, sim in run_policies(instance, built, policies_by):
-        if isinstance(sim, str):
-            rows.append({"name": name, "kind": "policy", "error": sim})
-            continue
-        # The core checked every batch as the simulator made it: its trace is the replay's.
-        trace = replay(instance, sim.schedule) if validate else sim.trace
-        metrics[name], serving[name] = _metrics(trace, slo)
-        rows.append(_row(metrics[name], serving[name], name, measure(trace), "policy", sim.runtime))
-        compared[name] = sim.schedule
-        if kept is not None:
-            kept.offer(name, rows[-1]["objective"], trace)
+    stopped = ""
+    try:
+        for name, sim in run_policies(instance, built, policies_by):
+            if isinstance(sim, str):
+                rows.append({"name": name, "kind": "policy", "error": sim})
+                continue
+            # The core checked every batch as the simulator made it: its trace is the replay's.
+            trace = replay(instance, sim.schedule) if validate else sim.trace
+            metrics[name], serving[name] = _metrics(trace, slo)
+            rows.append(_row(metrics[name], serving[name], name, measure(trace), "policy", sim.runtime))
+            compared[name] = sim.schedule
+            if kept is not None:
+                kept.offer(name, rows[-1]["objective"], trace)
+    except INTERRUPTS as exc:  # Ctrl-C: the rows finished are kept, nothing more starts
+        if not interrupted(exc):
+            raise
+        stopped = "during the policies"
+        done = {r["name"] for r in rows}
+        rows += [{"name": n, "kind": "policy", "error": INTERRUPTED} for n in built if n not in done]
     rows += given_rows  # (the table lists the policies first)
 
     result = None
-    if solver is not None and solver_error is None:
+    if solver is not None and solver_error is None and not stopped:
         ran = [r for r in rows if "objective" in r]
         best = min(ran, key=lambda r: r["objective"])["name"] if ran else None
         try:
@@ -471,7 +485,11 @@ def compare(
     elif lower is not None:
         add_regret(table, None, None, lower)
     traces = {} if kept is None else kept.traces
-    return Comparison(table, result, objective, lower, compared, metrics, solver_error, serving, traces)
+    if result is not None and result.stopped == "interrupted":
+        stopped = "during the solve"
+    return Comparison(
+        table, result, objective, lower, compared, metrics, solver_error, serving, traces, stopped
+    )
 
 
 class _Extremes:

@@ -240,6 +240,11 @@ def _die_with_parent(parent: int) -> None:
     if os.getppid() != parent:  # the parent died while this worker started
         os._exit(1)
     threading.Thread(target=watch, name="kvsched-parent-watch", daemon=True).start()
+    # Ctrl-C reaches the whole process group: the sweep process decides (it ends the workers), and a
+    # worker never prints a KeyboardInterrupt traceback of its own. SIGINT was blocked while it started
+    # (see _process_pool): ignored now, any pending one is dropped when it is unblocked.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 
 #: prctl option: the signal a process gets when its parent dies (linux/prctl.h).
@@ -257,12 +262,25 @@ def make_pool(workers: int) -> cf.ProcessPoolExecutor:
 
 def _process_pool(cells: list[Cell], workers: int) -> Iterator[Outcome]:
     pool = make_pool(workers)
+    finished = False
     try:
-        futures = [pool.submit(_guarded, c) for c in cells]
+        # The workers start inside submit(): with SIGINT blocked, a Ctrl-C while one is still importing
+        # stays pending in it (it inherits the mask) instead of printing its traceback.
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            futures = [pool.submit(_guarded, c) for c in cells]
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
         for fut in cf.as_completed(futures):
             yield fut.result()
+        finished = True
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        if not finished:
+            # Ctrl-C (or a consumer that stopped): the cells in flight are not waited for (that took 11 s,
+            # and once hung for ten minutes joining idle workers); the finished ones are in the database.
+            for process in list(getattr(pool, "_processes", {}).values()):
+                process.terminate()
+        pool.shutdown(wait=finished, cancel_futures=True)
 
 
 def _ray(cells: list[Cell], workers: int, address: str | None) -> Iterator[Outcome]:

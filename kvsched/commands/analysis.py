@@ -335,7 +335,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         raise InputError(f"{args.target}: no such file")
     given = schedule_paths(args.schedule)
     compared = None  # when the policies and the solve returned (an instance only)
-    solved = None  # the solve's result (an instance only)
+    stopped = False  # whether Ctrl-C stopped the comparison (an instance only)
     # By header or by suffix: an empty or damaged .sqlite gets the database's error, not an instance's.
     if names_database(args.target):
         # Read first, as an instance is: a bad database is one error line and leaves no empty --out folder.
@@ -369,7 +369,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             keep_traces=True,  # the figures draw the replays the comparison made
         )
         compared = deadline.elapsed()
-        solved = cmp.result
+        stopped = bool(cmp.interrupted)
         print_comparison(cmp, args.objective, instance.name or args.target)
         # The figures that fit the limit (the page names the ones left out; the solve kept their time).
         path = instance_report(
@@ -383,7 +383,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     Console(stderr=True).print(f"wrote {path}", highlight=False)
     if compared is not None:
         note_late(deadline, {"solved": compared}, command="report", stage="the policies and the solve")
-    return interrupted_exit("report", solved)
+    return interrupted_exit("report", stopped)
 
 
 # ----------------------------------------------------------------------------- parser

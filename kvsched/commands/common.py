@@ -9,7 +9,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from kvsched.errors import InputError
 from kvsched.instances.csvtrace import number_or_text
@@ -380,15 +380,14 @@ def time_unit(instance: Instance) -> str:
     return unit_of(instance)
 
 
-def interrupted_exit(command: str, result: Any, code: int = 0) -> int:
-    """``code``, or :data:`EXIT_INTERRUPTED` with a note on stderr where Ctrl-C stopped the solve of
-    ``result`` (a :class:`~kvsched.csp.Result` or None): its best schedule and bound were written, and a
-    script must not read them as a finished solve."""
-    if result is None or result.stopped != "interrupted":
+def interrupted_exit(command: str, stopped: bool, code: int = 0) -> int:
+    """``code``, or :data:`EXIT_INTERRUPTED` with a note on stderr where Ctrl-C ``stopped`` the command's
+    work: what it wrote is what it had found before (the best schedule and bound, the rows finished), and
+    a script must not read that as a finished run."""
+    if not stopped:
         return code
     print(
-        f"kvsched {command}: interrupted (Ctrl-C): what was written is the best schedule and bound found "
-        "before it",
+        f"kvsched {command}: interrupted (Ctrl-C): what was written is what was found before it",
         file=sys.stderr,
     )
     return EXIT_INTERRUPTED

@@ -289,7 +289,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return EXIT_ERROR
-    return interrupted_exit("solve", result)
+    return interrupted_exit("solve", result.stopped == "interrupted")
 
 
 def _regret_interval(row: Any, lo: str, hi: str) -> str:
@@ -307,7 +307,15 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
     interval ``lo .. hi`` where the solver's optimum is not proven, and a
     legend below says what each column is measured against.
     """
-    from kvsched.analysis.compare import CUT, MAX_REGRET_ALL, MAX_REGRET_SCOPE, NOT_RUN, REGRET, REGRET_PCT
+    from kvsched.analysis.compare import (
+        CUT,
+        INTERRUPTED,
+        MAX_REGRET_ALL,
+        MAX_REGRET_SCOPE,
+        NOT_RUN,
+        REGRET,
+        REGRET_PCT,
+    )
 
     table = cmp.table.sort_values("objective", na_position="last")
     # A wide table: use at least 160 columns when the output is not a terminal (files, CI logs).
@@ -349,7 +357,7 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
     for c in cols:
         out.add_column(c.replace("_", " "), justify="right", overflow="fold")
     for name, row in table.iterrows():
-        if row["error"] in (NOT_RUN, CUT):  # listed below, on one line each
+        if row["error"] in (NOT_RUN, CUT, INTERRUPTED):  # listed below, on one line each
             continue
         out.add_row(
             str(name),
@@ -359,19 +367,19 @@ def print_comparison(cmp: Any, objective: str, name: str) -> Any:
         )
     console.print(out)
     errors = table["error"].dropna()
-    for name, err in errors[~errors.isin([NOT_RUN, CUT])].items():
+    for name, err in errors[~errors.isin([NOT_RUN, CUT, INTERRUPTED])].items():
         said = "refused" if table.at[name, "kind"] == "schedule" else "could not run"
         console.print(f"{name}: {said}: {err}", markup=False, highlight=False)
     policies = len(table) - (cmp.result is not None)
-    for kind, words in (
-        (NOT_RUN, "not run: the time limit ran out before them"),
-        (CUT, "not finished: the time limit ran out while they ran"),
+    for kind, words, hint in (
+        (NOT_RUN, "not run: the time limit ran out before them", "; a larger --time-limit runs them"),
+        (CUT, "not finished: the time limit ran out while they ran", "; a larger --time-limit runs them"),
+        (INTERRUPTED, "not run: Ctrl-C stopped the comparison", ""),
     ):
         names = list(errors[errors == kind].index)
         if names:  # one line, not one per policy
             console.print(
-                f"{len(names)} of {policies} policies {words} ({', '.join(map(str, names))}); a larger "
-                "--time-limit runs them",
+                f"{len(names)} of {policies} policies {words} ({', '.join(map(str, names))}){hint}",
                 markup=False,
                 highlight=False,
             )
@@ -441,7 +449,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         }
         write_json(args.json, doc)
     note_late(deadline, {"solved": compared}, command="compare", stage="the policies and the solve")
-    return interrupted_exit("compare", cmp.result)
+    return interrupted_exit("compare", bool(cmp.interrupted))
 
 
 def register(sub: argparse._SubParsersAction) -> None:
