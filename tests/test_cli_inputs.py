@@ -190,7 +190,9 @@ def test_info_refuses_a_cost_param_simulate_refuses(files, capsys, slot):
     for command in (["info", str(files[0])], ["simulate", str(files[0]), "-p", "vllm"]):
         assert main([*command, "--cost-param", f"slot={slot}"]) == 2
         err = _one_error_line(capsys)
-        expected = f"kvsched {command[0]}: error: --cost-model/--cost-param: cost model unit: "
+        expected = (
+            f"kvsched {command[0]}: error: --cost-model/--cost-param: time_model.params: cost model unit: "
+        )
         assert err.startswith(expected), err
 
 
@@ -613,4 +615,4 @@ def test_an_instance_files_own_impossible_time_model_is_refused_by_info_too(tmp_
     for command in (["info", str(path)], ["simulate", str(path), "-p", "vllm"]):
         assert main(command) == 2
         err = capsys.readouterr().err.strip().splitlines()
-        assert len(err) == 1 and f"{path}: time_model: cost model unit" in err[0], err
+        assert len(err) == 1 and f"{path}: time_model.params: cost model unit" in err[0], err

@@ -88,10 +88,17 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         folds=args.folds,
         seed=args.seed,
     )
-    console = Console()
+    # soft_wrap: lines (a written path above all) stay whole when the output is not a terminal, as for
+    # cmd_capacity; rich would otherwise cut them at 80 columns.
+    console = Console(soft_wrap=True)
+    capped = (
+        f", leave-one-out: --folds {cal.folds_requested} exceeds the {cal.folds} rows"
+        if cal.folds_requested not in (None, cal.folds)
+        else ""
+    )
     table = Table(
         title=f"fidelity: {cal.model.name} on {cal.gpu.name}, tp={cal.tp} "
-        f"(held-out relative error, {cal.folds}-fold)"
+        f"(held-out relative error, {cal.folds}-fold{capped})"
     )
     for col in ("rows", "form", "n", "mean", "p95", "max", ">10%", "R²"):
         table.add_column(col, justify="left" if col in ("rows", "form") else "right")
@@ -114,7 +121,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     )
     out = check_output_path(args.out or coefficient_name(cal.model.name, cal.gpu.name, cal.tp), "--out")
     write_text_atomic(out, dump_coefficients(cal.document()))
-    Console(stderr=True).print(f"wrote {cal.form} coefficients to {out}", markup=False, highlight=False)
+    Console(stderr=True, soft_wrap=True).print(
+        f"wrote {cal.form} coefficients to {out}", markup=False, highlight=False
+    )
     return 0
 
 

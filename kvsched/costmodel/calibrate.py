@@ -21,6 +21,7 @@ Fidelity is reported only on measured rows (see :mod:`kvsched.costmodel.fidelity
 from __future__ import annotations
 
 import hashlib
+import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,6 +45,7 @@ from kvsched.costmodel.fitting import (
 )
 from kvsched.costmodel.presets import GpuSpec, ModelSpec, get_gpu, get_model, gpu_from_path, model_from_dims
 from kvsched.costmodel.profiles import (
+    MS,
     AllReduceProfile,
     AttentionProfile,
     ComputeProfile,
@@ -63,6 +65,16 @@ _NETWORK = {"a100-80gb": "a100_pairwise_nvlink", "h100-80gb": "h100_pairwise_nvl
 #: Significant digits kept in coefficient files (stable across BLAS builds).
 DIGITS = 6
 ATTENTION_FORM = "infermax+"
+#: Plausible whole-model times of a table's smallest row, in seconds. Vidur's tables are in ms; a table in
+#: seconds or microseconds passes every per-cell check (any time in [1e-6, 1e6] ms) yet gives coefficients
+#: 1000x off, so the unit is checked on the whole model. Non-attention: a forward pass of any transformer
+#: takes at least ~0.2 ms (its kernel launches alone), and a batch of a few tokens never a second. The
+#: shipped tables' smallest rows (1 token) take 1.3 ms (Llama-2-7B, H100, tp 8) to 89 ms (Llama-2-70B,
+#: A100, tp 1); their attention rows x layers, 0.29 ms (one decode over little KV) and up.
+COMPUTE_WINDOW_S = (2e-4, 1.0)
+ATTENTION_WINDOW_S = (1e-5, 1.0)
+#: The windows' high end holds for batches of up to this many tokens, and grows in proportion beyond.
+WINDOW_TOKENS = 256
 
 
 def packaged_allreduce(gpu: GpuSpec) -> Path | None:
@@ -103,7 +115,11 @@ def attention_scale(
 
 @dataclass(frozen=True, slots=True)
 class Calibration:
-    """The result of :func:`calibrate`: the model, where its terms come from, and its fidelity."""
+    """The result of :func:`calibrate`: the model, where its terms come from, and its fidelity.
+
+    ``folds`` is the k used on the compute table's rows: ``folds_requested`` capped at their number
+    (beyond it, every fold holds one row: leave-one-out).
+    """
 
     model: ModelSpec
     gpu: GpuSpec
@@ -118,6 +134,7 @@ class Calibration:
     folds: int
     seed: int
     meta: dict[str, Any] = field(default_factory=dict)
+    folds_requested: int | None = None
 
     def document(self) -> dict[str, Any]:
         """The coefficient file's JSON document."""
@@ -135,7 +152,16 @@ class Calibration:
                 "terms": self.terms,
                 "r2": {k: _round(v) for k, v in self.r2.items()},
                 "fidelity": [row.as_dict() for row in self.fidelity],
-                "cv": {"folds": self.folds, "seed": self.seed},
+                "cv": {
+                    "folds": self.folds,
+                    "seed": self.seed,
+                    # Recorded only when --folds was capped, so that files fitted as asked stay as they were.
+                    **(
+                        {"folds_requested": self.folds_requested}
+                        if self.folds_requested not in (None, self.folds)
+                        else {}
+                    ),
+                },
                 "sources": self.sources,
                 "data_sha256": self.data_sha256,
                 **self.meta,
@@ -170,6 +196,79 @@ def _resolve(
     else:
         g = get_gpu(gpu) if isinstance(gpu, str) else gpu
     return spec, g
+
+
+def _check_unit(
+    path: Path,
+    column: str,
+    what: str,
+    seconds: float,
+    window: tuple[float, float],
+    floor: str,
+    tokens: int = 1,
+) -> None:
+    """One :class:`InputError` when a whole-model time (``seconds``, read as ms) lies outside ``window``.
+
+    ``floor`` says why nothing is faster than the window's low end. The high end is for a batch of up to
+    :data:`WINDOW_TOKENS` tokens and grows with ``tokens`` beyond (a table whose smallest row is 4096
+    tokens of a 70B model takes about 2 s there). The message says which unit the table looks like it
+    was written in: 1000x too small is seconds, 1000x too large microseconds.
+    """
+    lo, hi = window[0], window[1] * max(1.0, tokens / WINDOW_TOKENS)
+    if lo <= seconds <= hi:
+        return
+    if seconds < lo:
+        unit = "seconds, not ms" if seconds * 1e3 >= lo else "neither ms nor seconds (too small)"
+        side = f"{floor} takes at least {lo:g} s"
+    else:
+        unit = "µs, not ms" if seconds / 1e3 <= hi else "neither ms nor µs (too large)"
+        side = f"so small a batch never takes {hi:g} s"
+    raise InputError(
+        f"{path}: column {column}: {what} is {seconds / MS:.4g} ms = {seconds:.4g} s, but {side}: "
+        f"the times look like {unit} (Vidur's tables are in milliseconds)"
+    )
+
+
+def _check_attention_unit(path: Path, profiles: Sequence[AttentionProfile | None], layers: int) -> None:
+    """:func:`_check_unit` on an attention table's smallest row, times ``layers``."""
+    rows = [
+        (t, term, p.tp)
+        for p in profiles
+        if p is not None
+        for term, t in (("decode", p.decode_time), ("prefill", p.prefill_time))
+        if t.size
+    ]
+    if not rows:
+        return
+    t, term, tp = min(rows, key=lambda r: float(r[0].min()))
+    _check_unit(
+        path,
+        "'median_ms'",
+        f"its smallest row (a {term} row at tp = {tp}) x {layers} layers",
+        float(t.min()) * layers,
+        ATTENTION_WINDOW_S,
+        "attention over every layer (a kernel launch per layer)",
+    )
+
+
+def _need_cv_rows(path: Path, n_rows: int, folds: int, minimum: int, what: str) -> None:
+    """One :class:`InputError` when ``what``, fitted on ``n_rows`` rows, cannot be cross-validated.
+
+    Each fold is refitted on the rows outside it, which must number ``minimum`` too: with 3 rows and
+    a fit that needs 3, every fold is left with 2. Checked here, where the file and --folds are known,
+    so the count in the message is the table's, not a fold's.
+    """
+
+    def train(n: int) -> int:  # rows left to fit when the largest fold is held out (kfold's split)
+        return n - -(-n // max(2, min(folds, n)))
+
+    if n_rows >= minimum and train(n_rows) >= minimum:
+        return
+    need = next(n for n in itertools.count(minimum) if train(n) >= minimum)
+    raise InputError(
+        f"{path}: {what} needs at least {need} rows with --folds {folds}, got {n_rows} (a fit needs "
+        f"{minimum}, and each cross-validation fold is refitted without its held-out rows)"
+    )
 
 
 def _non_attention(
@@ -237,7 +336,27 @@ def calibrate(
     path = Path(compute)
     prof = load_compute(path, tp)
     spec, g = _resolve(prof, path, model, gpu)
+    L = spec.layers
     n = prof.num_tokens
+    _check_unit(
+        path,
+        "time_stats.<op>.median",
+        f"the model's non-attention time at num_tokens = {int(n[0])} (embedding + {L} layers x the "
+        "operator medians)",
+        float(prof.total(L)[0]),
+        COMPUTE_WINDOW_S,
+        "a forward pass (its kernel launches alone)",
+        tokens=int(n[0]),
+    )
+    # Resolved before any fit, so that a mistyped flag fails at once.
+    if attention is None:
+        att_path = ATTENTION_SAMPLE
+        src_model = get_model(attention_model or SAMPLE_SOURCE[0], "--attention-model")
+        src_gpu = get_gpu(attention_gpu or SAMPLE_SOURCE[1], "--attention-gpu")
+    else:
+        att_path = Path(attention)
+        src_model = get_model(attention_model, "--attention-model") if attention_model else spec
+        src_gpu = get_gpu(attention_gpu, "--attention-gpu") if attention_gpu else g
     y, ar = _non_attention(prof, spec, g, tp, all_reduce)
     if (y <= 0).any():
         # Fits and fidelity are relative (weights and errors 1 / time): a zero time has no relative error.
@@ -246,7 +365,7 @@ def calibrate(
             f"{path}: every operator time at num_tokens = {zero}, tp = {tp} is 0: a profiled row needs a "
             "non-zero time"
         )
-    L = spec.layers
+    _need_cv_rows(path, n.size, folds, 3, f"the token term (distinct num_tokens at tp = {tp})")
 
     # ---- token term: every reported form, held out
     forms = list(dict.fromkeys([form, *report_forms]))
@@ -279,17 +398,10 @@ def calibrate(
     )
 
     # ---- attention: measured where the table matches, derived elsewhere
-    if attention is None:
-        att_path = ATTENTION_SAMPLE
-        src_model = get_model(attention_model or SAMPLE_SOURCE[0])
-        src_gpu = get_gpu(attention_gpu or SAMPLE_SOURCE[1])
-    else:
-        att_path = Path(attention)
-        src_model = get_model(attention_model) if attention_model else spec
-        src_gpu = get_gpu(attention_gpu) if attention_gpu else g
     same = src_model.name == spec.name and src_gpu.name == g.name
     here = load_attention(att_path, tp) if same else None
     base = load_attention(att_path, 1)
+    _check_attention_unit(att_path, (base, here), src_model.layers)
     # The curves that turn an attention row into a whole-batch time, for the weights.
     target_curve = (n, y)
     base_curve = target_curve if same and tp == 1 else _source_curve(src_model, src_gpu)
@@ -318,6 +430,7 @@ def calibrate(
                 btok, bkv, bt, _batch_weights(btok, bt, base_curve, src_model.layers)
             ).params
         if measured:
+            _need_cv_rows(att_path, t.size, folds, len(names), f"{term} attention ({term} rows at tp = {tp})")
             terms[f"{term}_attention"] = (
                 f"measured: {shown_path(att_path)} ({t.size} {term} rows at tp={tp}), per layer x {L} layers"
             )
@@ -419,9 +532,11 @@ def calibrate(
             "all_reduce": shown_path(ar.path) if ar is not None else None,
         },
         data_sha256=digest.hexdigest(),
-        folds=folds,
+        # What kfold does with more folds than rows: each row its own fold.
+        folds=min(folds, n.size),
         seed=seed,
         meta={"linear_surrogate": surrogate},
+        folds_requested=folds,
     )
 
 

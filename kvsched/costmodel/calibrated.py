@@ -34,6 +34,7 @@ them: ``a0``, ``a1``, ``b0`` ... ``p4``, and ``step<k>``, ``hinge<k>``,
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import re
 from dataclasses import dataclass, field
@@ -46,7 +47,8 @@ from kvsched.costmodel.small import SMALL, isum
 
 #: Scalar coefficients, in the order files list them.
 SCALARS = ("a0", "a1", "b0", "b1", "b2", "p0", "p1", "p2", "p3", "p4")
-_KEYED = re.compile(r"^(step|hinge|tile)(\d+)$")
+#: Keyed parameters: ASCII digits only (``\d`` would take other scripts' digits, which int() reads too).
+_KEYED = re.compile(r"^(step|hinge|tile)([0-9]+)$")
 #: Decode runs of up to this many batches are priced on Python floats (measured break-even: 30-40).
 _LIST_RUN = 32
 #: Token loads whose token term a model remembers (batches hold at most a few thousand tokens).
@@ -117,6 +119,9 @@ class CalibratedCost:
             ("hinge", self.hinges, False),
             ("tile", self.tiles, False),
         ):
+            if len({k for k, _ in pairs}) < len(pairs):
+                dup = next(k for (k, _), (k2, _) in itertools.pairwise(pairs) if k == k2)
+                raise ValueError(f"cost model calibrated: {prefix}{dup} is given twice")
             for k, v in pairs:
                 if not math.isfinite(v) or (v < 0 and not signed):
                     raise ValueError(f"cost model calibrated: coefficient {prefix}{k} must be >= 0, got {v}")
@@ -153,7 +158,17 @@ class CalibratedCost:
                     f"calibrated: unexpected parameter {key!r} "
                     "(expected a0..p4, step<k>, hinge<k> or tile<t>)"
                 )
-            keyed[match.group(1)][int(match.group(2))] = float(value)
+            prefix, digits = match.groups()
+            knot = int(digits)
+            # One spelling per knot: with step0128 read as step128, two keys of one file or a --cost-param
+            # and the file would name the same knot, and whichever came last would silently win.
+            if digits != str(knot):
+                raise TypeError(
+                    f"calibrated: parameter {key!r}: write the knot without leading zeros ({prefix}{knot})"
+                )
+            if knot in keyed[prefix]:
+                raise TypeError(f"calibrated: parameter {prefix}{knot} is given twice")
+            keyed[prefix][knot] = float(value)
         return cls(
             **scalars,
             steps=_pairs(keyed["step"]),

@@ -54,8 +54,10 @@ class CapacityReport:
         Nominal parameters x bytes per value (seed 004's "P x D").
     kv_bytes_paper, kv_bytes_gqa
         Bytes per KV token: 2 x L x H x D (seed 004) and
-        2 x L x kv_heads x head_dim x D (correct under GQA), times tp / kv_heads
-        where tp exceeds the KV heads (each GPU holds a copy of one).
+        2 x L x kv_heads x head_dim x D (correct under GQA). Only the GQA size is
+        multiplied by tp / kv_heads where tp exceeds the KV heads (each GPU then holds
+        a copy of one); the paper's formula counts every query head's KV, which
+        splits across any tp, so it has nothing to replicate.
     tokens_paper, tokens_gqa
         M by each formula, rounded down to whole tokens.
     """

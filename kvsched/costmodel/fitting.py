@@ -155,8 +155,9 @@ def _quiet(fit: Callable[_P, _R]) -> Callable[_P, _R]:
 
 
 def _need_rows(n: np.ndarray, k: int, what: str) -> None:
+    # A FitError, so that the caller that read the table names it (calibrate._naming).
     if n.size < k:
-        raise InputError(f"profiling table: {what} needs at least {k} distinct rows, got {n.size}")
+        raise FitError(f"{what} needs at least {k} rows, got {n.size}")
 
 
 # ------------------------------------------------------------ token term
@@ -336,8 +337,10 @@ def fit_batches(
     For measured batches (the GPU executor's): ``features[i]`` are batch i's
     sums and ``t[i]`` its time. The token term takes ``form`` (``linear`` or
     ``stepped``); the attention terms are InferMax's plus b2 and p4, all >= 0.
-    Coefficients the batches cannot tell apart (p3 when every batch has one
-    prefill) share their weight arbitrarily.
+    When no batch has two prefills, p3 (per prefill) is the same column as p0
+    (per batch with prefill) and is pinned to 0, as the Vidur path pins it;
+    least squares would otherwise split their weight evenly, and a batch with two
+    prefills would be charged 1.5 times the measured bias.
     """
     if form not in ("linear", "stepped"):
         raise InputError(f"--form: whole-batch fits take linear or stepped, not {form!r}")
@@ -358,6 +361,8 @@ def fit_batches(
             for f in features
         ]
     )  # fmt: skip
+    if np.array_equal(att[:, 6], att[:, 3]):
+        att[:, 6] = 0.0  # a zero column's minimum-norm coefficient is 0: p3 pinned (see the docstring)
     while True:
         x_tok, names, nonneg = token_design(form, tau, shape)
         x = np.hstack([x_tok, att])

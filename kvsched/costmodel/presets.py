@@ -141,7 +141,7 @@ GPUS: dict[str, GpuSpec] = {
 }
 
 
-def _lookup(table: dict, kind: str, name: str):  # type: ignore[no-untyped-def]
+def _lookup(table: dict, kind: str, name: str, flag: str | None = None):  # type: ignore[no-untyped-def]
     key = name.strip().lower()
     if key in table:
         return table[key]
@@ -149,17 +149,17 @@ def _lookup(table: dict, kind: str, name: str):  # type: ignore[no-untyped-def]
         if key in spec.aliases:
             return spec
     known = ", ".join(sorted(table))
-    raise InputError(f"--{kind}: unknown {kind} {name!r} (known: {known})")
+    raise InputError(f"{flag or '--' + kind}: unknown {kind} {name!r} (known: {known})")
 
 
-def get_model(name: str) -> ModelSpec:
-    """The model preset called ``name`` (or one of its aliases)."""
-    return _lookup(MODELS, "model", name)
+def get_model(name: str, flag: str = "--model") -> ModelSpec:
+    """The model preset called ``name`` (or one of its aliases); an unknown name is blamed on ``flag``."""
+    return _lookup(MODELS, "model", name, flag)
 
 
-def get_gpu(name: str) -> GpuSpec:
-    """The GPU preset called ``name`` (or one of its aliases)."""
-    return _lookup(GPUS, "gpu", name)
+def get_gpu(name: str, flag: str = "--gpu") -> GpuSpec:
+    """The GPU preset called ``name`` (or one of its aliases); an unknown name is blamed on ``flag``."""
+    return _lookup(GPUS, "gpu", name, flag)
 
 
 def model_from_dims(heads: int, kv_heads: int, hidden: int, ffn: int, vocab: int) -> ModelSpec | None:

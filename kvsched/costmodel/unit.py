@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -15,6 +16,12 @@ class UnitCost:
 
     slot: float = 1.0
     name: str = "unit"
+
+    def __post_init__(self) -> None:
+        # A slot of 0 or less would make batches free or time run backwards; refused here so that the
+        # factory and coefficient files fail with this message, not a later one about a missing term.
+        if not (math.isfinite(self.slot) and self.slot > 0):
+            raise ValueError(f"cost model unit: slot must be a finite number > 0, got {self.slot}")
 
     def batch_time(self, view: BatchView) -> float:
         return self.slot

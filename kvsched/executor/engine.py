@@ -58,6 +58,10 @@ class EngineOptions:
         calls four of them per layer, and on the H100 that made those batches slower than
         uncompiled ones (mixed batches of the lengths / 10 Sarathi replay, p50 52.7 ms
         compiled against 36.7 ms uncompiled; docs/executor.md, second GPU run).
+    cuda_graphs
+        Whether the static buffers of ``graphs`` and ``mixed_graphs`` are captured as CUDA graphs:
+        :func:`engine_options` sets it from the device (on CPU the buffers run eagerly, a stand-in the
+        tests use); None (options built directly) means on exactly where the device is CUDA.
     """
 
     attention: str = "paged"
@@ -65,6 +69,7 @@ class EngineOptions:
     graphs: bool = False
     compile: bool = False
     mixed_graphs: bool = False
+    cuda_graphs: bool | None = None
 
     def describe(self) -> dict[str, Any]:
         return {
@@ -73,6 +78,9 @@ class EngineOptions:
             "graphs": self.graphs,
             "compile": self.compile,
             "mixed_graphs": self.mixed_graphs,
+            # graphs / mixed_graphs say the static buffers ran; on CPU (--cuda-graphs there) no CUDA graph
+            # is captured, and a table's metadata must not claim one. None: options built directly.
+            "cuda_graphs": self.cuda_graphs,
             # The largest bucket's chunk count: it was 8 before the third GPU run, so tables say which.
             "mixed_chunks_max": CHUNK_COUNTS[-1] if self.mixed_graphs else None,
         }
@@ -122,12 +130,14 @@ def engine_options(
         raise InputError("--mixed-graphs needs --attention paged (the graphs read the pool in place)")
     if "triton" in (kernels, prefill) or (mixed_graphs and cuda):  # captured chunks use the Triton kernel
         _check_triton(cuda)
+    buffered = (cuda and paged) if graphs is None else graphs and paged
     return EngineOptions(
         attention,
         AttentionKernels(kernels, prefill, splits, partition, block_n=tile, block_m=tile),  # type: ignore[arg-type]
-        graphs=(cuda and paged) if graphs is None else graphs and paged,
+        graphs=buffered,
         compile=cuda if compile is None else compile,
         mixed_graphs=mixed_graphs,
+        cuda_graphs=cuda and (buffered or mixed_graphs),
     )
 
 
