@@ -25,7 +25,7 @@ from kvsched.heuristics.wait import (
     design_segments,
     segment_groups,
 )
-from kvsched.instances.model import Instance, Limits, Request
+from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.validate import replay
 
 D0, D1 = 5e-3, 1e-6
@@ -157,3 +157,32 @@ def test_adaptive_policies_are_registered_and_reject_bad_parameters() -> None:
             make_policy(name, given=(1, 1))
     with pytest.raises(InputError, match="rate schedule"):
         run(doubling(), make_policy("wait-adaptive", schedule=[(0.0, (1.0, 2.0, 3.0))]))
+
+
+@pytest.mark.parametrize(
+    ("name", "params", "message"),
+    [
+        ("wait-adaptive", {"window": float("inf")}, "window must be a positive integer; got inf"),
+        ("nested-wait-adaptive", {"min_arrivals": 2.5}, "min_arrivals must be a positive integer"),
+        ("nested-wait", {"segments": float("inf")}, "segments must be a positive integer"),
+        ("nested-wait", {"horizon": 0}, "horizon must be a positive integer; got 0"),
+        ("nested-wait", {"buffer": "no"}, "buffer must be true or false; got 'no'"),
+        ("wait-adaptive", {"tolerance": float("nan")}, "tolerance must be a finite number >= 0"),
+        ("wait-adaptive", {"schedule": 0}, "schedule must be a list of"),
+    ],
+)
+def test_wait_options_are_checked_where_given(name, params, message):
+    # inf raised OverflowError in int() (an internal error on the command line), "no" turned the buffer
+    # on, NaN and 0 passed without a word.
+    with pytest.raises(InputError, match=message):
+        make_policy(name, **params)
+
+
+@pytest.mark.parametrize(("name", "params"), [("wait", {"margin": 1e308}), ("nested-wait", {"eps": 1e308})])
+def test_thresholds_beyond_any_count_are_one_error_not_a_stall(name, params):
+    # 1e308 made the thresholds inf, cast to int64 garbage: the run "stalled" naming no parameter.
+    shape = [(0, 5, 3), (0, 3, 4), (1, 8, 2), (2.5, 2, 5), (3, 4, 1)]  # arrivals over time: rates to plan for
+    reqs = tuple(Request(f"r{k}", float(a), i, o) for k, (a, i, o) in enumerate(shape))
+    inst = Instance(reqs, Limits(kv_capacity=16), TimeModel("unit"))
+    with pytest.raises(InputError, match="margin, eps, d0 or d1 is far too large"):
+        simulate(inst, make_policy(name, **params))

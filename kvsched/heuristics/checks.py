@@ -26,6 +26,18 @@ def check_positive(name: str, value: int | None) -> None:
         raise ValueError(f"{name} must be a positive integer or None; got {value!r}")
 
 
+def check_count(name: str, value: Any) -> None:
+    """Reject anything but a positive integer (bools, floats such as ``inf`` and ``None`` included)."""
+    if value is None or not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive integer; got {value!r}")
+
+
+def check_flag(name: str, value: Any) -> None:
+    """Reject anything but ``True`` or ``False`` (``bool("no")`` is True: a string would turn it on)."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be true or false; got {value!r}")
+
+
 def check_non_negative_number(name: str, value: Any, *, none: bool = False) -> None:
     """Reject anything but a finite real number >= 0 (``None`` too where ``none``; bools and NaN refused)."""
     if value is None and none:

@@ -9,6 +9,7 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.heuristics.base import Decision, SchedulerView
+from kvsched.heuristics.checks import check_count, check_non_negative_number
 from kvsched.heuristics.wait.gated import WAIT
 from kvsched.heuristics.wait.nested import NestedWAIT
 from kvsched.heuristics.wait.thresholds import (
@@ -81,8 +82,12 @@ class _Adaptive:
         tolerance: float,
         schedule: Sequence[tuple[float, Sequence[float]]] | None,
     ) -> None:
-        if window < 1 or min_arrivals < 1 or tolerance < 0:
-            raise ValueError("need window >= 1, min_arrivals >= 1 and tolerance >= 0")
+        check_count("window", window)
+        check_count("min_arrivals", min_arrivals)
+        check_non_negative_number("tolerance", tolerance)  # NaN and inf passed ">= 0"
+        if schedule is not None and (isinstance(schedule, str) or not isinstance(schedule, Sequence)):
+            # (0 was taken for "no schedule" without a word)
+            raise ValueError(f"schedule must be a list of (time, rates) pairs or None; got {schedule!r}")
         self.window, self.min_arrivals, self.tolerance = int(window), int(min_arrivals), float(tolerance)
         self.schedule = tuple((float(t), tuple(map(float, r))) for t, r in schedule) if schedule else None
 

@@ -14,7 +14,13 @@ import numpy as np
 
 from kvsched.errors import InputError
 from kvsched.heuristics.base import SchedulerView
-from kvsched.heuristics.checks import check_choice, check_eq1_options, check_non_negative_number
+from kvsched.heuristics.checks import (
+    check_choice,
+    check_count,
+    check_eq1_options,
+    check_flag,
+    check_non_negative_number,
+)
 from kvsched.heuristics.fluid import fluid_equilibrium
 from kvsched.heuristics.wait.gated import StageGated
 from kvsched.heuristics.wait.thresholds import (
@@ -81,10 +87,14 @@ class NestedWAIT(StageGated):
         check_choice("thresholds", thresholds, ThresholdMode)
         if design == "given" and (ends is None or rates is None):
             raise ValueError("design='given' needs ends and rates")
-        if isinstance(segments, str) and segments != "auto":
+        if isinstance(segments, str) and segments != "auto" and segments.isdigit():
             segments = int(segments)  # from the command line
-        if (segments != "auto" and segments < 1) or not 0 < delta < 1:  # (NaN fails 0 < delta)
-            raise ValueError("need segments >= 1 or 'auto' and 0 < delta < 1")
+        if segments != "auto":
+            check_count("segments", segments)  # (inf raised OverflowError in int())
+        if not 0 < delta < 1:  # (NaN fails 0 < delta)
+            raise ValueError(f"delta must lie strictly between 0 and 1; got {delta!r}")
+        check_flag("buffer", buffer)
+        check_count("horizon", horizon)
         for key, value in (("eps", eps), ("margin", margin)):
             check_non_negative_number(key, value)  # NaN passed "< 0"
         check_eq1_options(batch_size, d0, d1)

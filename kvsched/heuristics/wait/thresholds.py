@@ -19,6 +19,22 @@ from kvsched.heuristics.checks import check_choice
 from kvsched.heuristics.fluid import eq1_coefficients, fluid_equilibrium, kv_mass
 from kvsched.instances.model import Limits, TimeModel
 
+#: The most requests a stage's threshold may count. Beyond it a margin, eps, d0 or d1 far too large made it
+#: (1e308 gave inf, cast to int64 garbage, and the run "stalled" without naming a parameter).
+MAX_THRESHOLD = 2.0**53
+
+
+def _counts(raw: np.ndarray) -> np.ndarray:
+    """Thresholds ``raw`` (already rounded) as int64 counts of at least 1, or one clear error."""
+    raw = np.asarray(raw, dtype=float)
+    if not np.all(np.isfinite(raw)) or np.any(raw > MAX_THRESHOLD):
+        raise InputError(
+            "WAIT thresholds: a stage would admit more than 2**53 requests (or infinitely many): margin, "
+            "eps, d0 or d1 is far too large"
+        )
+    return np.maximum(1, raw).astype(np.int64)
+
+
 ThresholdMode = Literal["fluid", "paper", "code"]
 TypeKey = Literal["io", "cls"]
 Design = Literal["outputs", "predicted", "given"]
@@ -100,7 +116,7 @@ def wait_thresholds(
             raise InputError(f"thresholds={mode!r} needs batch_size or the instance's max_running")
         share = lam / lam.sum()
         raw = B * share / O if mode == "paper" else B * lam / float(lam @ O)
-        return np.maximum(1, np.floor(raw + 1e-9)).astype(np.int64)
+        return _counts(np.floor(raw + 1e-9))
     budget = _Budget.of(limits)
     mass = kv_mass(I, O, limits.block_size).astype(float)
     tokens = (I + O - 1).astype(float)
@@ -111,13 +127,13 @@ def wait_thresholds(
     if not overload:
         eq = fluid_equilibrium(lam, I, O, d0, d1)
         if eq.stable:
-            n = np.maximum(1, np.ceil(eq.per_stage * (1.0 + margin) - 1e-9)).astype(np.int64)
+            n = _counts(np.ceil(eq.per_stage * (1.0 + margin) - 1e-9))
             if fits(n):
                 return n
     # Overload (or M* > M): the largest c with floor(c * lambda) fitting every limit.
     lam = lam / lam.max()
     c_hi = min(budget.memory / (lam @ mass), budget.tokens / (lam @ tokens), budget.running / (lam @ O))
-    n = np.maximum(1, np.floor(c_hi * lam + 1e-9)).astype(np.int64)
+    n = _counts(np.floor(c_hi * lam + 1e-9))
     # The max(1, .) floor can overshoot: shrink the largest stage load among thresholds above 1 (a
     # type's threshold never drops to 0, which would leave its requests waiting for ever).
     while not fits(n) and n.max() > 1:
@@ -252,12 +268,14 @@ def nested_design(
         B = batch_size if batch_size is not None else limits.max_running
         if B is None:
             raise InputError(f"thresholds={mode!r} needs batch_size or the instance's max_running")
-        n = np.maximum(1, np.floor(B * tail / float(tail @ seg_len) + 1e-9)).astype(np.int64)
+        n = _counts(np.floor(B * tail / float(tail @ seg_len) + 1e-9))
         return design(n)
-    shape = tail * (1.0 + eps) ** np.arange(m)
+    with np.errstate(over="ignore"):  # an eps far too large: _counts names it
+        shape = tail * (1.0 + eps) ** np.arange(m)
 
     def n_of(c: float) -> np.ndarray:
-        return np.maximum(1, np.ceil(c * shape - 1e-9)).astype(np.int64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            return _counts(np.ceil(c * shape - 1e-9))
 
     if not overload:
         per_type_prompt = np.full(m, prompt)
