@@ -186,3 +186,19 @@ def test_thresholds_beyond_any_count_are_one_error_not_a_stall(name, params):
     inst = Instance(reqs, Limits(kv_capacity=16), TimeModel("unit"))
     with pytest.raises(InputError, match="margin, eps, d0 or d1 is far too large"):
         simulate(inst, make_policy(name, **params))
+
+
+@pytest.mark.parametrize(
+    ("name", "params"),
+    [
+        ("slai", {"offset": float("inf")}),
+        ("slai", {"offset_low": True}),
+        ("slai", {"default_tbt": float("inf")}),
+        ("alpha-greedy", {"loop_limit": True}),
+        ("infermax-sec6", {"quantile": True}),
+        ("infermax-sec6", {"warmup": True}),
+    ],
+)
+def test_other_policies_refuse_infinite_and_boolean_numbers(name, params):
+    with pytest.raises(InputError, match=f"{next(iter(params))} must be"):
+        make_policy(name, **params)

@@ -192,9 +192,9 @@ class InferMax(RunOffers):
         check_positive("prefill_budget", prefill_budget)
         check_positive("token_budget", token_budget)
         check_positive("max_running", max_running)
-        if not 0.0 < quantile <= 1.0:
+        if isinstance(quantile, bool) or not 0.0 < quantile <= 1.0:
             raise ValueError(f"quantile must be in (0, 1]; got {quantile!r}")
-        if not isinstance(warmup, int) or warmup < 1:
+        if not isinstance(warmup, int) or isinstance(warmup, bool) or warmup < 1:
             raise ValueError(f"warmup must be a positive integer; got {warmup!r}")
         self.name = name
         self.priority = priority

@@ -115,7 +115,7 @@ import numpy as np
 
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics.base import Decision, SchedulerView
-from kvsched.heuristics.checks import check_choice
+from kvsched.heuristics.checks import check_choice, check_positive
 from kvsched.heuristics.mcsf_runs import AlphaRuns, McsfRuns, Profile, Room, ceil_div
 from kvsched.heuristics.spec import PolicySpec
 from kvsched.instances.model import Instance
@@ -434,8 +434,7 @@ class AlphaProtection(AlphaRuns):
         if not isinstance(seed, int) or seed < 0:
             raise ValueError(f"seed must be a non-negative integer; got {seed!r}")
         check_choice("cleared", cleared, Cleared)
-        if loop_limit is not None and (not isinstance(loop_limit, int) or loop_limit < 1):
-            raise ValueError(f"loop_limit must be a positive integer or None; got {loop_limit!r}")
+        check_positive("loop_limit", loop_limit)  # (True passed isinstance(int))
         self.name = name
         self.alpha = float(alpha)
         self.beta = float(beta)

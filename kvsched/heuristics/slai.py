@@ -50,12 +50,13 @@ recompute as what alpha is meant to avoid).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
 import numpy as np
 
 from kvsched.heuristics.base import Decision, SchedulerView
-from kvsched.heuristics.checks import check_choice, check_positive
+from kvsched.heuristics.checks import check_choice, check_non_negative_number, check_positive
 from kvsched.heuristics.engines import Draft, EngineBase
 from kvsched.instances.model import Instance
 from kvsched.schedule.ir import Phase
@@ -118,16 +119,20 @@ class SLAI(EngineBase):
         super().__init__(name, token_budget=token_budget, max_running=alpha, running_param="alpha")
         check_positive("beta", beta)
         for label, value in (("offset", offset), ("offset_low", offset_low)):
-            if not (isinstance(value, int | float) and value >= 0):
-                raise ValueError(f"{label} must be a number >= 0; got {value!r}")
+            check_non_negative_number(label, value)  # (inf and True passed "a number >= 0")
         if not (isinstance(memory_threshold, int | float) and 0 < memory_threshold <= 1):
             raise ValueError(f"memory_threshold must be in (0, 1]; got {memory_threshold!r}")
         check_choice("prefill_order", prefill_order, PrefillOrder)
         for label, flag in (("dynamic_offset", dynamic_offset), ("priority_first", priority_first)):
             if not isinstance(flag, bool):
                 raise ValueError(f"{label} must be true or false; got {flag!r}")
-        if default_tbt is not None and not (isinstance(default_tbt, int | float) and default_tbt > 0):
-            raise ValueError(f"default_tbt must be a positive number or None; got {default_tbt!r}")
+        if default_tbt is not None and not (
+            isinstance(default_tbt, int | float)
+            and not isinstance(default_tbt, bool)
+            and math.isfinite(default_tbt)
+            and default_tbt > 0
+        ):
+            raise ValueError(f"default_tbt must be a finite number > 0 or None; got {default_tbt!r}")
         self.beta = beta
         self.offset = float(offset)
         self.dynamic_offset = dynamic_offset
