@@ -516,16 +516,29 @@ def load_curve_data(frame: pd.DataFrame, x: str | None = None, metric: str = "me
     Returns columns ``name``, ``kind``, the x column, ``mean``, ``count``.
     ``x`` defaults to ``rate`` when it varies, else ``n``.
     """
-    ok = frame[frame["status"].isin(_OK)]
+    from kvsched.analysis.regret import select_objective
+
+    # One objective: a mean over several would mix their units (kvsched plot load --objective picks one).
+    ok = select_objective(frame)
+    ok = ok[ok["status"].isin(_OK)]
     if ok.empty:
         raise InputError("no finished rows to plot")
     x = x or next((c for c in ("rate", "n", "kv_capacity") if c in ok and ok[c].nunique() > 1), "n")
+    # name and kind are the lines' keys: as x they would be grouped on twice, and they are text anyway.
+    numeric = sorted(
+        c
+        for c in ok.columns
+        if c not in ("name", "kind")
+        and pd.api.types.is_numeric_dtype(ok[c])
+        and not pd.api.types.is_bool_dtype(ok[c])
+    )
     for col, what in ((x, "--x"), (metric, "--metric")):
         if col not in ok.columns:
-            numeric = sorted(c for c in ok.columns if pd.api.types.is_numeric_dtype(ok[c]))
             raise InputError(
                 f"{what}: no column {col!r} in the results (numeric columns: {', '.join(numeric)})"
             )
+        if col not in numeric:
+            raise InputError(f"{what}: column {col!r} is not numeric (numeric columns: {', '.join(numeric)})")
     data = ok.dropna(subset=[x, metric])
     out = data.groupby(["name", "kind", x], sort=True)[metric].agg(["mean", "count"]).reset_index()
     return out
@@ -552,9 +565,9 @@ def plot_load(
 
 def regret_size_data(frame: pd.DataFrame, against: str | None = None, size: str = "n") -> pd.DataFrame:
     """Mean and max relative regret per policy and instance size: columns name, size, mean, max, count."""
-    from kvsched.analysis.regret import instance_regret
+    from kvsched.analysis.regret import instance_regret, select_objective
 
-    per = instance_regret(frame, against).dropna(subset=["regret_pct"])
+    per = instance_regret(select_objective(frame), against).dropna(subset=["regret_pct"])
     if per.empty:
         raise InputError("no regret to plot (no instance has a reference value)")
     out = per.groupby(["name", size], sort=True)["regret_pct"].agg(["mean", "max", "count"]).reset_index()

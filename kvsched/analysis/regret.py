@@ -21,7 +21,7 @@ solver's ``bound_source``; per policy, ``scopes`` lists the scopes met.
 
 Per policy, over the instances it ran on: mean, median and max of the relative
 regret (percent of the reference), the mean absolute regret, the *win rate*
-(share of instances where it is the best policy, ties included), and
+(share of the instances it ran on where it is the best policy, ties included), and
 *stability*: the standard deviation of its relative regret across instances
 (lower is steadier).
 """
@@ -47,10 +47,47 @@ _COLUMN = {"optimum": REGRET, "bound": MAX_REGRET_SCOPE, "certified": MAX_REGRET
 BOUND_RTOL = 1e-9
 
 
+#: The columns the regret functions read (every :func:`kvsched.analysis.store.load_results` frame has them).
+_NEEDED = ("kind", "name", "status", "objective", "instance_key", "objective_name", "lower_bound", "bound")
+
+
+def _expect_results(frame: Any, name: str = "frame") -> pd.DataFrame:
+    """``frame`` if it is a results frame, else one :class:`InputError` naming the argument."""
+    if not isinstance(frame, pd.DataFrame):
+        raise InputError(
+            f"{name}: expected a results DataFrame (kvsched.analysis.store.load_results), "
+            f"got {type(frame).__name__}"
+        )
+    missing = [c for c in _NEEDED if c not in frame.columns]
+    if missing:
+        raise InputError(f"{name}: not a results frame (no column {', '.join(missing)})")
+    return frame
+
+
 def default_against(frame: pd.DataFrame) -> str:
     """``optimum`` when the results hold solver rows that found a schedule, else ``best-policy``."""
     solved = frame[(frame["kind"] == "solver") & frame["status"].isin(_SOLVED)]
     return "optimum" if len(solved) else "best-policy"
+
+
+def select_objective(frame: pd.DataFrame, objective: str | None = None) -> pd.DataFrame:
+    """The rows of ``frame`` measured in one objective.
+
+    With ``objective`` None, ``frame`` itself when it holds at most one objective; several are refused,
+    since averaging (say) summed latency with makespan gives a number that measures nothing.
+    """
+    objectives = [str(o) for o in frame["objective_name"].dropna().unique()]
+    if objective:
+        chosen = frame[frame["objective_name"] == objective]
+        if chosen.empty:
+            known = ", ".join(objectives) or "none"
+            raise InputError(f"--objective: no rows measured in {objective!r} (objectives: {known})")
+        return chosen
+    if len(objectives) > 1:
+        raise InputError(
+            f"the database holds several objectives ({', '.join(objectives)}): choose one with --objective"
+        )
+    return frame
 
 
 def _text(values: pd.Series) -> str | None:
@@ -59,9 +96,33 @@ def _text(values: pd.Series) -> str | None:
     return ", ".join(seen) if seen else None
 
 
+def _scope_rank(scope: Any) -> int:
+    """Order of preference of a solver row's scope: the widest first, an unrecorded one last."""
+    try:
+        return Scope(scope).rank
+    except ValueError:
+        return len(Scope)
+
+
 def _reference(group: pd.DataFrame) -> dict[str, Any]:
-    solver = group[(group["kind"] == "solver") & group["status"].isin(_SOLVED)]
+    """The solver's references on one instance, all taken from the solver rows of one scope.
+
+    Rows of different scopes (the solver rerun with another formulation) answer different questions:
+    the lowest value of one and the highest bound of another need not bracket anything, so the rows of
+    the widest scope that found a schedule supply the incumbent, the bound and ``proven`` together.
+    Within one scope every row's bound holds for every row's schedule, so the lowest value and the
+    highest bound are consistent, and an optimal row's value is that scope's optimum.
+    """
+    solved = group[(group["kind"] == "solver") & group["status"].isin(_SOLVED)]
     lower = group["lower_bound"].dropna()
+    solver = solved
+    if len(solved) and "scope" in solved:
+        # Rows written before scopes were stored have none: their own scope, ranked after every known one.
+        scopes = solved["scope"].astype(object).where(solved["scope"].notna(), None)
+        ranks = scopes.map(_scope_rank)
+        solver = solved[ranks == ranks.min()]
+        if solver["scope"].isna().any() and solver["scope"].notna().any():
+            solver = solver[solver["scope"].notna()]
     proven = solver[solver["status"] == "optimal"]
     # A proven optimum is its own bound over its scope (the stored bound may sit below it by rounding).
     bound = pd.concat([solver["bound"].dropna(), proven["objective"].dropna()])
@@ -70,7 +131,6 @@ def _reference(group: pd.DataFrame) -> dict[str, Any]:
         "proven": bool(len(proven)),
         "bound": float(bound.max()) if len(bound) else None,
         "lower": float(lower.max()) if len(lower) else None,
-        # Rows written before scopes were stored have none: unknown, not assumed.
         "scope": _text(solver["scope"]) if "scope" in solver else None,
         "bound_source": _text(solver["bound_source"]) if "bound_source" in solver else None,
     }
@@ -131,6 +191,7 @@ def instance_regret(frame: pd.DataFrame, against: str | None = None) -> pd.DataF
     the instance and both rows when a stored bound lies above a validated
     schedule it covers (see :func:`_check_bounds`).
     """
+    frame = _expect_results(frame)
     against = against or default_against(frame)
     if against not in AGAINST:
         raise InputError(f"--against: unknown reference {against!r} (known: {', '.join(AGAINST)})")
@@ -201,8 +262,9 @@ def regret_table(frame: pd.DataFrame, against: str | None = None) -> pd.DataFram
     Columns: ``scopes`` (the sets of schedules the references range over),
     ``instances`` (with a finite regret), ``failed`` (could not run),
     ``mean_regret``, ``mean_regret_pct``, ``median_regret_pct``,
-    ``max_regret_pct``, ``stability`` (std of regret_pct), ``win_rate``.
-    Sorted by mean relative regret, best first.
+    ``max_regret_pct``, ``stability`` (std of regret_pct), ``win_rate`` (share of the
+    instances the policy ran on where it is the best policy, ties counting for each; NaN
+    if it ran on none). Sorted by ``failed``, then mean relative regret, best first.
     """
     per = instance_regret(frame, against)
     if per.empty:
@@ -210,6 +272,9 @@ def regret_table(frame: pd.DataFrame, against: str | None = None) -> pd.DataFram
     rows = []
     for name, g in per.groupby("name", sort=False):
         ok = g[np.isfinite(g["regret"].astype(float))]
+        # Wins are counted over the instances the policy ran on: where it failed, or where every
+        # policy failed, there is no result of its to compare (its failures are in "failed").
+        ran = g[np.isfinite(g["objective"].astype(float))]
         pct = ok["regret_pct"].astype(float).dropna()
         rows.append(
             {
@@ -222,11 +287,13 @@ def regret_table(frame: pd.DataFrame, against: str | None = None) -> pd.DataFram
                 "median_regret_pct": float(pct.median()) if len(pct) else np.nan,
                 "max_regret_pct": float(pct.max()) if len(pct) else np.nan,
                 "stability": float(pct.std(ddof=0)) if len(pct) else np.nan,
-                "win_rate": float(g["win"].mean()),
+                "win_rate": float(ran["win"].mean()) if len(ran) else np.nan,
             }
         )
     table = pd.DataFrame(rows).set_index("policy")
-    return table.sort_values(["mean_regret_pct", "mean_regret"], na_position="last")
+    # Fewest failures first: a policy that failed on most instances must not rank first on the few
+    # it ran (its regret there says nothing about the others). Stable, so ties keep the input order.
+    return table.sort_values(["failed", "mean_regret_pct", "mean_regret"], na_position="last", kind="stable")
 
 
 def describe_reference(frame: pd.DataFrame, against: str) -> str:

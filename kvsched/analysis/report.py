@@ -496,7 +496,7 @@ def database_report(
     ``frame`` is the database's :func:`~kvsched.analysis.store.load_results`, when the caller read it
     already (to refuse a bad database before making the output folder); it is read here otherwise.
     """
-    from kvsched.analysis.regret import default_against, describe_reference, regret_table
+    from kvsched.analysis.regret import default_against, describe_reference, regret_table, select_objective
     from kvsched.analysis.store import load_results
 
     # Refused before the work, as instance_report's (the bundled examples, an input's file).
@@ -505,6 +505,8 @@ def database_report(
         frame = load_results(db_path)
     if frame.empty:
         raise InputError(f"{db_path}: the results database is empty")
+    # A table or curve over several objectives would average unlike units (kvsched report --objective).
+    frame = select_objective(frame)
     against = against or default_against(frame)
     counts = frame["status"].value_counts()
     facts = [
@@ -523,13 +525,22 @@ def database_report(
             + '<p class="note">regret_pct is relative to the reference; scopes are the sets of schedules '
             "the references range over (all: every legal schedule; contiguous: the time-indexed class); "
             "stability is the standard deviation of regret_pct across instances; win_rate the share of "
-            "instances where the policy is the best policy (ties included).</p>",
+            "the instances the policy ran on where it is the best policy (ties included); sorted by "
+            "failures, then mean regret_pct.</p>",
         )
     )
-    figs = [_figure(plots.plot_load(frame), "Mean latency against load, per policy (mean over instances)")]
+    figs = []
+    # A database whose every row is an error (or with no reference) still gets its tables: the figure
+    # that has nothing to draw is named in a note instead of failing the whole report.
+    drawn = [(lambda: plots.plot_load(frame), "Mean latency against load, per policy (mean over instances)")]
     if frame["n"].nunique() > 1:
-        figs.append(
-            _figure(plots.plot_regret_vs_size(frame, against=against), "Regret against instance size")
+        drawn.append(
+            (lambda: plots.plot_regret_vs_size(frame, against=against), "Regret against instance size")
         )
+    for draw, caption in drawn:
+        try:
+            figs.append(_figure(draw(), caption))
+        except InputError as exc:
+            figs.append(f'<p class="note">{html.escape(caption)}: not drawn ({html.escape(str(exc))}).</p>')
     sections.append(_Section("Figures", "\n".join(figs)))
     return _write(out_dir, _page(f"kvsched report: {Path(db_path).name}", str(db_path), sections))

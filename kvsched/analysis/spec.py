@@ -113,7 +113,12 @@ class InstanceBlock(_Model):
     def _params(cls, value: Any) -> Any:
         if not isinstance(value, dict):
             return value
-        return {k: _as_list(v) for k, v in value.items()}
+        axes = {k: _as_list(v) for k, v in value.items()}
+        # An empty axis makes the product empty: a sweep of 0 cells that "succeeds", as n: [] would.
+        empty = [str(k) for k, v in axes.items() if isinstance(v, list) and not v]
+        if empty:
+            raise ValueError(f"{empty[0]}: an axis needs at least one value")
+        return axes
 
     @field_validator("n", "kv_capacity")
     @classmethod
@@ -229,6 +234,8 @@ class SweepSpec(_Model):
             s = self.solver
             settings = s.model_dump()
             settings["solver"] = settings.pop("name")
+            # A FILE.py:CLASS warm start is read from the spec's folder, as a policy is.
+            settings["warm_start"] = [_resolved(name, base) for name in s.warm_start]
             runners.insert(0, {"kind": "solver", "name": f"optimum ({s.formulation}/{s.name})", **settings})
         out: list[Cell] = []
         for runner in runners:
@@ -374,7 +381,10 @@ def _check_semantics(spec: SweepSpec, base: Path | None) -> None:
     if spec.solver is not None:
         for j, name in enumerate(spec.solver.warm_start):
             try:
-                make_policy(name)
+                if is_file_ref(name):
+                    load_policy_file(_resolved(name, base), {})
+                else:
+                    make_policy(name)
             except InputError as exc:
                 raise InputError(f"solver.warm_start.{j}: {exc}") from None
 

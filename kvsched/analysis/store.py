@@ -194,6 +194,9 @@ def open_db(path: str | Path, *, create: bool = False) -> Iterator[ResultsDB]:
                 )
             _migrate(conn, cols)
         except sqlite3.Error as exc:
+            if "readonly" in str(exc):
+                # A results database of an older schema that cannot be brought up to date here.
+                raise InputError(f"{path}: cannot write (read-only), needed to update its schema") from None
             raise InputError(f"{path}: not a kvsched results database ({exc})") from None
         yield ResultsDB(conn, path)
     finally:
@@ -230,6 +233,14 @@ def _migrate(conn: sqlite3.Connection, cols: set[str]) -> None:
             except sqlite3.OperationalError as exc:  # another process opening it added it first
                 if "duplicate column" not in str(exc):
                     raise
+    row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+    try:
+        current = int(row[0]) if row is not None else None
+    except (TypeError, ValueError):
+        current = None
+    if current is not None and current >= SCHEMA_VERSION:
+        # Nothing to record: a write here would make a valid read-only database unreadable.
+        return
     with conn:
         conn.execute(
             "INSERT INTO meta (name, value) VALUES ('schema_version', ?) "
@@ -348,8 +359,16 @@ EXPORT_FORMATS = ("csv", "parquet")
 
 def export(path: str | Path, to: str, out: str | Path) -> int:
     """Write the results of database ``path`` to ``out`` as CSV or Parquet; returns the row count."""
+    from kvsched.errors import expect_path
+    from kvsched.instances.io import check_not_input, same_file_key
+
     if to not in EXPORT_FORMATS:
         raise InputError(f"--to: unknown format {to!r} (known: {', '.join(EXPORT_FORMATS)})")
+    # As the command refuses --out: writing over the input (or any results database) would destroy it.
+    target = Path(expect_path(out, "out"))
+    if same_file_key(target) == same_file_key(Path(expect_path(path, "path"))):
+        raise InputError(f"out: {target} is also the input database; refusing to overwrite it")
+    check_not_input(target, "out")
     frame = load_results(path)
     if to == "csv":
         frame.to_csv(out, index=False)

@@ -163,9 +163,11 @@ def run_cell(cell: Cell) -> dict[str, Any]:
                 gap=runner["gap"],
                 seed=runner["seed"],
             )
+            # Warm starts of one's own (FILE.py:CLASS) are built in this process, as a policy cell's.
+            warm = [load_policy_file(w, {}) if is_file_ref(w) else w for w in runner["warm_start"]]
             cmp = compare(
                 instance,
-                runner["warm_start"],
+                warm,
                 objective=cell.objective,
                 solver=runner["solver"],
                 formulation=runner["formulation"],
@@ -354,8 +356,14 @@ def run_sweep(
         computes is under these SLOs (recorded in its metrics as ``slo_ttft``, ...).
         Cells already in the database keep theirs: the SLOs are not part of the key.
     """
+    if not isinstance(spec, SweepSpec):
+        raise InputError(
+            f"spec: expected a SweepSpec (kvsched.analysis.spec.load_spec or parse_spec), got {type(spec).__name__}"
+        )
     if backend not in BACKENDS:
         raise InputError(f"--backend: unknown backend {backend!r} (known: {', '.join(BACKENDS)})")
+    if isinstance(workers, bool) or not isinstance(workers, int):
+        raise InputError(f"workers: expected an integer, got {type(workers).__name__}")
     if workers < 1:
         raise InputError("--workers: must be at least 1")
     t0 = time.perf_counter()

@@ -30,6 +30,8 @@ from kvsched.schedule.output_time import solve_deadline
 from kvsched.stop import Deadline
 
 PLOT_KINDS = ("gantt", "kv", "load", "regret", "cdf", "anytime")
+#: --objective of an instance's plot or report when none is given (a database's takes the one it holds).
+DEFAULT_OBJECTIVE = "total-latency"
 
 
 def _frame(args: argparse.Namespace):  # -> pd.DataFrame
@@ -126,19 +128,10 @@ def cmd_results(args: argparse.Namespace) -> int:
 
 
 def cmd_regret(args: argparse.Namespace) -> int:
-    from kvsched.analysis.regret import default_against, describe_reference, regret_table
+    from kvsched.analysis.regret import default_against, describe_reference, regret_table, select_objective
 
     check_outputs(args, ["csv"], inputs=["db"])
-    frame = _frame(args)
-    objectives = frame["objective_name"].dropna().unique()
-    if args.objective:
-        frame = frame[frame["objective_name"] == args.objective]
-        if frame.empty:
-            raise InputError(f"--objective: no rows measured in {args.objective!r}")
-    elif len(objectives) > 1:
-        raise InputError(
-            f"the database holds several objectives ({', '.join(objectives)}): choose one with --objective"
-        )
+    frame = select_objective(_frame(args), args.objective)
     against = args.against or default_against(frame)
     table = regret_table(frame, against)
     console = Console() if Console().is_terminal else Console(width=160)
@@ -227,16 +220,20 @@ def cmd_plot(args: argparse.Namespace) -> int:
     check_outputs(args, ["out"], inputs=["source", "schedule"])
     ran = None  # when the schedules drawn were made (an instance only)
     if kind in ("load", "regret"):
-        frame = _frame(args)
+        from kvsched.analysis.regret import select_objective
+
+        frame = select_objective(_frame(args), args.objective)
         if kind == "load":
             fig = plots.plot_load(frame, x=args.x, metric=args.metric)
         else:
             fig = plots.plot_regret_vs_size(frame, against=args.against)
     elif kind == "anytime":
+        args.objective = args.objective or DEFAULT_OBJECTIVE
         source = _anytime_source(args, deadline)
         ran = deadline.elapsed()
         fig = plots.plot_anytime(*source)
     else:
+        args.objective = args.objective or DEFAULT_OBJECTIVE
         instance = load_instance_from_args(args.instance, args)
         if kind == "gantt":
             name, schedule, trace = _one_schedule(instance, args, deadline)
@@ -283,7 +280,9 @@ def _anytime_source(args: argparse.Namespace, deadline: Deadline) -> tuple[Any, 
         doc = json.loads(path.read_text())
     except FileNotFoundError:
         raise InputError(f"{path}: no such file") from None
-    except (OSError, json.JSONDecodeError):
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        # Not a result document (a database, a binary file, an instance): read as an instance, whose
+        # loader names the problem in one line.
         doc = None
     if isinstance(doc, dict) and "anytime" in doc:
         points = doc["anytime"]
@@ -326,6 +325,7 @@ def _anytime_rows(points: Any, path: Path) -> list[list[float | None]]:
 
 # ----------------------------------------------------------------------------- report
 def cmd_report(args: argparse.Namespace) -> int:
+    from kvsched.analysis.regret import select_objective
     from kvsched.analysis.report import check_report_folder, database_report, instance_report
     from kvsched.analysis.store import load_results, names_database
 
@@ -344,11 +344,14 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise InputError(f"{args.target}: the results database is empty")
         if given:
             raise InputError("--schedule: a results database's report reads its schedules from the database")
+        frame = select_objective(frame, args.objective)
         check_report_folder(args.out, "--out", [args.target])
         path = database_report(args.target, args.out, against=args.against, frame=frame)
     else:
         from kvsched.analysis import compare
         from kvsched.commands.solve import print_comparison
+
+        args.objective = args.objective or DEFAULT_OBJECTIVE
 
         # Read first: a bad instance is one error line and leaves no empty --out folder behind.
         instance = load_instance_from_args(args.target, args)
@@ -476,7 +479,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sweep", help="load, regret: only rows of this sweep")
     _add_against(p)
     add_solver_args(p)
-    p.set_defaults(func=_plot_entry)
+    # None: a database's figures take the objective it holds (several are refused); an instance's the default.
+    p.set_defaults(func=_plot_entry, objective=None)
 
     p = sub.add_parser(
         "report",
@@ -492,7 +496,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--no-solver", action="store_true", help="compare the policies only")
     _add_against(p)
     add_solver_args(p)
-    p.set_defaults(func=cmd_report)
+    # None: a database's report takes the objective it holds (several are refused); an instance's the default.
+    p.set_defaults(func=cmd_report, objective=None)
 
 
 def _plot_entry(args: argparse.Namespace) -> int:
