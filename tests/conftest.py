@@ -1,6 +1,7 @@
 """Test-wide settings."""
 
 import os
+from pathlib import Path
 
 import pytest
 
@@ -48,3 +49,17 @@ def torch():
     torch.set_num_threads(1)
     yield torch
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def one_instance_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real sweep of one instance (the solver and two policies): copy it before any write."""
+    from kvsched.analysis.spec import parse_spec
+    from kvsched.analysis.sweep import run_sweep
+    from tests.test_sweep import tiny
+
+    folder = tmp_path_factory.mktemp("one-instance")
+    data = tiny()
+    data["instances"][0]["seeds"] = 1
+    run_sweep(parse_spec(data), folder / "r.sqlite", workers=1, progress=False)
+    return folder / "r.sqlite"

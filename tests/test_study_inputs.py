@@ -26,16 +26,6 @@ from tests.test_heuristics_own import POLICY_FILE
 from tests.test_sweep import _A, _C, TINY, _one_error_line, _row, tiny
 
 
-@pytest.fixture(scope="module")
-def one_instance_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real sweep of one instance (the solver + two policies), as test_sweep's, copied before any write."""
-    folder = tmp_path_factory.mktemp("one-instance")
-    data = tiny()
-    data["instances"][0]["seeds"] = 1
-    run_sweep(parse_spec(data), folder / "r.sqlite", workers=1, progress=False)
-    return folder / "r.sqlite"
-
-
 def _db(path: Path, rows: list[dict[str, Any]]) -> Path:
     with open_db(path, create=True) as db:
         for row in rows:

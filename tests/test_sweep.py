@@ -543,16 +543,6 @@ def test_a_ray_address_without_the_ray_backend_is_refused(tmp_path, capsys):
 
 
 # ----------------------------------------------------------------------------- damaged databases
-@pytest.fixture(scope="module")
-def one_instance_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A real sweep of one instance (the solver + two policies), copied by each test that damages it."""
-    folder = tmp_path_factory.mktemp("one-instance")
-    data = tiny()
-    data["instances"][0]["seeds"] = 1
-    run_sweep(parse_spec(data), folder / "r.sqlite", workers=1, progress=False)
-    return folder / "r.sqlite"
-
-
 def _damaged(source: Path, tmp_path: Path, sql: str, *params: Any, name: str = "bad.sqlite") -> Path:
     path = tmp_path / name
     shutil.copy(source, path)
