@@ -213,3 +213,11 @@ def test_replay_table_goes_through_the_same_magnitude_rule(tmp_path, capsys, col
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1
     assert re.search(rf"replay\.csv: column '{column}', line 5: {message}", err)
+
+
+def test_a_replay_table_too_short_to_fit_is_named(tmp_path, capsys):
+    # The whole-batch fit needs 12 rows: the error named "profiling table", not the file.
+    path = write(tmp_path, pd.read_csv(REPLAY).head(5), "short.csv")
+    assert main(["calibrate", "--from-replay", str(path), "--out", str(tmp_path / "f.json")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and f"{path}: a whole-batch fit needs at least 12 rows, got 5" in err

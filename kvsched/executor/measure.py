@@ -36,7 +36,7 @@ from kvsched.costmodel.calibrated import CalibratedCost
 from kvsched.costmodel.coeffile import KIND, parse_coefficients
 from kvsched.costmodel.features import BatchFeatures
 from kvsched.costmodel.fidelity import held_out
-from kvsched.costmodel.fitting import fit_batches
+from kvsched.costmodel.fitting import FitError, fit_batches
 from kvsched.costmodel.profiles import numeric_column, read_table
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
@@ -292,7 +292,10 @@ def fit_replay(path: str | Path, *, form: str = "stepped", folds: int = 10, seed
         raise InputError(f"--folds: must be >= 2, got {folds}")
     table = read_replay(path)
     feats, t = table.features, table.measured
-    fit = fit_batches(feats, t, form=form)
+    try:
+        fit = fit_batches(feats, t, form=form)
+    except FitError as exc:  # (fits do not know files: the table is named here, as calibrate names its)
+        raise InputError(f"{path}: {exc}") from None
     cost = CalibratedCost.from_params(**{k: _round(v) for k, v in fit.params.items()})
     in_sample = np.array([cost.time_of(f) for f in feats])
 
@@ -300,7 +303,12 @@ def fit_replay(path: str | Path, *, form: str = "stepped", folds: int = 10, seed
         model = _fit([feats[i] for i in train], t[train], form)
         return np.array([model.time_of(feats[i]) for i in test])
 
-    out_of_fold = held_out(t.size, folds, seed, fp)
+    try:
+        out_of_fold = held_out(t.size, folds, seed, fp)
+    except FitError as exc:  # a fold left too few rows to refit
+        raise InputError(
+            f"{path}: {exc} (in a {folds}-fold cross-validation: fewer --folds leave more)"
+        ) from None
     before = ErrorSummary.of(t, table.predicted) if table.predicted is not None else None
     return ReplayFit(
         table=table,
@@ -310,6 +318,6 @@ def fit_replay(path: str | Path, *, form: str = "stepped", folds: int = 10, seed
         before=before,
         in_sample=ErrorSummary.of(t, in_sample),
         held_out=ErrorSummary.of(t, out_of_fold),
-        folds=folds,
+        folds=min(folds, t.size),  # the folds used: kfold holds one row a fold beyond the rows
         seed=seed,
     )
