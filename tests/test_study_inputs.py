@@ -208,6 +208,14 @@ def test_an_empty_generator_parameter_axis_is_refused(tmp_path, capsys):
     assert not (tmp_path / "r.sqlite").exists()
 
 
+def test_a_file_block_refuses_seeds():
+    # A file is one instance whatever the seed: seeds were taken and ignored.
+    data = tiny()
+    data["instances"] = [{"file": ["f.json"], "seeds": 3}]
+    with pytest.raises(InputError, match=r"a file block takes no n, params, seeds"):
+        parse_spec(data, "s.yaml")
+
+
 def test_a_warm_start_may_be_a_policy_file(tmp_path):
     # It was refused as "unknown policy", though FILE.py:CLASS is taken wherever a policy is named.
     (tmp_path / "own").mkdir()
@@ -240,3 +248,23 @@ def test_wrong_argument_types_are_one_error_naming_the_argument(tmp_path, monkey
         call()
     assert str(info.value).startswith(says) and "\n" not in str(info.value)
     assert not (tmp_path / "w.sqlite").exists()
+
+
+def test_titles_count_apart_the_instances_without_a_reference(tmp_path):
+    # An instance where every run failed has no reference: it was counted as one of the measured ones.
+    from kvsched.analysis.regret import describe_reference
+
+    path = _db(
+        tmp_path / "r.sqlite",
+        [
+            _row("s1", "i1", "solver", "opt", "optimal", 64, bound=64, **_A),
+            _row("a1", "i1", "policy", "A", "ok", 75),
+            _row("s2", "i2", "solver", "opt", "error", None, error="infeasible", **_A),
+            _row("a2", "i2", "policy", "A", "error", None, error="infeasible"),
+        ],
+    )
+    frame = load_results(path)
+    assert describe_reference(frame, "optimum").endswith(
+        "(proven on 1 of 1 instances; 1 without a reference)"
+    )
+    assert describe_reference(frame, "bound").endswith("(1 instances; 1 without a reference)")

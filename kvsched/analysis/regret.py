@@ -309,10 +309,13 @@ def describe_reference(frame: pd.DataFrame, against: str) -> str:
     if against in ("optimum", "bound"):
         scopes = _text(instances["scope"]) if len(instances) else None
         text += f" over {_describe_scopes(scopes)}"
+    # Instances where every run failed (an infeasible one) have no reference: counted apart, not as measured.
+    known = int(instances["reference"].notna().sum()) if len(instances) else 0
+    without = f"; {len(instances) - known} without a reference" if known < len(instances) else ""
     if against == "optimum":
-        text += f" (proven on {int(instances['proven'].sum())} of {len(instances)} instances)"
+        text += f" (proven on {int(instances['proven'].sum())} of {known} instances{without})"
     else:
-        text += f" ({len(instances)} instances)"
+        text += f" ({known} instances{without})"
     return text
 
 

@@ -143,9 +143,10 @@ class InstanceBlock(_Model):
                 raise ValueError("a generator block needs n (requests per instance)")
             if self.kv_capacity is None:
                 raise ValueError("a generator block needs kv_capacity (M, tokens)")
-        elif self.n is not None or self.params or {"limits", "time_model"} & self.model_fields_set:
+        elif self.n is not None or self.params or {"limits", "time_model", "seeds"} & self.model_fields_set:
+            # (seeds were taken and ignored: a file is one instance, whatever the seed)
             raise ValueError(
-                "a file block takes no n, params, limits or time_model (the files fix them; "
+                "a file block takes no n, params, seeds, limits or time_model (the files fix them; "
                 "kv_capacity may override M)"
             )
         return self
