@@ -221,3 +221,19 @@ def test_a_replay_table_too_short_to_fit_is_named(tmp_path, capsys):
     assert main(["calibrate", "--from-replay", str(path), "--out", str(tmp_path / "f.json")]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{path}: a whole-batch fit needs at least 12 rows, got 5" in err
+
+
+def test_a_replay_fit_says_when_it_pins_p3(tmp_path, capsys):
+    # Without a batch of two prefills p3 cannot be told from p0: the fit pins it, and says so.
+    table = pd.read_csv(REPLAY)
+    path = write(tmp_path, table[table["n_prefill"] <= 1], "one-prefill.csv")
+    assert (
+        main(["calibrate", "--from-replay", str(path), "--folds", "3", "--out", str(tmp_path / "f.json")])
+        == 0
+    )
+    assert "p3 (per prefill) pinned to 0" in capsys.readouterr().out
+    assert (
+        main(["calibrate", "--from-replay", str(REPLAY), "--folds", "3", "--out", str(tmp_path / "g.json")])
+        == 0
+    )
+    assert "pinned" not in capsys.readouterr().out

@@ -316,6 +316,15 @@ def cmd_calibrate_from_replay(args: argparse.Namespace) -> int:
     console.print(
         f"R² {fit.r2:.4f}; coefficients: {fit.cost.params()}", markup=False, highlight=False, soft_wrap=True
     )
+    if max((f.n_prefill for f in fit.table.features), default=0) < 2:
+        # fit_batches pinned p3: say so, as the Vidur path says it pins p3.
+        console.print(
+            "p3 (per prefill) pinned to 0: no batch of the table has two prefills, so it cannot be told from p0 "
+            "(per batch with a prefill)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     src = Path(args.from_replay)
     out = check_output_path(args.out or src.with_name(f"{src.stem}_fit.json"), "--out", None)
     write_text_atomic(out, dump_coefficients(fit.document()))
