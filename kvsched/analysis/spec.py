@@ -340,8 +340,7 @@ def _instance_configs(block: InstanceBlock, base: Path | None) -> Iterator[dict[
 
 def _check_semantics(spec: SweepSpec, base: Path | None) -> None:
     """What pydantic cannot see: generator names and parameters, policy names and parameters."""
-    from kvsched.heuristics import make_policy
-    from kvsched.heuristics.own import is_file_ref, load_policy_file
+    from kvsched.heuristics.own import build_policy
     from kvsched.instances.generators import GENERATORS, parse_params
     from kvsched.instances.io import check_time_model
     from kvsched.instances.model import TimeModel
@@ -373,19 +372,13 @@ def _check_semantics(spec: SweepSpec, base: Path | None) -> None:
     for k, entry in enumerate(spec.policies):
         try:
             # One's own scheduler is built once here, so that a bad one stops the spec.
-            if is_file_ref(entry.name):
-                load_policy_file(_resolved(entry.name, base), entry.params)
-            else:
-                make_policy(entry.name, **entry.params)
+            build_policy(_resolved(entry.name, base), entry.params)
         except InputError as exc:
             raise InputError(f"policies.{k}: {exc}") from None
     if spec.solver is not None:
         for j, name in enumerate(spec.solver.warm_start):
             try:
-                if is_file_ref(name):
-                    load_policy_file(_resolved(name, base), {})
-                else:
-                    make_policy(name)
+                build_policy(_resolved(name, base))
             except InputError as exc:
                 raise InputError(f"solver.warm_start.{j}: {exc}") from None
 

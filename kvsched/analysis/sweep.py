@@ -192,10 +192,8 @@ def run_cell(cell: Cell) -> dict[str, Any]:
                 solver_version=_solver_version(runner["solver"]),
             )
         row["lower_bound"] = cmp.lower_bound
-        row["metrics"] = {
-            **metrics.to_dict(rates=False),
-            **serving.to_dict(),
-        }  # serving's rates name their unit
+        # The run's rates are left to the serving metrics, whose names say their unit.
+        row["metrics"] = {**metrics.to_dict(rates=False), **serving.to_dict()}
     except KvschedError as exc:
         row.update(status="error", error=str(exc), runtime=time.perf_counter() - t0)
     row["created"] = datetime.now(UTC).isoformat(timespec="seconds")

@@ -91,15 +91,12 @@ def cmd_simulate(args: argparse.Namespace) -> int:
 
 def _simulate_one(instance, args: argparse.Namespace, slo) -> int:  # type: ignore[no-untyped-def]
     """One engine: simulate, print the metrics, write the outputs asked for."""
-    from kvsched.heuristics import make_policy, simulate
-    from kvsched.heuristics.own import is_file_ref, load_policy_file
-    from kvsched.heuristics.registry import check_policy_name
+    from kvsched.heuristics import simulate
+    from kvsched.heuristics.own import build_policy
     from kvsched.schedule.metrics import print_summary
 
-    if is_file_ref(args.policy):  # your own scheduler, in a Python file
-        policy = load_policy_file(args.policy, param_pairs(args.param))
-    else:
-        policy = make_policy(check_policy_name(args.policy, "-p/--policy"), **param_pairs(args.param))
+    # A registered policy, or your own scheduler in a Python file (FILE.py:CLASS).
+    policy = build_policy(args.policy, param_pairs(args.param), "-p/--policy")
     show = sys.stderr.isatty() if args.progress is None else args.progress
     result = simulate(instance, policy, progress=show)
     # The core checked every batch (and run) as the simulator made it: one pass. --validate

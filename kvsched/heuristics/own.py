@@ -128,6 +128,16 @@ def is_file_ref(text: str) -> bool:
     return bool(sep) and path.endswith(".py") and bool(name)
 
 
+def build_policy(name: str, params: Mapping[str, Any] | None = None, what: str = "policy") -> Policy:
+    """The policy ``name`` names, built with ``params``: one of one's own (``FILE.py:CLASS``, read from its
+    file) or a registered one (an unknown name is one error naming ``what`` and the closest names)."""
+    from kvsched.heuristics.registry import check_policy_name, make_policy
+
+    if is_file_ref(name):
+        return load_policy_file(name, params)
+    return make_policy(check_policy_name(name, what), **dict(params or {}))
+
+
 def load_policy_file(ref: str, params: Mapping[str, Any] | None = None) -> Policy:
     """The policy class ``CLASS`` of the Python file ``FILE`` (``ref`` is ``FILE.py:CLASS``), built with
     ``params`` as keyword arguments; every failure (no such file, an import that raises, no such class, a
