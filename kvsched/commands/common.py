@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 from kvsched.errors import InputError
 from kvsched.instances.csvtrace import number_or_text
-from kvsched.instances.io import same_file_key
+from kvsched.instances.io import make_folder, same_file_key
 from kvsched.instances.model import Instance, Limits, TimeModel
 from kvsched.schedule.collector import collector_paused as paused
 from kvsched.stop import Deadline
@@ -245,10 +245,7 @@ def check_output_path(
     folder = path.parent
     if folder.exists() and not folder.is_dir():
         raise InputError(f"{flag}: {folder} is not a folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"{flag}: cannot create the folder {folder} ({exc.strerror or exc})") from None
+    make_folder(folder, flag)
     if not os.access(folder, os.W_OK):
         raise InputError(f"{flag}: cannot write in {folder} (permission denied)")
     return path

@@ -434,6 +434,15 @@ def check_instance_path(path: str | Path, what: str = "--out") -> Path:
     return p
 
 
+def make_folder(folder: Path, what: str) -> Path:
+    """``folder`` created with its parents where missing; a refusal is one :class:`InputError` naming ``what``."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InputError(f"{what}: cannot create the folder {folder} ({exc.strerror or exc})") from None
+    return folder
+
+
 def write_output(path: Path, what: str, write: Callable[[Path], object]) -> Path:
     """Run ``write(path)`` with ``path``'s folder created first; returns ``path``.
 
@@ -444,11 +453,7 @@ def write_output(path: Path, what: str, write: Callable[[Path], object]) -> Path
     nothing but the write (its document built before, so that no fault of the caller's reads as one
     of the file system's).
     """
-    folder = path.parent
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"{what}: cannot create the folder {folder} ({exc.strerror or exc})") from None
+    make_folder(path.parent, what)
     try:
         write(path)
     except OSError as exc:
@@ -630,11 +635,7 @@ def check_output_folder(value: str | Path, flag: str, inputs: Iterable[str | Pat
         raise InputError(f"{flag}: {path} is also an input of this command")
     if path.exists() and not path.is_dir():
         raise InputError(f"{flag}: {path} is a file, not a folder")
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InputError(f"{flag}: cannot create the folder {path} ({exc.strerror or exc})") from None
-    return path
+    return make_folder(path, flag)
 
 
 def same_file_key(path: Path) -> tuple[object, ...]:
