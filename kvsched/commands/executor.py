@@ -303,6 +303,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_calibrate_from_replay(args: argparse.Namespace) -> int:
     """``kvsched calibrate --from-replay``: fit the calibrated model to measured batches."""
     from kvsched.costmodel.coeffile import dump_coefficients
+    from kvsched.costmodel.fitting import p3_pinned
     from kvsched.executor.measure import fit_replay
 
     fit = fit_replay(args.from_replay, form=args.form, folds=args.folds, seed=args.seed)
@@ -316,8 +317,7 @@ def cmd_calibrate_from_replay(args: argparse.Namespace) -> int:
     console.print(
         f"R² {fit.r2:.4f}; coefficients: {fit.cost.params()}", markup=False, highlight=False, soft_wrap=True
     )
-    if max((f.n_prefill for f in fit.table.features), default=0) < 2:
-        # fit_batches pinned p3: say so, as the Vidur path says it pins p3.
+    if p3_pinned(fit.table.features):  # said, as the Vidur path says it pins p3
         console.print(
             "p3 (per prefill) pinned to 0: no batch of the table has two prefills, so it cannot be told from p0 "
             "(per batch with a prefill)",

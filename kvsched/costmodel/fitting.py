@@ -325,6 +325,12 @@ BATCH_NAMES = ("b0", "b1", "b2", "p0", "p1", "p2", "p3", "p4")
 
 
 @_quiet
+def p3_pinned(features: Sequence[BatchFeatures]) -> bool:
+    """Whether :func:`fit_batches` pins p3 (per prefill) to 0: no batch has two prefills, so its column is
+    p0's (per batch with a prefill) and the two cannot be told apart."""
+    return all(f.n_prefill <= 1 for f in features)
+
+
 def fit_batches(
     features: Sequence[BatchFeatures],
     t: np.ndarray,
@@ -361,7 +367,7 @@ def fit_batches(
             for f in features
         ]
     )  # fmt: skip
-    if np.array_equal(att[:, 6], att[:, 3]):
+    if p3_pinned(features):
         att[:, 6] = 0.0  # a zero column's minimum-norm coefficient is 0: p3 pinned (see the docstring)
     while True:
         x_tok, names, nonneg = token_design(form, tau, shape)
