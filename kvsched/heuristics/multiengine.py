@@ -68,6 +68,7 @@ from kvsched.instances.model import Instance
 from kvsched.schedule.core import TIME_TOL
 from kvsched.schedule.ir import Batch, Run, Schedule
 from kvsched.schedule.metrics import request_metrics, time_unit
+from kvsched.schedule.tokens import first_arrival
 from kvsched.schedule.validate import Trace, instance_cost_model
 
 if TYPE_CHECKING:
@@ -262,7 +263,7 @@ class MultiEngineResult:
         done = [t for t in self.traces if t is not None]
         makespan = max((t.state.clock for t in done), default=0.0)
         # Rates from the first arrival, as the serving metrics' duration; named by the time unit.
-        span = makespan - min((r.arrival for r in self.instance.requests), default=0.0)
+        span = makespan - first_arrival(done)
         generated = int(req["generated"].sum())
         slo = req["slo_met"].dropna()
         return {

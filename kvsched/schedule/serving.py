@@ -46,6 +46,7 @@ from kvsched.schedule.metrics import (
 )
 from kvsched.schedule.tokens import (
     TokenStats,
+    first_arrival,
     interpolate,
     linear_quantiles,
     pooled_counts,
@@ -224,11 +225,6 @@ def _counted_quantiles(values: np.ndarray, counts: np.ndarray, n: int, q: np.nda
     a = values[np.searchsorted(ends, below, side="right")]
     b = values[np.searchsorted(ends, above, side="right")]
     return interpolate(a, b, t)
-
-
-def _first_arrival(traces: list[Trace]) -> float:
-    """The earliest arrival of the traces' requests (0 when they hold none)."""
-    return min((float(t.state.arrival.min()) for t in traces if t.state.arrival.size), default=0.0)
 
 
 # ----------------------------------------------------------------------------- metrics
@@ -423,7 +419,7 @@ def serving_metrics(
         time_unit=label,
         num_requests=int(done.size),
         completed=int(done.sum()),
-        duration=max(float(t.state.clock) for t in found) - _first_arrival(found),
+        duration=max(float(t.state.clock) for t in found) - first_arrival(found),
         total_input_tokens=int(req["prompt"][done].sum()),
         total_output_tokens=int(req["generated"][done].sum()),
         ttft=Distribution.of(req["ttft"]),

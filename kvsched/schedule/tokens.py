@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -76,6 +76,12 @@ def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     heads = np.cumsum(lengths)[:-1]
     step[heads] = starts[1:] - starts[:-1] - lengths[:-1] + 1
     return np.cumsum(step)
+
+
+def first_arrival(traces: Iterable[Trace]) -> float:
+    """The earliest arrival of the traces' requests (0 when they hold none): where the rates' span starts,
+    as vLLM's benchmark clock starts with the first request sent."""
+    return min((float(t.state.arrival.min()) for t in traces if t.state.arrival.size), default=0.0)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
