@@ -18,17 +18,20 @@ def check_choice(name: str, value: Any, choices: Any) -> None:
         raise ValueError(f"{name} must be one of {', '.join(map(repr, allowed))}; got {value!r}")
 
 
+def _is_count(value: Any) -> bool:
+    """A positive integer (a bool is not one, nor a float such as ``inf``)."""
+    return isinstance(value, int | np.integer) and not isinstance(value, bool) and value >= 1
+
+
 def check_positive(name: str, value: int | None) -> None:
     """Reject anything but a positive integer or ``None`` (bools included)."""
-    if value is not None and (
-        not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1
-    ):
+    if value is not None and not _is_count(value):
         raise ValueError(f"{name} must be a positive integer or None; got {value!r}")
 
 
 def check_count(name: str, value: Any) -> None:
     """Reject anything but a positive integer (bools, floats such as ``inf`` and ``None`` included)."""
-    if value is None or not isinstance(value, int | np.integer) or isinstance(value, bool) or value < 1:
+    if not _is_count(value):
         raise ValueError(f"{name} must be a positive integer; got {value!r}")
 
 
