@@ -225,6 +225,33 @@ def test_a_policy_still_running_at_the_time_limit_is_stopped(monkeypatch):
     assert "vllm" not in cmp.schedules
 
 
+def test_a_policy_cut_for_time_starts_the_solve_finished_against_reserved_peaks(monkeypatch):
+    # compare --time-limit 10 on 10k requests under the A100 fit: the policies' share cut sarathi, and the
+    # solve then ran it again, uncut, as its first schedule (12.5 s). The cut run, finished by the core,
+    # is the solve's start instead (not a row of the policy's: that says it did not finish).
+    import kvsched.heuristics.simulator as simulator
+    from kvsched.heuristics import SimResult
+    from kvsched.instances.generators import generate
+
+    monkeypatch.setattr(simulator, "DEADLINE_EVERY", 1)
+    starts = []
+    real = compare_mod.solve
+
+    def spy(*args, **kwargs):
+        starts.append(kwargs["warm_start"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(compare_mod, "solve", spy)
+    inst = generate("synthetic", n=300, seed=1)
+    cmp = compare(inst, ["vllm", "sarathi"], options=FAST, deadline=Deadline.after(0.02))
+    assert cmp.table.loc["vllm", "error"] == compare_mod.CUT and "vllm" not in cmp.schedules
+    (start,) = starts
+    assert isinstance(start, SimResult) and start.cut > 0 and replay(inst, start.schedule).ok
+    latency = start.trace.state.completion.sum() - sum(r.arrival for r in inst.requests)
+    assert cmp.result is not None and cmp.result.objective <= latency + 1e-6
+    assert replay(inst, cmp.result.schedule).ok
+
+
 def test_without_a_deadline_every_policy_runs():
     inst = load_instance(EXAMPLES / "figure15.json")
     cmp = compare(inst, ["vllm", "sarathi"], solver=None)

@@ -16,6 +16,7 @@ from kvsched.csp import SolverOptions, solve
 from kvsched.csp.incumbents import best_incumbent, improve
 from kvsched.csp.incumbents.best import FIRST_POLICY
 from kvsched.csp.incumbents.greedy import run_estimate
+from kvsched.heuristics import make_policy, simulate
 from kvsched.instances.generators import Poisson, Uniform, synthetic
 from kvsched.instances.model import Limits, TimeModel
 from kvsched.schedule.validate import instance_cost_model, replay
@@ -145,3 +146,62 @@ def test_the_local_search_from_a_policy_prices_a_cold_kernels_compile(monkeypatc
     assert got.stats["evaluations"] == 0 and got.value == start.value
     monkeypatch.undo()
     assert improve(inst, start, Deadline.after(10.0)).stats["evaluations"] > 0  # warm: the search runs
+
+
+# ------------------------------------------------------- a first schedule that would overrun the limit
+@pytest.fixture
+def cut_at_once(monkeypatch):
+    """Finishing costs an hour a request, and the simulator reads the deadline at every entry: a policy's run
+    under a deadline is cut at its first entry."""
+    import kvsched.heuristics.simulator as simulator
+
+    best_module = importlib.import_module("kvsched.csp.incumbents.best")
+    monkeypatch.setattr(best_module, "SECONDS_PER_REQUEST", 3600.0)
+    monkeypatch.setattr(simulator, "DEADLINE_EVERY", 1)
+
+
+def test_the_policys_first_schedule_is_cut_for_time_and_finished_by_the_core(slow_greedy, cut_at_once):
+    # Sarathi's run alone took 4-10 s on 10k requests under the A100 fit, past a 1 s limit.
+    inst = _instance()
+    got = best_incumbent(inst, deadline=Deadline.after(30.0))
+    assert got.name == f"policy:{FIRST_POLICY}+reserved-batches"
+    assert 0 < got.stats["cut_for_time"] <= len(inst) and got.stats["greedy_skipped_for_time"]
+    trace = replay(inst, got.schedule)
+    assert trace.ok and got.value == pytest.approx(
+        float(sum(trace.state.completion) - sum(r.arrival for r in inst.requests))
+    )
+    # Without a deadline the policy runs whole.
+    assert _policy_of(inst).name == f"policy:{FIRST_POLICY}"
+
+
+def _policy_of(inst):
+    best_module = importlib.import_module("kvsched.csp.incumbents.best")
+    return best_module._policy(inst, FIRST_POLICY, "total-latency", instance_cost_model(inst))
+
+
+def test_with_a_schedule_in_hand_nothing_that_would_overrun_runs(slow_greedy, monkeypatch):
+    # A warm start (compare's policies) makes a first schedule unnecessary: neither the greedy nor the
+    # policy runs where its estimate does not fit.
+    inst = _instance()
+    warm = _policy_of(inst)
+    best_module = importlib.import_module("kvsched.csp.incumbents.best")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("nothing should run")
+
+    monkeypatch.setattr(best_module, "_policy", refuse)
+    monkeypatch.setattr(best_module, "run_variant", refuse)
+    got = best_incumbent(inst, deadline=Deadline.after(30.0), given=warm)
+    assert got.schedule is warm.schedule and got.stats["greedy_skipped_for_time"]
+    assert got.stats["tried"] == {warm.name: warm.value}
+    assert any(s.startswith("greedy:") for s in got.stats["skipped"])
+    # The pipeline takes the warm start as its first schedule (a simulation's own trace: no second replay).
+    driver = importlib.import_module("kvsched.csp.driver")
+    real = driver.replay
+    replayed = []
+    monkeypatch.setattr(driver, "replay", lambda *a, **k: replayed.append(a) or real(*a, **k))
+    sim = simulate(inst, make_policy(FIRST_POLICY))
+    result = solve(inst, warm_start=sim, deadline=Deadline.after(8.0))
+    assert result.stats["found_by"] == "warm start" and result.objective == pytest.approx(warm.value)
+    assert result.stopped == "deadline" and result.best_bound <= result.objective
+    assert not replayed and replay(inst, result.schedule).ok

@@ -14,7 +14,7 @@ from kvsched.heuristics.simulator import batch_limit
 from kvsched.instances.generators import figure15_limits
 from kvsched.instances.model import Instance, Limits, Request, TimeModel
 from kvsched.schedule.core import EngineState, ScheduleError
-from kvsched.schedule.ir import Batch, Phase
+from kvsched.schedule.ir import Batch, Phase, Schedule
 from kvsched.schedule.validate import replay
 from kvsched.stop import Deadline, DeadlineReached
 
@@ -116,6 +116,31 @@ def test_a_deadline_stops_the_run_and_a_later_one_changes_nothing():
     free = simulate(inst, make_policy("sarathi"))
     timed = simulate(inst, make_policy("sarathi"), deadline=Deadline.after(600))
     assert timed.schedule.same_as(free.schedule)
+
+
+def test_a_run_cut_for_time_is_finished_against_reserved_peaks(monkeypatch):
+    # The solve's first schedule and compare's start for the solver: sarathi's run on 10k requests under
+    # the A100 fit took 4-10 s past a 1 s limit; cut, the requests it left are finished by the core.
+    import kvsched.heuristics.simulator as simulator
+    from kvsched.csp.incumbents.complete import reserved_batches
+    from kvsched.instances.generators import generate
+
+    monkeypatch.setattr(simulator, "DEADLINE_EVERY", 1)
+    inst = generate("synthetic", n=300, seed=1)
+    policy = make_policy("sarathi")
+    whole = simulate(inst, policy)
+    # A reserve of an hour a request left: cut at its first entry, which stays the policy's.
+    cut = simulate(inst, policy, deadline=Deadline.after(600), finish=reserved_batches, finish_seconds=3600.0)
+    assert 0 < cut.cut <= len(inst) and cut.schedule.meta["cut_for_time"] == cut.cut
+    first = [Schedule(sim.schedule.entries[:1], {}) for sim in (cut, whole)]
+    assert first[0].same_as(first[1])
+    trace = replay(inst, cut.schedule)
+    assert trace.ok and trace.state.done.all()
+    assert np.array_equal(trace.state.completion, cut.trace.state.completion)
+    # Time to spare: the policy's own run, whole.
+    free = simulate(inst, policy, deadline=Deadline.after(600), finish=reserved_batches, finish_seconds=1e-9)
+    assert free.cut == 0 and "cut_for_time" not in free.schedule.meta
+    assert free.schedule.same_as(whole.schedule)
 
 
 def test_idle_gaps_jump_to_the_next_arrival():

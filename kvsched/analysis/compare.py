@@ -37,6 +37,7 @@ from kvsched.csp.bounds import portfolio
 from kvsched.csp.driver import check_options
 from kvsched.csp.formulations import FORMULATIONS as EXACT_FORMULATIONS
 from kvsched.csp.formulations import make_formulation
+from kvsched.csp.incumbents.complete import reserved_batches
 from kvsched.csp.objectives import OBJECTIVES
 from kvsched.errors import InputError, KvschedError
 from kvsched.heuristics import POLICIES, Policy, SimResult, make_policy, simulate
@@ -419,18 +420,31 @@ def compare(
         took = time.monotonic() - started
         given_rows.append(_row(metrics[name], serving[name], name, measure(trace), "schedule", took))
         compared[name] = schedule
-    policies_by = _policy_deadline(deadline, solver is not None and solver_error is None)
+    solving = solver is not None and solver_error is None
+    policies_by = _policy_deadline(deadline, solving)
     stopped = ""
+    # A policy cut for time and finished against reserved peaks: not its row, but a start for the solver,
+    # which would otherwise make a first schedule of its own (10k requests under the A100 fit: it ran
+    # sarathi again, uncut, after the policies' share had cut it, and `--time-limit 10` ended at 12.5 s).
+    start: tuple[float, SimResult] | None = None  # the best run so far, its value first
     try:
-        for name, sim in run_policies(instance, built, policies_by):
+        for name, sim in run_policies(instance, built, policies_by, finish=solving):
             if isinstance(sim, str):
                 rows.append({"name": name, "kind": "policy", "error": sim})
+                continue
+            if sim.cut:
+                rows.append({"name": name, "kind": "policy", "error": CUT})
+                value = measure(sim.trace)
+                if start is None or value < start[0]:
+                    start = (value, sim)
                 continue
             # The core checked every batch as the simulator made it: its trace is the replay's.
             trace = replay(instance, sim.schedule) if validate else sim.trace
             metrics[name], serving[name] = _metrics(trace, slo)
             rows.append(_row(metrics[name], serving[name], name, measure(trace), "policy", sim.runtime))
             compared[name] = sim.schedule
+            if start is None or rows[-1]["objective"] < start[0]:
+                start = (rows[-1]["objective"], sim)
             if kept is not None:
                 kept.offer(name, rows[-1]["objective"], trace)
     except INTERRUPTS as exc:  # Ctrl-C: the rows finished are kept, nothing more starts
@@ -444,7 +458,13 @@ def compare(
     result = None
     if solver is not None and solver_error is None and not stopped:
         ran = [r for r in rows if "objective" in r]
-        best = min(ran, key=lambda r: r["objective"])["name"] if ran else None
+        best = min(ran, key=lambda r: r["objective"]) if ran else None
+        # A policy's own run is not replayed again by the solve (a given schedule is, there).
+        warm: Schedule | SimResult | None = None
+        if best is not None:
+            warm = compared[best["name"]]
+        if start is not None and (best is None or start[0] <= best["objective"]):
+            warm = start[1]
         try:
             result = solve(
                 instance,
@@ -452,7 +472,7 @@ def compare(
                 formulation=formulation,
                 solver=solver,
                 options=options,
-                warm_start=compared.get(best) if best else None,
+                warm_start=warm,
                 deadline=deadline,
                 **(solve_options or {}),
             )
@@ -513,14 +533,21 @@ class _Extremes:
 
 
 def run_policies(
-    instance: Instance, policies: Mapping[str, Policy], starts_by: Deadline, *, until_one: bool = False
+    instance: Instance,
+    policies: Mapping[str, Policy],
+    starts_by: Deadline,
+    *,
+    until_one: bool = False,
+    finish: bool = False,
 ) -> Iterator[tuple[str, SimResult | str]]:
     """Each policy's simulation in turn, or why it has none: :data:`NOT_RUN` (``starts_by`` had passed),
     :data:`CUT` (it passed while the policy ran: a slow policy on 100k requests ran for 17 minutes inside
     ``compare --time-limit 20``) or the policy's own error (it cannot run the instance).
 
     With ``until_one``, policies start and finish whatever the time until one has a schedule (``plot``
-    draws at least one).
+    draws at least one). With ``finish``, a policy cut for time comes back finished against reserved peaks
+    by ``starts_by`` (:func:`~kvsched.csp.incumbents.complete.reserved_batches`; ``SimResult.cut`` > 0): not
+    the policy's schedule, but a legal one for a solver to start from.
     """
     have_one = not until_one
     for name, policy in policies.items():
@@ -528,7 +555,12 @@ def run_policies(
             yield name, NOT_RUN
             continue
         try:
-            sim = simulate(instance, policy, deadline=starts_by if have_one else None)
+            # (Finished once cut, without a reserve for it: finishing a request costs about what the policy
+            # spends on one, so a reserve would only cut it sooner, for a poorer schedule.)
+            sim = simulate(
+                instance, policy, deadline=starts_by if have_one else None,
+                finish=reserved_batches if finish else None,
+            )  # fmt: skip
         except DeadlineReached:
             yield name, CUT
             continue
@@ -536,7 +568,7 @@ def run_policies(
             yield name, str(exc)
             continue
         have_one = True
-        yield name, sim
+        yield name, sim  # (one cut and finished ends after starts_by: no policy starts after it)
 
 
 def _policy_deadline(deadline: Deadline | None, solver: bool) -> Deadline:

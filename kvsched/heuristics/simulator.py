@@ -23,7 +23,7 @@ of batch-by-batch simulation; only their storage is shorter.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -33,9 +33,11 @@ from kvsched.costmodel.base import expect_cost_model
 from kvsched.errors import InputError
 from kvsched.heuristics.base import Policy
 from kvsched.heuristics.own import CheckedPolicy, is_own
-from kvsched.heuristics.step import BATCHES_PER_TOKEN, Record, Stepper, batch_limit
+from kvsched.heuristics.step import BATCHES_PER_TOKEN, Entry, Record, Stepper, batch_limit
 from kvsched.instances.model import Instance, expect_instance
+from kvsched.schedule.core import EngineState
 from kvsched.schedule.ir import Schedule
+from kvsched.schedule.records import ScheduleError
 from kvsched.schedule.validate import Trace, instance_cost_model
 from kvsched.stop import Deadline, DeadlineReached
 
@@ -61,6 +63,9 @@ class SimResult:
     schedule: Schedule
     trace: Trace
     runtime: float
+    #: Requests the policy had left when the deadline passed, finished by :func:`simulate`'s ``finish``
+    #: (0: the policy's own schedule throughout).
+    cut: int = 0
 
     def __repr__(self) -> str:
         # Short and cheap: the generated repr spelled out every batch's arrays (tens of seconds, megabytes).
@@ -78,6 +83,8 @@ def simulate(
     progress: bool = False,
     coalesce: bool = True,
     deadline: Deadline | None = None,
+    finish: Callable[[EngineState], Iterable[Entry]] | None = None,
+    finish_seconds: float = 0.0,
 ) -> SimResult:
     """Run ``policy`` on ``instance`` until every request completes.
 
@@ -99,6 +106,15 @@ def simulate(
         Stop once it has passed (checked every :data:`DEADLINE_EVERY` entries): for callers that
         run a policy inside a time limit (a solver's warm starts), where a simulation of millions
         of batches must not outlast it.
+    finish
+        What completes a run the deadline cut short: ``finish(state)`` yields entries from the state the
+        policy's batches leave, each checked and applied by the core before the next is asked for (e.g.
+        :func:`~kvsched.csp.incumbents.complete.reserved_batches`). The result is then a complete, legal
+        schedule that is no longer the policy's alone: ``cut`` says how many requests it left.
+    finish_seconds
+        With ``finish``: seconds finishing costs per request left (a high estimate). The policy stops once
+        what is left of ``deadline`` falls below that times the requests left, so that the finished
+        schedule is ready by the deadline.
 
     Raises
     ------
@@ -111,8 +127,8 @@ def simulate(
     InputError
         ``instance`` is not an :class:`Instance`, or ``policy`` is a name rather than a policy.
     DeadlineReached
-        ``deadline`` passed before the last request completed (nothing is returned); a
-        :class:`~kvsched.errors.KvschedError` whose message says how many requests were done.
+        ``deadline`` passed before the last request completed and no ``finish`` was given (nothing is
+        returned); a :class:`~kvsched.errors.KvschedError` whose message says how many requests were done.
     """
     expect_instance(instance)
     if isinstance(policy, str):
@@ -146,26 +162,41 @@ def simulate(
 
             on_record = advance_bar
         if deadline is not None and deadline.bounded:
-            on_record = _checking(deadline, on_record)
+            reserve = (stepper.state, finish_seconds) if finish is not None else None
+            on_record = _checking(deadline, on_record, reserve)
+        cut = 0
         try:
             stepper.run(on_record)
         except DeadlineReached:  # (a KvschedError) the user's, or a solver stage's that catches it
-            raise DeadlineReached(
-                f"simulate: the deadline passed before the last request completed "
-                f"({stepper.state.num_done:,} of {len(instance):,} done)"
-            ) from None
-    schedule = Schedule(tuple(stepper.entries), {"policy": policy.name, "params": dict(policy.params)})
+            if finish is None:
+                raise DeadlineReached(
+                    f"simulate: the deadline passed before the last request completed "
+                    f"({stepper.state.num_done:,} of {len(instance):,} done)"
+                ) from None
+            cut = len(instance) - stepper.state.num_done
+            for entry in finish(stepper.state):
+                stepper.commit(entry)  # checked and applied by the core, as the policy's own are
+            unfinished = stepper.state.finish()
+            if unfinished:  # a finisher that left requests: named as the core sees it
+                raise ScheduleError(unfinished) from None
+    meta = {"policy": policy.name, "params": dict(policy.params)}
+    if cut:
+        meta["cut_for_time"] = cut
+    schedule = Schedule(tuple(stepper.entries), meta)
     trace = Trace(instance, stepper.state, stepper.records)
-    return SimResult(schedule, trace, time.perf_counter() - wall)
+    return SimResult(schedule, trace, time.perf_counter() - wall, cut)
 
 
 #: A bounded deadline is read once every this many entries (a clock read each is about 1% of an entry).
 DEADLINE_EVERY = 64
 
 
-def _checking(deadline: Deadline, then: Callable[[Record], None] | None) -> Callable[[Record], None]:
+def _checking(
+    deadline: Deadline, then: Callable[[Record], None] | None, reserve: tuple[EngineState, float] | None
+) -> Callable[[Record], None]:
     """An ``on_record`` that raises :class:`~kvsched.stop.DeadlineReached` once ``deadline`` has
-    passed (read every :data:`DEADLINE_EVERY` records), after calling ``then``."""
+    passed (read every :data:`DEADLINE_EVERY` records), after calling ``then``; with ``reserve`` (the
+    state and the seconds finishing costs per request left), once what is left no longer covers that."""
     seen = 0
 
     def on_record(record: Record) -> None:
@@ -174,6 +205,10 @@ def _checking(deadline: Deadline, then: Callable[[Record], None] | None) -> Call
             then(record)
         seen += 1
         if seen % DEADLINE_EVERY == 0:
+            if reserve is not None:
+                state, per_request = reserve
+                if deadline.remaining() <= per_request * (state.n - state.num_done):
+                    raise DeadlineReached
             deadline.check()
 
     return on_record

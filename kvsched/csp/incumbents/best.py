@@ -13,6 +13,7 @@ from kvsched.csp.incumbents._kernel import advance_jit
 from kvsched.csp.incumbents.admission import LOWEST as LOWEST_CAP
 from kvsched.csp.incumbents.admission import peak_running, running_cap_search
 from kvsched.csp.incumbents.base import Incumbent, Unbuilt, confirmed, eviction_is_free, replay_seconds
+from kvsched.csp.incumbents.complete import SECONDS_PER_REQUEST, reserved_batches
 from kvsched.csp.incumbents.greedy import greedy, interpreted_seconds, run_estimate
 from kvsched.csp.incumbents.knapsack import KnapsackConfig, knapsack
 from kvsched.csp.incumbents.knapsack import applies as knapsack_applies
@@ -298,6 +299,7 @@ def best_incumbent(
     cost_model: CostModel | None = None,
     running_caps: bool = True,
     first_deadline: Deadline | None = None,
+    given: Incumbent | None = None,
 ) -> Incumbent:
     """The best validated schedule of the greedy variants and ``policies``, with its value and name.
 
@@ -320,6 +322,12 @@ def best_incumbent(
     estimated time, priced from the first variant's measured time, fits in what is left, so the
     deadline is kept without interrupting a policy mid-simulation. ``stats`` of the result
     lists every candidate tried (``tried``: name -> value) and those skipped for time.
+
+    ``given``: a validated schedule the caller holds already (a warm start, a policy's schedule). No first
+    schedule is then needed: where the first variant's run (a high estimate) would overrun
+    ``first_deadline``, or its kernel would have to be compiled, nothing runs and ``given`` is the result
+    (every candidate listed as skipped for time). It is not compared with the candidates: the caller
+    keeps the better of the two.
     """
     deadline = deadline or Deadline.never()
     objective_function(objective)  # an unknown objective is refused before any work
@@ -330,6 +338,11 @@ def best_incumbent(
     tried: dict[str, float] = {}
     skipped: list[str] = []
     first_deadline = first_deadline or deadline
+    if given is not None and first_deadline.bounded:
+        cold = not is_compiled(advance_jit)
+        if cold or run_estimate(instance, cost_model) > first_deadline.remaining():
+            # A schedule is in hand: a run that would overrun (or a compile) only costs the limit.
+            return _skipped(given, variants, policies)
     if (
         kind == "costly"
         and first_deadline.bounded
@@ -337,7 +350,7 @@ def best_incumbent(
     ):
         # The greedy cannot stop halfway and leave a schedule, and its run would overrun: the fast policy's
         # schedule comes first instead, and nothing else is expected to fit after it.
-        return _policy_first(instance, objective, cost_model, variants, policies)
+        return _policy_first(instance, objective, cost_model, variants, policies, first_deadline)
     if (
         first_deadline.bounded
         and not is_compiled(advance_jit)
@@ -347,9 +360,11 @@ def best_incumbent(
         # low estimate of its time says so). A fast policy's schedule comes first; `kvsched warmup` avoids this.
         first_policy = FIRST_UNIT_POLICY if isinstance(cost_model, UnitCost) else FIRST_POLICY
         try:
-            return _policy_first(instance, objective, cost_model, variants, policies, first_policy)
+            return _policy_first(
+                instance, objective, cost_model, variants, policies, first_deadline, first_policy
+            )
         except KvschedError:  # (mcsf cannot run every instance)
-            return _policy_first(instance, objective, cost_model, variants, policies)
+            return _policy_first(instance, objective, cost_model, variants, policies, first_deadline)
     first, *others = variants
     large = _large(instance, kind)
     # At the large sizes (with or without a token budget) the knapsack greedy's schedules are mostly better than this one (docs/regret_scale.md), so it is valued on its log and
@@ -498,11 +513,19 @@ def _policy_first(
     cost_model: CostModel,
     variants: Sequence[Variant],
     policies: Sequence[str],
+    deadline: Deadline,
     name: str = FIRST_POLICY,
 ) -> Incumbent:
-    """Policy ``name``'s schedule, every greedy variant and other policy listed as skipped for time."""
-    first = _policy(instance, name, objective, cost_model)
-    skipped = [f"greedy:{v.rule}" for v in variants] + [f"policy:{p}" for p in policies if p != name]
+    """Policy ``name``'s schedule (cut for ``deadline`` where it would overrun it, its requests left
+    finished against reserved peaks), every greedy variant and other policy listed as skipped for time."""
+    return _skipped(_policy(instance, name, objective, cost_model, deadline), variants, policies)
+
+
+def _skipped(first: Incumbent, variants: Sequence[Variant], policies: Sequence[str]) -> Incumbent:
+    """``first`` as the result, with every greedy variant and every other policy listed as skipped for time."""
+    skipped = [f"greedy:{v.rule}" for v in variants] + [
+        f"policy:{p}" for p in policies if first.name != f"policy:{p}"
+    ]
     stats = {
         **first.stats,
         "tried": {first.name: first.value},
@@ -512,12 +535,30 @@ def _policy_first(
     return replace(first, stats=stats)
 
 
-def _policy(instance: Instance, name: str, objective: str, cost_model: CostModel) -> Incumbent:
-    """The registered policy's schedule as an incumbent (raises :class:`KvschedError` where it cannot run)."""
-    sim = simulate(instance, make_policy(name), cost_model)
+def _policy(
+    instance: Instance, name: str, objective: str, cost_model: CostModel, deadline: Deadline | None = None
+) -> Incumbent:
+    """The registered policy's schedule as an incumbent (raises :class:`KvschedError` where it cannot run).
+
+    With a bounded ``deadline``, a run that would overrun it is cut and the requests it left are finished
+    against reserved peaks (:func:`~kvsched.csp.incumbents.complete.reserved_batches`), by the deadline
+    where :data:`~kvsched.csp.incumbents.complete.SECONDS_PER_REQUEST` holds: sarathi's run alone took
+    4-10 s on 10k requests under the A100 fit, past a 1 s limit (the name says ``+reserved-batches``
+    and ``stats["cut_for_time"]`` how many requests were left).
+    """
+    finish = reserved_batches if deadline is not None and deadline.bounded else None
+    sim = simulate(
+        instance, make_policy(name), cost_model, deadline=deadline, finish=finish,
+        finish_seconds=SECONDS_PER_REQUEST,
+    )  # fmt: skip
     # simulate() stepped every batch through the core and ran until every request completed.
     value = objective_function(objective)(sim.trace)
-    return Incumbent(f"policy:{name}", sim.schedule, value, objective, {"runtime_s": sim.runtime}, sim.trace)
+    stats: dict[str, Any] = {"runtime_s": sim.runtime}
+    label = f"policy:{name}"
+    if sim.cut:
+        label += "+reserved-batches"
+        stats["cut_for_time"] = sim.cut
+    return Incumbent(label, sim.schedule, value, objective, stats, sim.trace)
 
 
 def variant_of(incumbent: Incumbent) -> Variant | None:
