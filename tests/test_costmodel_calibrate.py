@@ -208,3 +208,23 @@ def test_a_fit_that_cannot_be_done_names_the_table(tmp_path, monkeypatch, capsys
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{path}: the table cannot be fitted" in err
     assert not (tmp_path / "o.json").exists()
+
+
+# ------------------------------------------------------------ F10: the derivation check names its data
+def test_the_tp8_derivation_check_names_the_model_it_checks_and_is_printed_once(a100, h100):
+    """The check is on the Llama-2-7B/A100 sample whatever the target: its row used to read as the target's."""
+    import importlib.util
+
+    for cal in (a100, h100):
+        checks = [r.rows for r in cal.fidelity if "derived" in r.rows]
+        assert checks == ["prefill attn (layer) tp=8, derived (llama-2-7b on a100-80gb)"]
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "costmodel_fidelity.py"
+    spec = importlib.util.spec_from_file_location("costmodel_fidelity", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    lines = bench.markdown([a100, h100]).splitlines()
+    derived = [line for line in lines if "derived" in line]
+    assert len(derived) == 1 and derived[0].startswith("| llama-2-7b | a100-80gb | 1 |")
+    # The docs table is what --markdown prints: it holds that one row, with the same label.
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "costmodels.md").read_text()
+    assert derived[0] in docs

@@ -244,3 +244,71 @@ def test_docs_numbers_match_the_data():
         for p in sorted(COEFFICIENT_DIR.glob("*.json"))
     ]
     assert f"at most {max(knots)} knots" in text
+
+
+# ------------------------------------------------------------ F18: a coefficient file that lost one
+A100_FILE = COEFFICIENT_DIR / "llama-2-7b_a100-80gb_tp1.json"
+
+
+def _edited(tmp_path: Path, edit, name: str = "mine.json") -> Path:
+    doc = json.loads(A100_FILE.read_text())
+    edit(doc)
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda d: d["params"].pop("a0"),
+            r"mine\.json: params\.a0: missing, but a file with meta\.param_count",
+        ),
+        (lambda d: d["params"].pop("p3"), r"params\.p3: missing"),  # a zero, listed since param_count
+        (lambda d: d["params"].pop("step2048"), r"params: 53 coefficients, but meta\.param_count is 54"),
+        (
+            lambda d: d["meta"].update(param_count="54"),
+            r"meta\.param_count: '54' is not a positive whole number",
+        ),
+    ],
+)
+def test_a_coefficient_file_that_lost_a_coefficient_is_refused(tmp_path, capsys, edit, message):
+    """The shipped A100 file without a0 used to load silently (a makespan of 1.24 s for 8.12 s)."""
+    path = _edited(tmp_path, edit)
+    with pytest.raises(InputError, match=message):
+        load_coefficients(path)
+    argv = ["generate", "synthetic", "--n", "2", "--cost-model", str(path), "-o", str(tmp_path / "i.json")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.search(message, err)
+
+
+def test_files_without_a_count_load_as_before_and_zeros_do_not_reach_instances(tmp_path):
+    shipped_params = load_coefficients(A100_FILE).params
+    # As written before param_count: zero scalars left out, no count. Loads, and a missing key is 0.
+    old = _edited(tmp_path, lambda d: (d["meta"].pop("param_count"), d["params"].pop("p3")), "old.json")
+    assert load_coefficients(old).params == shipped_params
+    # The instance's time_model is CalibratedCost.params(): the zeros a file lists are dropped again.
+    cost = make_cost_model("calibrated", shipped_params)
+    assert "p3" not in shipped_params and shipped_params == cost.params()
+    assert json.loads(A100_FILE.read_text())["params"]["p3"] == 0.0
+    for path in COEFFICIENT_DIR.glob("*.json"):  # every shipped file is counted and complete
+        doc = json.loads(path.read_text())
+        assert doc["meta"]["param_count"] == len(doc["params"]) and {"a0", "p3", "p4"} <= set(doc["params"])
+
+
+def test_a_shipped_file_whose_meta_names_another_model_is_refused(tmp_path, monkeypatch):
+    import kvsched.costmodel.coeffile as coeffile
+
+    lie = _edited(tmp_path, lambda d: d["meta"].update(model="llama-2-70b"), A100_FILE.name)
+    assert (
+        load_coefficients(lie).meta["model"] == "llama-2-70b"
+    )  # a file of one's own: nothing to check it by
+    monkeypatch.setattr(coeffile, "COEFFICIENT_DIR", tmp_path)  # now it is the shipped file of that name
+    with pytest.raises(
+        InputError, match=r"meta\.model: 'llama-2-70b', but the file is the one for model 'llama-2-7b'"
+    ):
+        load_coefficients(lie)
+    with pytest.raises(InputError, match=r"meta\.model: 'llama-2-70b'"):
+        coeffile.resolve_cost_model(A100_FILE.stem)

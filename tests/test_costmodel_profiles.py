@@ -56,11 +56,11 @@ def table():
         (lambda d: d.drop(columns=["num_tokens"]), "missing column 'num_tokens'"),
         (
             lambda d: d.assign(**{"time_stats.add.median": ["x"] + [0.1] * (len(d) - 1)}),
-            "column 'time_stats.add.median', line 2: 'x' is not a non-negative number",
+            "column 'time_stats.add.median', line 2: 'x' is not a positive number",
         ),
         (
             lambda d: d.assign(**{"time_stats.emb.median": [-1.0] * len(d)}),
-            "'time_stats.emb.median', line 2: -1.0 is not a non-negative number",
+            "'time_stats.emb.median', line 2: -1.0 is not a positive number",
         ),
         (
             lambda d: d.assign(num_tokens=[0] * len(d)),
@@ -174,7 +174,7 @@ def test_calibrate_refuses_a_huge_table_in_one_line_without_numpy_warnings(tmp_p
 
 
 def test_calibrate_refuses_a_row_whose_times_are_all_zero(tmp_path, table, capsys):
-    """A zero total time used to end in an internal LinAlgError (weights 1 / 0)."""
+    """A zero total time used to end in an internal LinAlgError (weights 1 / 0); now its first cell is named."""
     (tmp_path / "a100").mkdir()
     bad = table.copy()
     bad.loc[5, [c for c in bad.columns if c.startswith("time_stats.")]] = 0.0
@@ -183,7 +183,32 @@ def test_calibrate_refuses_a_row_whose_times_are_all_zero(tmp_path, table, capsy
         warnings.simplefilter("error")
         assert main(["calibrate", str(path), "--folds", "3", "--out", str(tmp_path / "o.json")]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and f"every operator time at num_tokens = {int(bad.num_tokens[5])}" in err
+    assert err.count("\n") == 1 and "column 'time_stats.emb.median', line 7: 0.0 is not a positive" in err
+
+
+@pytest.mark.parametrize(
+    ("column", "loader"),
+    [
+        ("time_stats.mlp_up_proj.median", "compute"),
+        ("time_stats.add.median", "compute"),
+        ("time_stats.all_reduce.median", "all-reduce"),
+    ],
+)
+def test_one_zero_operator_median_is_refused_naming_file_column_and_line(tmp_path, table, column, loader):
+    """F2: one 0 median used to pass (it moved a1 by -21 %); a measured kernel time is never 0."""
+    if loader == "compute":
+        bad = table.copy()
+        bad.loc[5, column] = 0.0
+        path = write(tmp_path, bad)
+        call = lambda: load_compute(path)  # noqa: E731
+    else:
+        df = pd.read_csv(DATA_DIR / "network/a100_pairwise_nvlink/all_reduce.csv")
+        df.loc[5, column] = 0.0
+        path = write(tmp_path, df, "all_reduce.csv")
+        call = lambda: load_allreduce(path, int(df.num_workers[5]))  # noqa: E731
+    msg = rf"{re.escape(str(path))}: column '{re.escape(column)}', line 7: 0\.0 is not a positive number \(a measured"
+    with pytest.raises(InputError, match=msg):
+        call()
 
 
 REPLAY = Path(__file__).parent.parent / "benchmarks/data/executor_h100/opt_d10.csv"
@@ -237,3 +262,73 @@ def test_a_replay_fit_says_when_it_pins_p3(tmp_path, capsys):
         == 0
     )
     assert "pinned" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- replay feature columns (F17)
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"tokens": 2.5}, r"column 'tokens', line 5: 2\.5 is not a non-negative integer"),
+        (
+            {"n_decode": 7.0, "tokens": 2.0, "n_prefill": 0.0, "prefill_tokens": 0.0},
+            r"column 'tokens', line 5: 2 is not n_decode \+ prefill_tokens = 7 \+ 0 \(a decode is one token\)",
+        ),
+        (
+            {"n_decode": 0.0, "decode_kv": 5.0},
+            r"column 'decode_kv', line 5: 5 is not 0 in a batch without decodes",
+        ),
+        ({"n_prefill": 3.0}, r"column 'prefill_sq', line 5: .* is no sum of squares of 3 chunks"),
+        (
+            {"prefill_quad": "odd"},
+            r"column 'prefill_quad', line 5: \d+ is not prefill_sq \+ 2 x sum\(c x m\)",
+        ),
+    ],
+)
+def test_replay_rows_whose_batch_sums_contradict_are_refused(tmp_path, capsys, edit, message):
+    """F17: non-integral or inconsistent feature columns used to be fitted as given."""
+    df = pd.read_csv(REPLAY)
+    one_chunk = int(df.index[(df["n_prefill"] == 1) & (df["prefill_tokens"] > 3)][0])
+    row = df.loc[one_chunk].copy()
+    for col, value in edit.items():
+        row[col] = row["prefill_sq"] + 1 if value == "odd" else value  # 2 x sum(c x m) is even
+    df.loc[3] = row  # line 5
+    if "tokens" not in edit:
+        df.loc[3, "tokens"] = df.loc[3, "n_decode"] + df.loc[3, "prefill_tokens"]
+    path = write(tmp_path, df, "replay.csv")
+    code = main(["calibrate", "--from-replay", str(path), "--folds", "3", "--out", str(tmp_path / "f.json")])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and not (tmp_path / "f.json").exists()
+    assert re.search(rf"replay\.csv: {message}", err), err
+
+
+def test_every_shipped_replay_table_passes_the_feature_checks():
+    """The relations hold for the batches kvsched itself measured (no true row is refused)."""
+    from kvsched.executor.measure import read_replay
+
+    tables = [
+        p
+        for p in sorted((Path(__file__).parent.parent / "benchmarks/data").rglob("*.csv"))
+        if "prefill_quad" in p.read_text().split("\n", 1)[0]
+    ]
+    assert len(tables) >= 20
+    for p in tables:
+        assert len(read_replay(p).features) > 0
+
+
+def test_a_replay_fit_writes_every_coefficient_and_their_count(tmp_path):
+    """F18: a file from --from-replay lists its zeros (p3 pinned to 0 here) and counts them."""
+    from kvsched.costmodel.calibrated import SCALARS
+    from kvsched.costmodel.coeffile import dump_coefficients, load_coefficients
+    from kvsched.executor.measure import fit_replay
+
+    table = pd.read_csv(REPLAY)
+    doc = fit_replay(write(tmp_path, table[table["n_prefill"] <= 1], "one.csv"), folds=3).document()
+    assert set(SCALARS) <= set(doc["params"]) and doc["params"]["p3"] == 0.0
+    assert doc["meta"]["param_count"] == len(doc["params"])
+    path = tmp_path / "fit.json"
+    path.write_text(dump_coefficients(doc))
+    assert "p3" not in load_coefficients(path).params  # the instance's time_model leaves the zero out
+    del doc["params"]["a0"]
+    path.write_text(dump_coefficients(doc))
+    with pytest.raises(InputError, match=r"fit\.json: params\.a0: missing"):
+        load_coefficients(path)

@@ -463,10 +463,12 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "profile",
-        help="microbenchmarks for calibration, in Vidur's profiling-table columns",
+        help="microbenchmarks for calibration, in Vidur's profiling-table columns (medians only)",
         description="Time every non-attention operator per token count (mlp.csv), one layer's attention for "
         "decode batches and prefill chunks (attention.csv), and whole decode, prefill and mixed batches "
-        "(batches.csv, the replay table's columns) on a Llama-style PyTorch model. Needs torch.",
+        "(batches.csv, the replay table's columns) on a Llama-style PyTorch model. mlp.csv holds Vidur's "
+        "median columns only (no min, max, mean or std), all that calibrate reads; "
+        "batches.csv's start and duration are 0.0 (no schedule). Needs torch.",
     )
     p.add_argument("--out", "-o", required=True, help="directory for mlp.csv, attention.csv, batches.csv")
     p.add_argument("--grid", choices=("full", "quick"), default="full", help="sizes profiled (default full)")

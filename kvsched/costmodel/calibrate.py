@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from kvsched.costmodel.calibrated import CalibratedCost
+from kvsched.costmodel.coeffile import coefficient_params
 from kvsched.costmodel.fidelity import ErrorStats, FidelityRow, held_out, neighbour_errors
 from kvsched.costmodel.fitting import (
     DECODE_NAMES,
@@ -137,18 +138,20 @@ class Calibration:
     folds_requested: int | None = None
 
     def document(self) -> dict[str, Any]:
-        """The coefficient file's JSON document."""
+        """The coefficient file's JSON document (every coefficient listed, zeros included, and counted)."""
+        params, count = coefficient_params(self.cost)
         return {
             "schema_version": 1,
             "kind": "kvsched.cost-coefficients",
             "name": self.cost.name,
-            "params": self.cost.params(),
+            "params": params,
             "meta": {
                 "model": self.model.name,
                 "gpu": self.gpu.name,
                 "tp": self.tp,
                 "form": self.form,
                 "unit": "seconds",
+                **count,
                 "terms": self.terms,
                 "r2": {k: _round(v) for k, v in self.r2.items()},
                 "fidelity": [row.as_dict() for row in self.fidelity],
@@ -453,7 +456,10 @@ def calibrate(
             )
         params.update({k: L * v for k, v in per_layer.items()})
 
-    # ---- how well the derivation works where it can be checked: other tp rows of the same table
+    # ---- how well the derivation works where it can be checked: other tp rows of the same table.
+    # The check is on the attention table's own model and GPU (the packaged sample: Llama-2-7B on A100),
+    # whatever the target, so its row names them: under another model's title it would read as that
+    # model's figure.
     for other in sorted(set(_tps(att_path)) - {1}):
         chk = load_attention(att_path, other)
         if chk.prefill_chunk.size < 2 or "prefill" not in base_fit:
@@ -463,7 +469,7 @@ def calibrate(
         pred = predict_prefill(scaled, chk.prefill_chunk, chk.prefill_kv)
         rows.append(
             FidelityRow(
-                f"prefill attn (layer) tp={other}, derived",
+                f"prefill attn (layer) tp={other}, derived ({src_label})",
                 ATTENTION_FORM,
                 ErrorStats.of(pred, chk.prefill_time),
             )

@@ -176,9 +176,13 @@ class CalibratedCost:
             tiles=_pairs(keyed["tile"]),
         )
 
-    def params(self) -> dict[str, float]:
-        """Flat parameters, as an instance's ``time_model.params`` stores them (zeros left out)."""
-        out = {key: getattr(self, key) for key in SCALARS if getattr(self, key) != 0.0}
+    def params(self, *, zeros: bool = False) -> dict[str, float]:
+        """Flat parameters, as an instance's ``time_model.params`` stores them (zeros left out).
+
+        ``zeros=True`` lists every scalar, zeros included, as coefficient files do: a file that leaves a
+        zero out cannot be told from one that lost a coefficient (:mod:`kvsched.costmodel.coeffile`).
+        """
+        out = {key: getattr(self, key) for key in SCALARS if zeros or getattr(self, key) != 0.0}
         for prefix, pairs in (("step", self.steps), ("hinge", self.hinges), ("tile", self.tiles)):
             out.update({f"{prefix}{k}": v for k, v in pairs})
         return out

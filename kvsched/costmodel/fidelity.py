@@ -84,7 +84,8 @@ class FidelityRow:
     rows
         Which measured rows: ``non-attention``, ``decode attn (layer)``,
         ``prefill attn (layer)``, ``whole batch``, or a derivation check such
-        as ``prefill attn (layer) tp=8, derived``.
+        as ``prefill attn (layer) tp=8, derived (llama-2-7b on a100-80gb)``, which
+        names the model and GPU of the attention table it checks (not the target's).
     form
         The fitted form (token-term form, or the attention form).
     stats

@@ -141,7 +141,8 @@ def numeric_column(
 
     Besides the sign (and integrality), every value must be finite and plausible: a time column
     (see :func:`time_unit`) 0 or within [:data:`MIN_TIME_S`, :data:`MAX_TIME_S`], any other at most
-    :data:`MAX_COUNT`.
+    :data:`MAX_COUNT`. Measured times are read with ``positive=True`` (no 0 either); only a cost
+    model's prediction (``predicted_s``) may be 0.
     """
     require_columns(df, (col,), path)
     values = pd.to_numeric(df[col], errors="coerce").to_numpy(dtype=np.float64)
@@ -166,7 +167,9 @@ def numeric_column(
             raise InputError(f"{where} is too large (at most 2**53 = {MAX_COUNT:.0f})")
         need = "a positive" if positive else "a non-negative"
         kind = " integer" if integer else " number"
-        raise InputError(f"{where} is not {need}{kind}")
+        # A 0 in a time column read with positive=True is a measurement: say why it cannot be 0.
+        why = " (a measured time is never 0)" if unit and positive and values[row] == 0 else ""
+        raise InputError(f"{where} is not {need}{kind}{why}")
     return values
 
 
@@ -225,7 +228,11 @@ def load_compute(path: str | Path, tp: int = 1) -> ComputeProfile:
         raise InputError(f"{p}: no rows with num_tensor_parallel_workers = {tp} (have {have})")
     ops = ("emb", *LAYER_OPS)
     missing = tuple(op for op in ops if _median(op) not in df.columns)
-    cols = {op: numeric_column(df, _median(op), p)[keep] for op in ops if op not in missing}
+    # positive: a median of a profiled GPU kernel is never 0 (a launch alone takes microseconds), and
+    # neither the packaged tables nor Vidur's originals hold a 0 in any operator column. A 0 is a lost
+    # measurement: it used to pass, and one such cell moved a1 by -21 %. An operator that a model lacks
+    # is a missing column (counted as 0, as Vidur does), never a column of zeros.
+    cols = {op: numeric_column(df, _median(op), p, positive=True)[keep] for op in ops if op not in missing}
     dims_rows = np.stack(
         [numeric_column(df, c, p, positive=True, integer=True)[keep] for c in DIM_COLUMNS], axis=1
     )
@@ -344,7 +351,7 @@ def load_allreduce(path: str | Path, workers: int) -> AllReduceProfile:
     require_columns(df, ALLREDUCE_COLUMNS, p, " (not an all-reduce profiling table?)")
     n = numeric_column(df, "num_workers", p, positive=True, integer=True)
     size = numeric_column(df, "size", p, positive=True)
-    ms = numeric_column(df, ALLREDUCE_COLUMNS[0], p)
+    ms = numeric_column(df, ALLREDUCE_COLUMNS[0], p, positive=True)  # an all-reduce is never free either
     keep = n == workers
     if "collective" in df.columns:
         keep &= df["collective"].astype(str).to_numpy() == "all_reduce"

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -33,7 +33,7 @@ import pandas as pd
 from kvsched.costmodel.base import BatchView
 from kvsched.costmodel.calibrate import DIGITS
 from kvsched.costmodel.calibrated import CalibratedCost
-from kvsched.costmodel.coeffile import KIND, parse_coefficients
+from kvsched.costmodel.coeffile import KIND, coefficient_params, parse_coefficients
 from kvsched.costmodel.features import BatchFeatures
 from kvsched.costmodel.fidelity import held_out
 from kvsched.costmodel.fitting import FitError, fit_batches
@@ -46,6 +46,8 @@ from kvsched.schedule.retime import retime
 #: The batch sums of :class:`BatchFeatures`, as replay-table columns.
 FEATURES = tuple(f.name for f in fields(BatchFeatures))
 #: Columns of the replay table, in order. Times in seconds; ``measured_s`` is scaled to the full model.
+#: ``start`` and ``duration`` are the batch's in the schedule replayed; a profile's ``batches.csv`` has
+#: no schedule and writes 0.0 in both (nothing that fits or compares the table reads them).
 REPLAY_COLUMNS = (
     "batch",
     "start",
@@ -216,7 +218,9 @@ def read_replay(path: str | Path) -> ReplayTable:
     """Read and check a replay table (one clear error naming the column and line)."""
     p = Path(path)
     df = read_table(p)
-    cols = {name: numeric_column(df, name, p) for name in FEATURES}
+    # Every feature is a sum of token or KV counts: a whole number (2.5 tokens is no batch).
+    cols = {name: numeric_column(df, name, p, integer=True) for name in FEATURES}
+    _check_features(cols, p)
     measured = numeric_column(df, "measured_s", p, positive=True)
     # Profiled batches have no prediction (an empty column): then there is no "before".
     has_pred = "predicted_s" in df.columns and bool(df["predicted_s"].notna().all())
@@ -230,6 +234,74 @@ def read_replay(path: str | Path) -> ReplayTable:
         except json.JSONDecodeError as exc:
             raise InputError(f"{side}: not JSON ({exc})") from None
     return ReplayTable(p, feats, measured, predicted, meta)
+
+
+def _check_features(cols: dict[str, np.ndarray], path: Path) -> None:
+    """One :class:`InputError` naming the column and line of the first row whose batch sums contradict.
+
+    The columns are :class:`BatchFeatures` sums over one batch (integers, checked before). They are not
+    independent: a decode is one token, a chunk at least one, and c^2 and 2mc are sums over the same
+    chunks. A row that breaks one of these relations describes no batch (an edited or mixed-up table),
+    and a fit to it would give coefficients for batches that cannot exist. Float arithmetic is exact
+    here or rounds monotonically (the values are integers up to 2**53), so no true row is refused.
+    """
+    tok, nd, dkv = cols["tokens"], cols["n_decode"], cols["decode_kv"]
+    npf, ptok, quad = cols["n_prefill"], cols["prefill_tokens"], cols["prefill_quad"]
+    pkv, sq = cols["prefill_kv"], cols["prefill_sq"]
+    cross = quad - sq  # 2 x the sum of c x m over the chunks
+
+    def g(x: np.ndarray, i: int) -> str:
+        return f"{x[i]:.17g}"
+
+    # (column named, rows that break the relation, why, for the row i)
+    checks: tuple[tuple[str, np.ndarray, Callable[[int], str]], ...] = (
+        (
+            "tokens",
+            tok != nd + ptok,
+            lambda i: f"is not n_decode + prefill_tokens = {g(nd, i)} + {g(ptok, i)} (a decode is one token)",
+        ),
+        ("decode_kv", (nd == 0) & (dkv != 0), lambda i: "is not 0 in a batch without decodes (n_decode = 0)"),
+        (
+            "prefill_tokens",
+            (npf == 0) & (ptok != 0),
+            lambda i: "is not 0 in a batch without chunks (n_prefill = 0)",
+        ),
+        (
+            "prefill_tokens",
+            ptok < npf,
+            lambda i: f"is below n_prefill = {g(npf, i)} (a chunk is at least one token)",
+        ),
+        (
+            "prefill_kv",
+            (npf == 0) & (pkv != 0),
+            lambda i: "is not 0 in a batch without chunks (n_prefill = 0)",
+        ),
+        # n chunks of P tokens in all (each >= 1): sum c^2 is at least P^2 / n (Cauchy-Schwarz) and
+        # at most (P - n + 1)^2 + n - 1 (one chunk takes all it can); with no chunk both are 0.
+        (
+            "prefill_sq",
+            (npf * sq < ptok * ptok) | (sq > (ptok - npf + 1) ** 2 + npf - 1),
+            lambda i: f"is no sum of squares of {g(npf, i)} chunks of {g(ptok, i)} tokens in all",
+        ),
+        (
+            "prefill_quad",
+            (cross < 0) | (cross % 2 != 0) | (cross > 2 * ptok * pkv),
+            lambda i: (
+                f"is not prefill_sq + 2 x sum(c x m) = {g(sq, i)} + an even number at most "
+                f"2 x {g(ptok, i)} x {g(pkv, i)}"
+            ),
+        ),
+    )
+    first: tuple[int, str, Callable[[int], str]] | None = None
+    for col, bad, why in checks:
+        if bad.any():
+            row = int(np.argmax(bad))
+            if first is None or row < first[0]:
+                first = (row, col, why)
+    if first is not None:
+        row, col, why = first
+        # +2: one for the header line, one because lines count from 1 (as numeric_column counts).
+        raise InputError(f"{path}: column {col!r}, line {row + 2}: {g(cols[col], row)} {why(row)}")
 
 
 # ------------------------------------------------------------------ fitting
@@ -250,17 +322,19 @@ class ReplayFit:
     def document(self) -> dict[str, Any]:
         """The coefficient file (``kvsched.cost-coefficients``) of the fit."""
         meta = self.table.meta
+        params, count = coefficient_params(self.cost)  # every coefficient, zeros included, and counted
         doc = {
             "schema_version": 1,
             "kind": KIND,
             "name": self.cost.name,
-            "params": self.cost.params(),
+            "params": params,
             "meta": {
                 "source": "replay",
                 "table": self.table.path.name,
                 "rows": int(self.table.measured.size),
                 "form": self.form,
                 "unit": "seconds",
+                **count,
                 "r2": _round(self.r2),
                 "fidelity": {
                     "before": self.before.as_dict() if self.before else None,
