@@ -8,8 +8,11 @@ limit. :func:`load_spec` validates it with pydantic (one error line naming the
 field) and :meth:`SweepSpec.cells` expands the grid.
 
 A :class:`Cell` is one instance and one runner (a policy, or the solver). Its
-key is a hash of its canonical configuration, so a rerun of the same spec (or
-of an overlapping one) finds the cells it has already finished.
+key is a hash of what it computes (:func:`cell_identity`): the canonical
+configuration, with an instance file or a ``FILE.py:CLASS`` policy named by a
+hash of its content rather than by its path. So a rerun of the same spec (or of
+an overlapping one), from any folder and with any spelling of its paths, finds
+the cells it has already finished, and an edited file makes new cells.
 """
 
 from __future__ import annotations
@@ -225,19 +228,23 @@ class SweepSpec(_Model):
     def cells(self, base: Path | None = None) -> list[Cell]:
         """Every cell of the grid, solver cells first (they take longest).
 
-        ``base`` resolves relative instance-file paths (the spec's folder).
+        ``base`` resolves relative instance-file and ``FILE.py:CLASS`` paths (the spec's folder; None: the
+        working directory). Each is stored as an absolute path, for provenance and for the workers, and
+        keyed by its content (see :func:`cell_identity`).
         """
-        runners: list[dict[str, Any]] = [
-            {"kind": "policy", "name": p.display, "policy": _resolved(p.name, base), "params": dict(p.params)}
-            for p in self.policies
-        ]
+        runners: list[dict[str, Any]] = []
+        for p in self.policies:
+            policy = _resolved(p.name, base)
+            runner = {"kind": "policy", "name": p.display, "policy": policy, "params": dict(p.params)}
+            runners.append(_with_files(runner, [policy]))
         if self.solver is not None:
             s = self.solver
             settings = s.model_dump()
             settings["solver"] = settings.pop("name")
             # A FILE.py:CLASS warm start is read from the spec's folder, as a policy is.
             settings["warm_start"] = [_resolved(name, base) for name in s.warm_start]
-            runners.insert(0, {"kind": "solver", "name": f"optimum ({s.formulation}/{s.name})", **settings})
+            solver = {"kind": "solver", "name": f"optimum ({s.formulation}/{s.name})", **settings}
+            runners.insert(0, _with_files(solver, settings["warm_start"]))
         out: list[Cell] = []
         for runner in runners:
             for block in self.instances:
@@ -247,13 +254,87 @@ class SweepSpec(_Model):
 
 
 def _resolved(policy: str, base: Path | None) -> str:
-    """A policy's name as a cell runs it: a relative ``FILE.py:CLASS`` is read from the spec's folder."""
+    """A policy's name as a cell runs it: a ``FILE.py:CLASS`` as an absolute path (a relative one read from
+    the spec's folder), so that the workers and a later reader find the same file from any folder."""
     from kvsched.heuristics.own import is_file_ref
 
-    path, _, name = policy.rpartition(":")
-    if not is_file_ref(policy) or base is None or Path(path).is_absolute():
+    if not is_file_ref(policy):
         return policy
-    return f"{base / path}:{name}"
+    path, _, name = policy.rpartition(":")
+    file = Path(path) if base is None else base / path  # (an absolute path stays itself under base /)
+    return f"{file.resolve()}:{name}"
+
+
+def file_digest(path: str | Path) -> str:
+    """A short hash of a file's bytes: what keys an instance file or a policy file."""
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:KEY_LENGTH]
+
+
+def _with_files(runner: dict[str, Any], refs: list[str]) -> dict[str, Any]:
+    """``runner`` with ``files`` (path -> content hash) for the ``FILE.py:CLASS`` among ``refs``.
+
+    Only a runner that reads policy files gets the field: the key of every other cell stays what it was,
+    so a database written before policy files were hashed keeps those cells.
+    """
+    from kvsched.heuristics.own import is_file_ref
+
+    files = {ref.rpartition(":")[0]: "" for ref in refs if is_file_ref(ref)}
+    if not files:
+        return runner
+    return {**runner, "files": {path: file_digest(path) for path in files}}
+
+
+def _ref_identity(ref: Any, files: dict[str, Any]) -> Any:
+    """A ``FILE.py:CLASS`` whose file is hashed in ``files``, as its content and class (no path)."""
+    if not isinstance(ref, str):
+        return ref
+    path, _, name = ref.rpartition(":")
+    return f"sha256:{files[path]}:{name}" if path in files else ref
+
+
+def instance_identity(instance: dict[str, Any]) -> dict[str, Any]:
+    """What an instance configuration computes on: a file instance is its content's hash, not its path."""
+    # The path depends on the working directory and on how it was spelt: it stays in the row, not the key.
+    if "file" in instance and "sha" in instance:
+        return {k: v for k, v in instance.items() if k != "file"}
+    return instance
+
+
+def runner_identity(runner: dict[str, Any]) -> dict[str, Any]:
+    """What a runner computes with: its policy files named by content, without the run-only settings."""
+    files = runner.get("files")
+    files = files if isinstance(files, dict) else {}
+    # slo is added by run_sweep after keying (--slo is not part of the key); files is folded in below.
+    out = {k: v for k, v in runner.items() if k not in ("files", "slo")}
+    if "policy" in out:
+        out["policy"] = _ref_identity(out["policy"], files)
+    if isinstance(out.get("warm_start"), list):
+        out["warm_start"] = [_ref_identity(ref, files) for ref in out["warm_start"]]
+    return out
+
+
+def cell_identity(instance: dict[str, Any], objective: str, runner: dict[str, Any]) -> dict[str, Any]:
+    """What a cell's key hashes: the instance, the objective and the runner, each by what it computes.
+
+    A generator instance and a registered policy are their configuration as before; an instance file and a
+    ``FILE.py:CLASS`` policy (or warm start) are the hash of their content (with the class name). Two
+    spellings of one path (relative to two folders, absolute) are one cell, and an edited file a new one.
+    """
+    return {
+        "instance": instance_identity(instance),
+        "objective": objective,
+        "runner": runner_identity(runner),
+    }
+
+
+def cell_keys(config: Any) -> tuple[str, str] | None:
+    """``(key, instance_key)`` of a stored ``{instance, objective, runner}`` configuration (None: not one)."""
+    if not isinstance(config, dict):
+        return None
+    instance, objective, runner = config.get("instance"), config.get("objective"), config.get("runner")
+    if not (isinstance(instance, dict) and isinstance(objective, str) and isinstance(runner, dict)):
+        return None
+    return config_hash(cell_identity(instance, objective, runner)), config_hash(instance_identity(instance))
 
 
 def _block_size(block: InstanceBlock) -> int:
@@ -281,9 +362,9 @@ class Cell:
     Attributes
     ----------
     key
-        Hash of ``{instance, objective, runner}``: the same work has the same key.
+        Hash of :func:`cell_identity`: the same work has the same key, wherever it was run from.
     instance_key
-        Hash of the instance configuration (rows of one instance share it).
+        Hash of the instance's identity (rows of one instance share it).
     sweep
         Name of the spec that produced the cell (not part of the key).
     instance, objective, runner
@@ -300,8 +381,8 @@ class Cell:
 
     @classmethod
     def make(cls, sweep: str, instance: dict[str, Any], objective: str, runner: dict[str, Any]) -> Cell:
-        key = config_hash({"instance": instance, "objective": objective, "runner": runner})
-        return cls(key, config_hash(instance), sweep, instance, objective, runner)
+        key = config_hash(cell_identity(instance, objective, runner))
+        return cls(key, config_hash(instance_identity(instance)), sweep, instance, objective, runner)
 
     @property
     def config(self) -> dict[str, Any]:
@@ -316,9 +397,10 @@ def _instance_configs(block: InstanceBlock, base: Path | None) -> Iterator[dict[
     time_model = block.time_model.model_dump()
     if block.file is not None:
         for name in block.file:
-            path = Path(name) if base is None or Path(name).is_absolute() else base / name
-            digest = hashlib.sha256(path.read_bytes()).hexdigest()[:KEY_LENGTH]
+            path = (Path(name) if base is None else base / name).resolve()
+            digest = file_digest(path)
             for m in block.kv_capacity or [None]:
+                # The absolute path is provenance (and where a worker reads it); the key hashes the content.
                 yield {"file": str(path), "sha": digest, "kv_capacity": m}
         return
     assert block.generator is not None and block.n is not None and block.kv_capacity is not None

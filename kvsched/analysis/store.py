@@ -8,9 +8,9 @@ that frame as CSV or Parquet.
 
 Schema (table ``cells``; see ``docs/analysis.md``)::
 
-    key TEXT PRIMARY KEY      hash of the cell's configuration
-    instance_key TEXT         hash of the instance configuration (rows to compare)
-    sweep TEXT                name of the spec that wrote the row
+    key TEXT PRIMARY KEY      hash of what the cell computes (kvsched.analysis.spec.cell_identity)
+    instance_key TEXT         hash of the instance's identity (rows to compare)
+    sweep TEXT                name of the spec that wrote the row (see sweep_cells)
     kind TEXT                 'policy' or 'solver'
     name TEXT                 policy label, or 'optimum (formulation/solver)'
     generator TEXT            generator kind (NULL for instance files)
@@ -32,9 +32,18 @@ Schema (table ``cells``; see ``docs/analysis.md``)::
     kvsched_version TEXT, solver_version TEXT
     created TEXT              UTC timestamp (ISO 8601)
 
-Opening a database written by an older kvsched adds the columns it lacks
-(:data:`ADDED`; NULL in its old rows: scope unknown, never assumed) and
-records the new ``schema_version`` in table ``meta``.
+Table ``sweep_cells`` (``sweep``, ``key``) says which cells each sweep covers:
+a sweep writes a line for every cell of its spec, the ones it finds already
+done included, so ``--sweep NAME`` gives all of them (the ``sweep`` column only
+names the sweep that wrote the row).
+
+Opening a database written by an older kvsched brings it to
+:data:`SCHEMA_VERSION` in one transaction (:func:`_migrate`): it adds the
+columns it lacks (:data:`ADDED`; NULL in its old rows: scope unknown, never
+assumed), fills ``sweep_cells`` from the rows' ``sweep`` column, re-keys the
+rows of instance files by their content (version 3; see
+:func:`kvsched.analysis.spec.cell_identity`) and records the new
+``schema_version`` in table ``meta``.
 """
 
 from __future__ import annotations
@@ -42,7 +51,8 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -51,7 +61,8 @@ import pandas as pd
 
 from kvsched.errors import InputError
 
-SCHEMA_VERSION = 2
+#: 3: cells of instance files keyed by content, and table sweep_cells (see the module docstring).
+SCHEMA_VERSION = 3
 #: Columns added after schema version 1, by the version that added them (added on open, NULL in old rows).
 ADDED: dict[str, int] = {"scope": 2, "bound_source": 2}
 COLUMNS: tuple[str, ...] = (
@@ -96,6 +107,9 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS cells (" + ", ".join(f"{c} {_TYPES.get(c, 'TEXT')}" for c in COLUMNS) + ");\n"
     "CREATE INDEX IF NOT EXISTS cells_instance ON cells (instance_key);\n"
     "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT);\n"
+    "CREATE TABLE IF NOT EXISTS sweep_cells (\n"
+    "    sweep TEXT NOT NULL, key TEXT NOT NULL, PRIMARY KEY (sweep, key));\n"
+    "CREATE INDEX IF NOT EXISTS sweep_cells_key ON sweep_cells (key);\n"
 )
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -134,7 +148,11 @@ class ResultsDB:
         return {k for (k,) in self.conn.execute("SELECT key FROM cells")}
 
     def write(self, row: Mapping[str, Any]) -> None:
-        """Insert (or replace) one row and commit it."""
+        """Insert (or replace) one row, record it as a cell of its sweep, and commit.
+
+        A row of a ``FILE.py:CLASS`` policy whose file was hashed replaces the rows of an earlier content
+        of that file (:func:`_superseded`): the same label on the same instance, one number, the latest.
+        """
         unknown = set(row) - set(COLUMNS)
         if unknown:
             raise ValueError(f"unknown result columns: {sorted(unknown)}")
@@ -142,6 +160,24 @@ class ResultsDB:
         marks = ", ".join("?" * len(COLUMNS))
         with self.conn:  # commits, so Ctrl-C loses nothing already written
             self.conn.execute(f"INSERT OR REPLACE INTO cells ({', '.join(COLUMNS)}) VALUES ({marks})", values)
+            if row.get("sweep") is not None:
+                self.conn.execute(
+                    "INSERT OR IGNORE INTO sweep_cells (sweep, key) VALUES (?, ?)", (row["sweep"], row["key"])
+                )
+            for old in _superseded(self.conn, row):
+                _drop(self.conn, old, str(row["key"]))
+
+    def add_to_sweep(self, sweep: str, keys: Iterable[str]) -> None:
+        """Record ``keys`` as cells of ``sweep`` (those already stored and those about to run); commit."""
+        with self.conn:
+            self.conn.executemany(
+                "INSERT OR IGNORE INTO sweep_cells (sweep, key) VALUES (?, ?)", ((sweep, k) for k in keys)
+            )
+
+    def sweep_keys(self, sweep: str) -> set[str]:
+        """Keys of the stored cells ``sweep`` covers (written by it, or by another sweep before it)."""
+        query = "SELECT s.key FROM sweep_cells s JOIN cells c ON c.key = s.key WHERE s.sweep = ?"
+        return {k for (k,) in self.conn.execute(query, (sweep,))}
 
     def count(self) -> int:
         return int(self.conn.execute("SELECT COUNT(*) FROM cells").fetchone()[0])
@@ -225,7 +261,8 @@ def _check_version(conn: sqlite3.Connection, path: Path) -> None:
 
 
 def _migrate(conn: sqlite3.Connection, cols: set[str]) -> None:
-    """Bring a database to :data:`SCHEMA_VERSION`: add the columns it lacks, record the version."""
+    """Bring a database to :data:`SCHEMA_VERSION`: add the columns it lacks, fill ``sweep_cells`` and re-key
+    the rows of instance files (from version 2 or older), record the version; all in one transaction."""
     for name in ADDED:
         if name not in cols:
             try:
@@ -233,20 +270,173 @@ def _migrate(conn: sqlite3.Connection, cols: set[str]) -> None:
             except sqlite3.OperationalError as exc:  # another process opening it added it first
                 if "duplicate column" not in str(exc):
                     raise
-    row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
-    try:
-        current = int(row[0]) if row is not None else None
-    except (TypeError, ValueError):
-        current = None
-    if current is not None and current >= SCHEMA_VERSION:
+    if _version(conn) >= SCHEMA_VERSION:
         # Nothing to record: a write here would make a valid read-only database unreadable.
         return
-    with conn:
-        conn.execute(
-            "INSERT INTO meta (name, value) VALUES ('schema_version', ?) "
-            "ON CONFLICT(name) DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < ?",
-            (str(SCHEMA_VERSION), SCHEMA_VERSION),
-        )
+    conn.commit()
+    # IMMEDIATE: a second process opening the same old database waits, then finds it migrated.
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        current = _version(conn)
+        if current < 3:
+            # The sweeps' names as the rows knew them, before re-keying moves or merges those rows.
+            conn.execute(
+                "INSERT OR IGNORE INTO sweep_cells (sweep, key) "
+                "SELECT sweep, key FROM cells WHERE sweep IS NOT NULL"
+            )
+            _rekey_files(conn)
+            _merge_unhashed_policy_files(conn)
+        if current < SCHEMA_VERSION:
+            conn.execute(
+                "INSERT INTO meta (name, value) VALUES ('schema_version', ?) "
+                "ON CONFLICT(name) DO UPDATE SET value = excluded.value WHERE CAST(value AS INTEGER) < ?",
+                (str(SCHEMA_VERSION), SCHEMA_VERSION),
+            )
+        conn.commit()
+    except BaseException:
+        conn.rollback()
+        raise
+
+
+def _version(conn: sqlite3.Connection) -> int:
+    """The recorded ``schema_version`` (1 when none is: a database from before versions were kept)."""
+    row = conn.execute("SELECT value FROM meta WHERE name = 'schema_version'").fetchone()
+    try:
+        return int(row[0]) if row is not None else 1
+    except (TypeError, ValueError):
+        return 1
+
+
+def _config(text: Any) -> dict[str, Any] | None:
+    """A row's ``config`` as an object, or None for one that is not (the reader names the damage later)."""
+    if isinstance(text, dict):
+        return text
+    try:
+        value = json.loads(text)
+    except (TypeError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _drop(conn: sqlite3.Connection, key: str, into: str) -> None:
+    """Delete row ``key``, whose work row ``into`` now stands for: its sweeps now cover ``into``."""
+    conn.execute("DELETE FROM cells WHERE key = ?", (key,))
+    conn.execute("UPDATE OR IGNORE sweep_cells SET key = ? WHERE key = ?", (into, key))
+    conn.execute("DELETE FROM sweep_cells WHERE key = ?", (key,))
+
+
+def _rekey_files(conn: sqlite3.Connection) -> None:
+    """Give each row of an instance file the key it has now (its content, not its path: version 3).
+
+    Before, one cell run from two folders (or by an absolute path) was stored once per spelling. Those
+    rows get the same key: the latest written is kept (one computation, one row), and the sweeps of the
+    others now cover it. Rows of other instances keep their keys (they were already by content).
+    """
+    from kvsched.analysis.spec import cell_keys
+
+    rows = conn.execute("SELECT rowid, key, instance_key, config FROM cells").fetchall()
+    holder = {key: rowid for rowid, key, _, _ in rows}
+    old_key = {rowid: key for rowid, key, _, _ in rows}
+    # Only a file instance's config holds "sha": the other rows (most of a large database) are not decoded.
+    rows = [r for r in rows if isinstance(r[3], str) and '"sha"' in r[3]]
+    target: dict[int, tuple[str, str]] = {}
+    for rowid, key, instance_key, text in rows:
+        config = _config(text)
+        instance = config.get("instance") if config else None
+        if not (isinstance(instance, dict) and "file" in instance and "sha" in instance):
+            continue
+        keys = cell_keys(config)
+        if keys is not None and keys != (key, instance_key):
+            target[rowid] = keys
+    groups: dict[str, list[int]] = defaultdict(list)
+    for rowid, (key, _) in target.items():
+        groups[key].append(rowid)
+    winners: dict[int, tuple[str, str]] = {}
+    for key, rowids in groups.items():
+        if key in holder and holder[key] not in target:  # a row already holding the key competes too
+            rowids.append(holder[key])
+        keep = max(rowids)  # the latest written
+        for rowid in rowids:
+            if rowid != keep:
+                _drop(conn, old_key[rowid], key)
+        if keep in target:
+            winners[keep] = target[keep]
+    # Two steps, so that no new key collides with an old key another row is about to leave.
+    for rowid in winners:
+        conn.execute("UPDATE cells SET key = ? WHERE rowid = ?", (f"migrating {rowid}", rowid))
+    for rowid, (key, instance_key) in winners.items():
+        conn.execute("UPDATE cells SET key = ?, instance_key = ? WHERE rowid = ?", (key, instance_key, rowid))
+        conn.execute("UPDATE OR IGNORE sweep_cells SET key = ? WHERE key = ?", (key, old_key[rowid]))
+        conn.execute("DELETE FROM sweep_cells WHERE key = ?", (old_key[rowid],))
+
+
+def _own_policy(config: Any) -> tuple[str, str, str, bool] | None:
+    """``(file, class, params, hashed)`` of a ``FILE.py:CLASS`` policy cell's runner, else None.
+
+    ``hashed``: the runner has its file's content hash (``files``), as every row since version 3 has.
+    """
+    runner = config.get("runner") if isinstance(config, dict) else None
+    if (
+        not isinstance(runner, dict)
+        or runner.get("kind") != "policy"
+        or not isinstance(runner.get("policy"), str)
+    ):
+        return None
+    from kvsched.heuristics.own import is_file_ref
+
+    if not is_file_ref(runner["policy"]):
+        return None
+    path, _, name = runner["policy"].rpartition(":")
+    params = json.dumps(runner.get("params"), sort_keys=True, default=str)
+    return path, name, params, isinstance(runner.get("files"), dict) and path in runner["files"]
+
+
+def _superseded(conn: sqlite3.Connection, row: Mapping[str, Any]) -> list[str]:
+    """Keys of the rows a new ``FILE.py:CLASS`` policy row replaces.
+
+    Same instance, objective, label, class and parameters, another key: the row of an earlier content of
+    the same file (by its absolute path), or an old row that never hashed its file (whose path was relative
+    to a folder no longer known). The label is what every table and figure shows: two numbers under it on
+    one instance would count the instance twice, one of them computed by code that no longer exists.
+    """
+    own = _own_policy(_config(row.get("config")))
+    if own is None or not own[3]:
+        return []
+    found = conn.execute(
+        "SELECT key, config FROM cells WHERE instance_key = ? AND objective_name = ? AND kind = 'policy' "
+        "AND name = ? AND key != ?",
+        (row.get("instance_key"), row.get("objective_name"), row.get("name"), row.get("key")),
+    )
+    out = []
+    for key, text in found:
+        other = _own_policy(_config(text))
+        if other is not None and other[1:3] == own[1:3] and (not other[3] or other[0] == own[0]):
+            out.append(key)
+    return out
+
+
+def _merge_unhashed_policy_files(conn: sqlite3.Connection) -> None:
+    """Keep one row per instance, objective, label, class and parameters of an un-hashed ``FILE.py:CLASS``.
+
+    Before version 3 such a policy's key held its path as spelt from the working directory, so one cell run
+    from two folders is two rows under one label; the latest written is kept (as :func:`_superseded` keeps
+    the latest), and a rerun of its sweep replaces it by a row keyed on the file's content.
+    """
+    rows = conn.execute(
+        # (a FILE.py:CLASS runner's config holds ".py:"; the registered policies' rows are not decoded)
+        "SELECT rowid, key, instance_key, objective_name, name, config FROM cells WHERE kind = 'policy' "
+        "AND instr(config, '.py:') > 0 ORDER BY rowid DESC"
+    ).fetchall()
+    kept: dict[tuple[Any, ...], str] = {}
+    for _, key, instance_key, objective, name, text in rows:
+        own = _own_policy(_config(text))
+        if own is None or own[3]:
+            continue
+        slot = (instance_key, objective, name, own[1], own[2])
+        if slot in kept:
+            _drop(conn, key, kept[slot])
+        else:
+            kept[slot] = key
 
 
 #: The INTEGER and REAL columns: SQLite stores any value in any column, so a hand-edited row may hold text.
@@ -317,8 +507,8 @@ def _instance_params(frame: pd.DataFrame, configs: list[dict[str, Any]], path: P
     return params
 
 
-def load_results(path: str | Path) -> pd.DataFrame:
-    """Every row of a results database, for pandas.
+def load_results(path: str | Path, *, sweep: str | None = None) -> pd.DataFrame:
+    """Every row of a results database (or every cell of ``sweep``, shared or not), for pandas.
 
     The stored columns, plus: the generator parameters of each instance (e.g.
     ``rate``, ``predict_sigma``, ``groups``) and every run metric (e.g.
@@ -336,6 +526,8 @@ def load_results(path: str | Path) -> pd.DataFrame:
         frame = db.raw_frame()
         if not frame.empty:
             _check_numbers(db, frame)
+        if sweep is not None:
+            frame = frame[frame["key"].isin(db.sweep_keys(sweep))].reset_index(drop=True)
     frame.attrs["source"] = str(path)
     if frame.empty:
         return frame

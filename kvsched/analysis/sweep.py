@@ -346,7 +346,8 @@ def run_sweep(
         ``process`` (a local process pool) or ``ray`` (a local Ray instance, or
         the cluster at ``address``).
     base
-        Folder that relative instance-file paths in the spec are relative to.
+        Folder that relative instance-file and ``FILE.py:CLASS`` paths in the spec are relative to (None:
+        the working directory). The cells' keys do not depend on it: a file is keyed by its content.
     on_row
         Called after each row is committed.
     slo
@@ -373,6 +374,9 @@ def run_sweep(
         done = db.finished()
         todo = [c for c in cells if c.key not in done]
         skipped = len(cells) - len(todo)
+        # Every cell of the spec is one of this sweep's, the ones another sweep already wrote too, so
+        # --sweep NAME finds them all (the row's sweep column keeps the name of the sweep that wrote it).
+        db.add_to_sweep(spec.name, [c.key for c in cells])
         if slo is not None:
             todo = [dataclasses.replace(c, runner={**c.runner, "slo": slo}) for c in todo]
         outcomes: Iterable[Outcome]

@@ -41,7 +41,9 @@ def _frame(args: argparse.Namespace):  # -> pd.DataFrame
     if frame.empty:
         raise InputError(f"{args.db}: the results database is empty")
     if getattr(args, "sweep", None):
-        frame = frame[frame["sweep"] == args.sweep]
+        # Every cell the sweep covers, by the membership table: a cell an earlier sweep wrote keeps that
+        # sweep's name in its row, and filtering on the name dropped it (and compared a policy with itself).
+        frame = load_results(args.db, sweep=args.sweep)
         if frame.empty:
             raise InputError(f"--sweep: no rows of sweep {args.sweep!r} in {args.db}")
     return frame
@@ -449,7 +451,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("db", help="results database (.sqlite)")
     _add_against(p)
     p.add_argument("--objective", help="objective to aggregate when the database holds several")
-    p.add_argument("--sweep", help="only rows of this sweep")
+    p.add_argument("--sweep", help="only the cells of this sweep (shared with other sweeps or not)")
     p.add_argument("--csv", help="also write the table as CSV")
     p.set_defaults(func=cmd_regret)
 
@@ -476,7 +478,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--x", help="load: the x column (default rate when it varies, else n)")
     p.add_argument("--metric", default="mean_latency", help="load: the y column (default mean_latency)")
-    p.add_argument("--sweep", help="load, regret: only rows of this sweep")
+    p.add_argument("--sweep", help="load, regret: only the cells of this sweep (shared or not)")
     _add_against(p)
     add_solver_args(p)
     # None: a database's figures take the objective it holds (several are refused); an instance's the default.
