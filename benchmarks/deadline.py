@@ -8,6 +8,8 @@ Usage::
     # azure-100k case under the A100 fit, where a 60 s solve once took 113 s)
     python benchmarks/deadline.py --instance azure-100k.csv --formulations auto --limit 60 \
         --solve-args "--kv-capacity 125885 -C 512 --cost-model llama-2-7b_a100-80gb_tp1"
+    # kvsched compare (every policy, then the solve) instead: its policies count against the same limit
+    python benchmarks/deadline.py --command compare --instance ac10k-a100.json --formulations auto --limit 10
 
 Each row runs ``kvsched solve`` as its own process (parsing, bounds, warm
 starts, model building, solving, decoding, validation, writing the result: what
@@ -58,15 +60,23 @@ def generate(n: int, folder: Path) -> Path:
 
 
 def run(
-    instance: Path, formulation: str, solver: str, limit: float, folder: Path, extra: list[str] | None = None
+    instance: Path,
+    formulation: str,
+    solver: str,
+    limit: float,
+    folder: Path,
+    extra: list[str] | None = None,
+    command: str = "solve",
 ) -> dict:
-    out = folder / f"{instance.stem}-{formulation}-{solver}.result.json"
-    args = [sys.executable, "-m", "kvsched.cli", "solve", str(instance), "--formulation", formulation]
+    out = folder / f"{instance.stem}-{command}-{formulation}-{solver}.result.json"
+    args = [sys.executable, "-m", "kvsched.cli", command, str(instance), "--formulation", formulation]
     args += ["--solver", solver, "--time-limit", str(limit), "--json", str(out), *(extra or [])]
     start = time.monotonic()
     proc = subprocess.run(args, capture_output=True, text=True, timeout=20 * limit + 120)
     wall = time.monotonic() - start
     doc = json.loads(out.read_text()) if out.exists() else {}
+    if command == "compare":  # the solver's row: the comparison's result (null when it had none)
+        doc = doc.get("result") or {}
     return {"wall": wall, "rc": proc.returncode, "doc": doc, "error": proc.stderr.strip().splitlines()[-1:]}
 
 
@@ -88,11 +98,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--solve-args", default="", help="more options for kvsched solve, e.g. a trace's limits"
     )
+    parser.add_argument(
+        "--command", choices=("solve", "compare"), default="solve", help="the command timed (default solve)"
+    )
     args = parser.parse_args(argv)
     folder = Path(args.folder or tempfile.mkdtemp(prefix="kvsched-deadline-"))
     folder.mkdir(parents=True, exist_ok=True)
     console = Console(width=180)
-    table = Table(title=f"kvsched solve --time-limit {args.limit:g}: wall time of the whole command")
+    table = Table(title=f"kvsched {args.command} --time-limit {args.limit:g}: wall time of the whole command")
     for col in ("case", "formulation", "solver", "limit s", "wall s", "wall/limit", "ok", "loaded s", "solved s",
                 "status", "objective", "bound", "bound source", "scope", "gap"):  # fmt: skip
         table.add_column(col, justify="right" if col not in ("formulation", "solver", "status") else "left")
@@ -107,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             small = n.isdigit() and int(n) <= 12
             solvers = ["highs"] if formulation == "auto" and not small else args.solvers.split(",")
             for solver in solvers:
-                got = run(inst, formulation, solver, args.limit, folder, extra)
+                got = run(inst, formulation, solver, args.limit, folder, extra, args.command)
                 doc = got["doc"]
                 grace = max(1.0, 0.05 * args.limit)
                 ok = got["rc"] in (0, 2) and got["wall"] <= args.limit + grace and (doc or got["rc"] == 2)

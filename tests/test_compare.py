@@ -252,6 +252,16 @@ def test_a_policy_cut_for_time_starts_the_solve_finished_against_reserved_peaks(
     assert replay(inst, cmp.result.schedule).ok
 
 
+def test_the_makespan_regret_percent_counts_from_the_origin():
+    import pandas as pd
+
+    table = pd.DataFrame({"objective": [50_010.0, 50_009.0]}, index=["orca", "optimum"])
+    compare_mod.add_regret(table, 50_009.0, 50_009.0, None, origin=50_000.0)
+    assert table[REGRET_PCT].tolist() == pytest.approx([100 / 9, 0.0])
+    with pytest.raises(InputError, match="origin"):
+        compare_mod.add_regret(table, 1.0, 1.0, None, origin="0")
+
+
 def test_without_a_deadline_every_policy_runs():
     inst = load_instance(EXAMPLES / "figure15.json")
     cmp = compare(inst, ["vllm", "sarathi"], solver=None)

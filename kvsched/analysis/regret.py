@@ -136,6 +136,22 @@ def _reference(group: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def _origin(group: pd.DataFrame, objective_name: Any) -> float:
+    """The time one instance's objective counts from: its first arrival for the makespan (an absolute time;
+    :func:`~kvsched.csp.objectives.objective_origin`), read off its rows' metrics as the makespan less the
+    serving duration (which runs from the first arrival); 0 for the other objectives, and for rows that
+    recorded no duration (written before serving metrics were stored)."""
+    if objective_name != "makespan":
+        return 0.0
+    columns = [
+        next((c for c in (name, f"metric_{name}") if c in group), None) for name in ("makespan", "duration")
+    ]
+    if None in columns:
+        return 0.0
+    origins = (group[columns[0]].astype(float) - group[columns[1]].astype(float)).dropna()
+    return float(origins.median()) if len(origins) else 0.0
+
+
 def _check_bounds(group: pd.DataFrame, ikey: Any, objective_name: Any, source: str) -> None:
     """Refuse a bound above the value of a validated schedule it covers (one instance and objective).
 
@@ -207,7 +223,8 @@ def instance_regret(frame: pd.DataFrame, against: str | None = None) -> pd.DataF
         table["objective"] = table["objective"].astype(float)
         best = table["objective"].min()
         # The named columns, against the solver's references (as kvsched compare), wherever they exist.
-        add_regret(table, ref["incumbent"], ref["bound"], ref["lower"])
+        origin = _origin(group, objective_name)
+        add_regret(table, ref["incumbent"], ref["bound"], ref["lower"], origin=origin)
         if against == "best-policy":
             reference = None if math.isnan(best) else float(best)
             table["regret"] = table["objective"] - best
@@ -221,9 +238,8 @@ def instance_regret(frame: pd.DataFrame, against: str | None = None) -> pd.DataF
         table["scope"] = {"best-policy": None, "certified": "all"}.get(against, ref["scope"])
         table["bound_source"] = ref["bound_source"]
         with np.errstate(divide="ignore", invalid="ignore"):
-            table["regret_pct"] = np.where(
-                table["reference"] > 0, 100.0 * table["regret"] / table["reference"], np.nan
-            )
+            span = table["reference"] - origin
+            table["regret_pct"] = np.where(span > 0, 100.0 * table["regret"] / span, np.nan)
         tol = TIE_RTOL * max(1.0, abs(best)) if not math.isnan(best) else 0.0
         table["win"] = table["objective"] <= best + tol
         table["proven"] = ref["proven"]

@@ -511,7 +511,8 @@ def database_report(
     counts = frame["status"].value_counts()
     facts = [
         ("rows (cells)", len(frame)),
-        ("sweeps", ", ".join(sorted(frame["sweep"].dropna().unique()))),
+        # (The sweeps that wrote the rows: a cell another sweep shares keeps its writer's name.)
+        ("written by sweeps", ", ".join(sorted(frame["sweep"].dropna().unique()))),
         ("instances", frame["instance_key"].nunique()),
         ("policies", frame.loc[frame["kind"] == "policy", "name"].nunique()),
         ("statuses", ", ".join(f"{k} {v}" for k, v in counts.items())),

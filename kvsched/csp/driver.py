@@ -233,7 +233,7 @@ def solve(
     if formulation == "auto":
         chosen, why = choose_formulation(instance, objective, allow_eviction)
         if chosen == "pipeline":
-            result = solve_pipeline(run, objective, deadline, warm_start)
+            result = solve_pipeline(run, objective, deadline, warm_start, options.gap)
         elif allow_eviction:
             result = _pipeline_then_exact(run, objective, solver, options, deadline, warm_start, export)
         else:
@@ -340,13 +340,13 @@ def _pipeline_then_exact(
     either and its certificate holds every bound either proved (both range over every legal schedule)."""
     form = make_formulation("batch", run.instance, objective, solver=solver, seed=options.seed)
     try:
-        first = solve_pipeline(run, objective, deadline.share(AUTO_PIPELINE_SHARE), warm_start)
+        first = solve_pipeline(run, objective, deadline.share(AUTO_PIPELINE_SHARE), warm_start, options.gap)
     except KvschedError:  # no greedy rule or policy ran it: the exact model alone
         result = _solve_exact(run, form, objective, solver, options, deadline, warm_start, export, True)
         if result is None:
             raise
         return result
-    if first.status == SolveStatus.OPTIMAL or deadline.expired() or first.stopped == "interrupted":
+    if first.status == SolveStatus.OPTIMAL or deadline.expired() or first.stopped in ("interrupted", "gap"):
         return first
     exact = _solve_exact(run, form, objective, solver, options, deadline, first.schedule, export, True)
     pipeline = {"pipeline": {"objective": first.objective, "found_by": first.stats.get("found_by")}}
@@ -361,6 +361,7 @@ def _pipeline_then_exact(
         first.objective,
         bound,
         run.started,
+        origin=run.origin,
         schedule=with_meta(first.schedule, status=str(status)),
         anytime=tuple(run.points),
         solver=first.solver,
@@ -543,6 +544,7 @@ def _finish(
         value,
         bound,
         run.started,
+        origin=run.origin,
         schedule=schedule,
         anytime=tuple(run.points),
         solver=solver,

@@ -44,7 +44,7 @@ from kvsched.csp.certificate import Bound, Scope, scope_of
 from kvsched.csp.certify import certify
 from kvsched.csp.incumbents import Incumbent, best_incumbent, improve
 from kvsched.csp.incumbents.best import search_running_caps
-from kvsched.csp.result import AnytimePoint, Result, SolveStatus
+from kvsched.csp.result import AnytimePoint, Result, SolveStatus, relative_gap
 from kvsched.csp.run import SolveLog, with_meta
 from kvsched.errors import KvschedError
 from kvsched.jit import compile_seconds, use_compiled
@@ -80,11 +80,32 @@ SHARING_LP_MAX_REQUESTS = 5_000
 FINISH_MARGIN = 0.03
 
 
-def _proven(log: SolveLog, value: float) -> bool:
-    """Whether the bounds found so far meet ``value``, the best schedule's: once they do, no later stage can
-    change the answer (the schedule is optimal, and a bound above the best one would be above it too), so the
-    stages left are skipped (an 8-request solve proven by its first bounds ran its LPs for 10 s of a 20 s limit)."""
-    return certify(value, Scope.ALL, log.bounds, log.seen, origin=log.origin)[0] == SolveStatus.OPTIMAL
+def _proven(log: SolveLog, value: float, gap: float = 0.0) -> bool:
+    """Whether the bounds found so far meet ``value``, the best schedule's, or leave a certified gap of at
+    most ``gap`` (``--gap``): once they do, no later stage can change the answer (the schedule is optimal, or
+    as close as asked, and a bound above the best one would be above it too), so the stages left are skipped
+    (an 8-request solve proven by its first bounds ran its LPs for 10 s of a 20 s limit)."""
+    status, bound = certify(value, Scope.ALL, log.bounds, log.seen, origin=log.origin)
+    if status == SolveStatus.OPTIMAL:
+        return True
+    met = relative_gap(value, None if bound is None else bound.value, log.origin)
+    return gap > 0 and met is not None and met <= gap
+
+
+def _settled(log: SolveLog, value: float, gap: float, stats: dict, stage: str) -> None:
+    """Record in ``stats`` that ``stage``'s bounds proved ``value`` optimal (``proven_by``) or met the gap
+    asked for (``gap_met_by``), where they do and nothing had before."""
+    if "proven_by" in stats or "gap_met_by" in stats:
+        return
+    if _proven(log, value):
+        stats["proven_by"] = stage
+    elif gap > 0 and _proven(log, value, gap):
+        stats["gap_met_by"] = stage
+
+
+def _done(stats: dict) -> bool:
+    """Whether no later stage is to run: the schedule is proven, the gap asked for met, or Ctrl-C came."""
+    return "proven_by" in stats or "gap_met_by" in stats or "interrupted" in stats
 
 
 def _incumbents(
@@ -134,14 +155,15 @@ def _running_caps(log: SolveLog, best: Incumbent, deadline: Deadline, stats: dic
 
 
 def _lagrangian(
-    log: SolveLog, objective: str, best: Incumbent, deadline: Deadline
+    log: SolveLog, objective: str, best: Incumbent, deadline: Deadline, gap: float = 0.0
 ) -> tuple[dict, ChainLagrangian | None]:
-    """The Lagrangian stage's bounds (added to ``log``), its stats, and the chain Lagrangian where it ran."""
+    """The Lagrangian stage's bounds (added to ``log``), its stats, and the chain Lagrangian where it ran
+    (its later bounds are left out once the best schedule is proven, or within ``gap``)."""
     if not isinstance(instance_cost_model(log.instance), UnitCost) and objective == "total-latency":
         stats = _sharing_lp(log, deadline.share(SHARING_LP_SHARE))
-        if not _proven(log, best.value):
+        if not _proven(log, best.value, gap):
             stats.update(_fluid_lp(log, deadline.share(FLUID_LP_SHARE)))
-        if not _proven(log, best.value):
+        if not _proven(log, best.value, gap):
             stats.update(_seconds_lagrangian(log, best, deadline.share(SECONDS_LAGRANGIAN_SHARE)))
         return stats, None
     if not isinstance(instance_cost_model(log.instance), UnitCost) or objective == "makespan":
@@ -281,8 +303,14 @@ def _batch_count(log: SolveLog, deadline: Deadline) -> dict:
     return {"batch_count_seconds": log.elapsed() - started}
 
 
-def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start: Schedule | None) -> Result:
-    """Run the pipeline's stages by ``deadline`` and certify the best schedule against the best bound."""
+def solve_pipeline(
+    log: SolveLog, objective: str, deadline: Deadline, warm_start: Schedule | None, gap: float = 0.0
+) -> Result:
+    """Run the pipeline's stages by ``deadline`` and certify the best schedule against the best bound.
+
+    ``gap`` (``--gap``): where the certified gap is at most this after a stage, the stages left are skipped
+    (``stopped`` ``"gap"``); it is read between stages, not inside one.
+    """
     stats: dict = {}
     for bound in portfolio(log.instance, objective, deadline.share(BOUNDS_SHARE)):
         log.add_bound(bound)
@@ -312,11 +340,10 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
     if run > 0 and deadline.remaining() - lagrangian.remaining() < 2 * run + FINISH_MARGIN * deadline.limit:
         lagrangian = deadline.before(FINISH_MARGIN * deadline.limit)
     guide = None
-    if _proven(log, best.value):
-        stats["proven_by"] = "the bounds portfolio"
-    else:
+    _settled(log, best.value, gap, stats, "the bounds portfolio")
+    if not _done(stats):
         try:
-            found_stats, lag = _lagrangian(log, objective, best, lagrangian)
+            found_stats, lag = _lagrangian(log, objective, best, lagrangian, gap)
             stats.update(found_stats)
             if lag is not None:
                 guide = ChainGuide.from_lagrangian(lag, deadline)
@@ -324,17 +351,17 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
             if not interrupted(exc):
                 raise
             stats["interrupted"] = "during the Lagrangian"
-        if _proven(log, best.value):
-            stats["proven_by"] = "the Lagrangian stage's bounds"
+        _settled(log, best.value, gap, stats, "the Lagrangian stage's bounds")
     # After Ctrl-C no stage starts: the user asked for what there is.
-    if not deadline.expired() and "proven_by" not in stats and "interrupted" not in stats:
+    if not deadline.expired() and not _done(stats):
         try:
             best = _running_caps(log, best, deadline.before(FINISH_MARGIN * deadline.limit), stats)
         except INTERRUPTS as exc:
             if not interrupted(exc):
                 raise
             stats["interrupted"] = "during the running-cap search"
-    if not deadline.expired() and "proven_by" not in stats and "interrupted" not in stats:
+        _settled(log, best.value, gap, stats, "the running-cap search")
+    if not deadline.expired() and not _done(stats):
         try:
             better = improve(log.instance, best, deadline.before(FINISH_MARGIN * deadline.limit), guide=guide)
         except INTERRUPTS as exc:
@@ -359,6 +386,7 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         best.value,
         bound,
         log.started,
+        origin=log.origin,
         schedule=schedule,
         anytime=tuple(log.points),
         solver="kvsched",
@@ -371,12 +399,13 @@ def solve_pipeline(log: SolveLog, objective: str, deadline: Deadline, warm_start
         # the Lagrangian stalled or converged), unless a policy made the first schedule because no greedy
         # run fitted, or a stage was left out or stopped because its next step would not fit
         # (``stats["out_of_time"]``: 100k requests had a 60 s solve end at 22 s as "converged" with a 75% gap,
-        # the Lagrangian and the local search priced out); the pipeline takes no gap target, so "gap" would
-        # mislead.
+        # the Lagrangian and the local search priced out), or the certified gap met ``gap`` ("gap").
         stopped=""
         if status == SolveStatus.OPTIMAL
         else "interrupted"
         if "interrupted" in stats
+        else "gap"
+        if "gap_met_by" in stats
         else ("deadline" if deadline.expired() or short_of_time or stats.get("out_of_time") else "converged"),
         trace=log.trace_of(best.value),
     )

@@ -37,14 +37,19 @@ class AnytimePoint:
     bound: float | None
 
 
-def relative_gap(objective: float | None, bound: float | None) -> float | None:
-    """(objective - bound) / |objective| (0 for a zero objective that meets its bound)."""
+def relative_gap(objective: float | None, bound: float | None, origin: float = 0.0) -> float | None:
+    """(objective - bound) / |objective - origin| (0 for an objective that meets its bound).
+
+    ``origin`` is the time the objective counts from (:func:`~kvsched.csp.objectives.objective_origin`: the
+    first arrival for the makespan, an absolute time): relative to the absolute end, the same schedules of a
+    trace starting at 50,000 s had a gap of 0.006% where the trace from 0 had 2.3%.
+    """
     if objective is None or bound is None:
         return None
     diff = max(0.0, objective - bound)
     if diff == 0.0:
         return 0.0
-    return diff / max(abs(objective), 1e-12)
+    return diff / max(abs(objective - origin), 1e-12)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -62,7 +67,8 @@ class Result:
         The best proven lower bound on the optimum over ``scope`` (None if none
         is known). Never raised to meet the objective.
     gap
-        Relative gap between ``objective`` and ``best_bound``.
+        Relative gap between ``objective`` and ``best_bound``: their difference over the objective counted
+        from its origin (the first arrival for the makespan, an absolute time; else 0).
     scope
         The set of schedules the optimum (and ``best_bound``) ranges over:
         :class:`~kvsched.csp.certificate.Scope`.
@@ -110,16 +116,24 @@ class Result:
 
     @classmethod
     def settled(
-        cls, status: SolveStatus, objective: float, bound: Bound | None, started: float, **rest: Any
+        cls,
+        status: SolveStatus,
+        objective: float,
+        bound: Bound | None,
+        started: float,
+        *,
+        origin: float = 0.0,
+        **rest: Any,
     ) -> Result:
-        """A result whose gap is computed from ``objective`` and ``bound`` and whose runtime runs from
-        ``started`` (a :func:`time.perf_counter` reading) to now; ``rest`` are the other fields."""
+        """A result whose gap is computed from ``objective`` and ``bound`` (relative to the objective less
+        ``origin``: :func:`relative_gap`) and whose runtime runs from ``started`` (a :func:`time.perf_counter`
+        reading) to now; ``rest`` are the other fields."""
         value = None if bound is None else bound.value
         return cls(
             status=status,
             objective=objective,
             best_bound=value,
-            gap=relative_gap(objective, value),
+            gap=relative_gap(objective, value, origin),
             runtime=time.perf_counter() - started,
             bound_source=None if bound is None else bound.source,
             **rest,
