@@ -616,3 +616,91 @@ def test_an_instance_files_own_impossible_time_model_is_refused_by_info_too(tmp_
         assert main(command) == 2
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and f"{path}: time_model.params: cost model unit" in err[0], err
+
+
+# ----------------------------------------------------------------------------- a user's own CSV trace
+HEADER = "arrived_at,num_prefill_tokens,num_decode_tokens\n"
+
+
+def _trace(tmp_path: Path, rows: str, name: str = "t.csv") -> Path:
+    path = tmp_path / name
+    path.write_text(HEADER + rows)
+    return path
+
+
+def test_simulate_notes_an_engine_idle_between_arrivals_far_apart(tmp_path, capsys):
+    # Arrivals 5000 slots apart, each request done in about 3: a trace in milliseconds read as seconds
+    # (500 requests became a 36-hour run, with no word said).
+    sparse = _trace(tmp_path, "0,4,2\n5000,4,2\n10000,4,2\n", "ms.csv")
+    assert main(["simulate", str(sparse), "-M", "64", "-p", "sarathi", "--no-progress"]) == 0
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "kvsched simulate: note: the engine idled 100% of the run" in err
+    assert (
+        "arrivals span 10000 slot" in err and "if the trace's are in milliseconds, divide them by 1000" in err
+    )
+    # A trace whose engine works between arrivals gets no note.
+    dense = _trace(tmp_path, "0,4,2\n5,4,2\n10,4,2\n", "s.csv")
+    assert main(["simulate", str(dense), "-M", "64", "-p", "sarathi", "--no-progress"]) == 0
+    assert "note" not in capsys.readouterr().err
+
+
+def test_simulate_idle_note_thresholds_are_conservative():
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from kvsched.commands.simulate import IDLE_NOTE_GAP_BATCHES, idle_note
+    from kvsched.instances.model import Instance, Limits, Request
+
+    inst = Instance((Request("a", 0.0, 4, 2),), Limits(64))
+
+    def note(arrivals, starts, ends):  # a trace's arrivals and a batch clock, as the command hands them
+        trace = SimpleNamespace(state=SimpleNamespace(arrival=np.array(arrivals)), instance=inst)
+        clock = SimpleNamespace(ends=np.array(ends), starts=lambda: np.array(starts))
+        return idle_note(trace, clock)
+
+    gap = IDLE_NOTE_GAP_BATCHES
+    assert note([0.0, gap], [0.0, gap], [1.0, gap + 1]) is not None  # idle 99.8%, gaps 1000 batches
+    assert note([0.0, gap - 10], [0.0, gap - 10], [1.0, gap - 9]) is None  # gaps just short of that
+    # Gaps 2000 batches, but the engine works half the run (1000 batches after the first arrival).
+    busy = [float(k) for k in range(1000)] + [2 * gap]
+    assert note([0.0, 2 * gap], busy, [b + 1 for b in busy]) is None
+
+
+def test_simulate_slo_reaches_the_summary_row_and_the_per_request_csv(tmp_path, capsys):
+    import pandas as pd
+
+    trace = _trace(tmp_path, "0,4,2\n0,4,2\n0,4,2\n0,4,2\n")
+    out = tmp_path / "req.csv"
+    argv = ["simulate", str(trace), "-M", "64", "-C", "8", "-p", "sarathi", "--no-progress"]
+    assert main([*argv, "--slo", "ttft=1", "--requests-csv", str(out)]) == 0
+    text = capsys.readouterr().out
+    frame = pd.read_csv(out)
+    good = int(frame["good"].sum())
+    assert 0 < good < len(frame)  # a budget of 8 tokens: two first tokens in the first slot, two later
+    # The summary's SLO row said "no SLOs" and the CSV's flags were empty while goodput counted --slo.
+    assert "attainment (ttft <= 1)" in text and f"({good} of 4)" in text
+    assert f"goodput (ttft <= 1): {good} of 4 requests" in text
+    assert frame["slo_met"].isna().all()  # the requests' own SLOs: none in a trace
+    assert main([*argv, "--requests-csv", str(out)]) == 0
+    assert "good" not in pd.read_csv(out).columns and "ttft <=" not in capsys.readouterr().out
+
+
+def test_a_trace_s_impossible_rows_are_named_by_line_on_the_command_line(tmp_path, capsys):
+    trace = _trace(tmp_path, "0,4,2\n1,90,20\n2,95,10\n")
+    assert main(["info", str(trace), "-M", "50"]) == 2
+    err = _one_error_line(capsys)
+    # Was "request 'r1': ..." with no word of the second.
+    assert f"{trace}: line 3: needs 109 KV tokens" in err and "(2 of the 3 requests cannot fit M" in err
+
+
+def test_a_compressed_trace_and_a_spaced_header_work_on_the_command_line(tmp_path, capsys):
+    import gzip
+
+    packed = tmp_path / "t.csv.gz"
+    packed.write_bytes(gzip.compress((HEADER + "0,4,2\n1,5,3\n").encode()))
+    assert main(["info", str(packed), "-M", "64"]) == 0
+    assert "│ requests " in capsys.readouterr().out
+    spaced = _trace(tmp_path, "0, 4, 2\n", "spaced.csv")
+    spaced.write_text(HEADER.replace(",", ", ") + "0, 4, 2\n")
+    assert main(["info", str(spaced), "-M", "64"]) == 0

@@ -52,3 +52,29 @@ def test_registry_builds_models_and_rejects_bad_names_and_params():
         make_cost_model("infermax-linear", {"zz": 1.0})
     with pytest.raises(InputError, match="a1 must be >= 0"):
         make_cost_model("infermax-linear", {"a1": -1.0})
+
+
+def test_make_cost_model_takes_a_shipped_coefficient_set_by_name_as_cost_model_does():
+    from kvsched.costmodel.coeffile import resolve_cost_model
+
+    stem = "llama-2-7b_a100-80gb_tp1"
+    name, params = resolve_cost_model(stem)  # what --cost-model makes of it
+    batch = view([1, 1, 300], [500, 900, 0], [D, D, P])
+    # Was "unknown cost model 'llama-2-7b_a100-80gb_tp1'".
+    assert make_cost_model(stem).batch_time(batch) == make_cost_model(name, params).batch_time(batch)
+    assert make_cost_model(stem, {"a0": 1.0}).batch_time(batch) > make_cost_model(stem).batch_time(batch)
+    with pytest.raises(
+        InputError, match=rf"unknown cost model 'nope' \(known: .*; or a shipped coefficient set: .*{stem}"
+    ):
+        make_cost_model("nope")
+
+
+def test_a_coefficient_file_names_a_registered_model_not_a_shipped_set(tmp_path):
+    from kvsched.costmodel.coeffile import KIND, load_coefficients
+
+    path = tmp_path / "c.json"
+    path.write_text(
+        f'{{"schema_version": 1, "kind": "{KIND}", "name": "llama-2-7b_a100-80gb_tp1", "params": {{}}}}'
+    )
+    with pytest.raises(InputError, match=r"c\.json: name: unknown cost model 'llama-2-7b_a100-80gb_tp1'"):
+        load_coefficients(path)

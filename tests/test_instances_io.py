@@ -285,3 +285,111 @@ def test_save_instance_replaces_an_instance_never_a_database_or_a_trace(tmp_path
         with pytest.raises(InputError, match=f"save_instance: .*{what}"):
             save_instance(inst, path)
         assert path.read_bytes() == before
+
+
+# ----------------------------------------------------------------------------- traces as users have them
+TRACE = "arrived_at,num_prefill_tokens,num_decode_tokens\n0.0,374,44\n1.5,10,5\n"
+
+
+def test_a_gzip_compressed_trace_reads_as_the_plain_one(tmp_path):
+    import gzip
+
+    plain = write(tmp_path, TRACE, "t.csv")
+    packed = tmp_path / "t.csv.gz"
+    packed.write_bytes(gzip.compress(TRACE.encode()))
+    # Was read as JSON by its .gz suffix: "not UTF-8 text (byte 0x8b at offset 1)".
+    assert (
+        load_instance(packed, limits=Limits(1000)).requests
+        == load_instance(plain, limits=Limits(1000)).requests
+    )
+    # So is a compressed JSON instance, by its first bytes.
+    inst = write(tmp_path, doc())
+    (tmp_path / "i.json.gz").write_bytes(gzip.compress(inst.read_bytes()))
+    assert load_instance(tmp_path / "i.json.gz") == load_instance(inst)
+    # A damaged archive is one line, and no instance is written where it would be read back as a trace.
+    (tmp_path / "cut.csv.gz").write_bytes(packed.read_bytes()[:20])
+    with pytest.raises(InputError, match=r"cut\.csv\.gz: gzip-compressed, but cannot be decompressed"):
+        load_instance(tmp_path / "cut.csv.gz", limits=Limits(1000))
+    with pytest.raises(InputError, match=r"a \.csv\.gz file is read as a trace; use \.json"):
+        save_instance(load_instance(inst), tmp_path / "new.csv.gz")
+
+
+def test_a_trace_under_another_name_is_named_as_a_trace(tmp_path):
+    import gzip
+
+    txt = write(tmp_path, TRACE, "t.txt")
+    with pytest.raises(
+        InputError, match=r"t\.txt: read as a JSON instance .* it is a CSV trace .* \(e\.g\. t\.csv\)"
+    ):
+        load_instance(txt, limits=Limits(1000))
+    (tmp_path / "t.gz").write_bytes(gzip.compress(TRACE.encode()))
+    with pytest.raises(InputError, match=r"must end in \.csv or \.csv\.gz \(e\.g\. t\.csv\.gz\)"):
+        load_instance(tmp_path / "t.gz")
+    with pytest.raises(InputError, match="not valid JSON"):  # any other text keeps JSON's own error
+        load_instance(write(tmp_path, "hello", "h.txt"))
+
+
+def test_header_names_are_read_without_the_spaces_around_them(tmp_path):
+    # "arrived_at, num_prefill_tokens, ..." was "missing column 'num_prefill_tokens'".
+    spaced = write(tmp_path, TRACE.replace(",", ", "), "s.csv")
+    plain = write(tmp_path, TRACE, "t.csv")
+    assert (
+        load_instance(spaced, limits=Limits(1000)).requests
+        == load_instance(plain, limits=Limits(1000)).requests
+    )
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        (
+            "0,3000000000,4",
+            "line 2: num_prefill_tokens: 3000000000 is not valid (must be a whole number from 1 to 2147483647)",
+        ),
+        (
+            "1e20,3,4",
+            "line 2: arrived_at: 1e+20 is not valid (must be a number from 0 to 1e+12, in the time model's unit",
+        ),
+        ("0,3,0", "line 2: num_decode_tokens: 0 is not valid (must be a whole number from 1 to"),
+    ],
+)
+def test_a_bad_csv_value_is_named_with_the_rule_it_breaks(tmp_path, row, message):
+    path = write(tmp_path, "arrived_at,num_prefill_tokens,num_decode_tokens\n" + row + "\n", "t.csv")
+    with pytest.raises(InputError) as err:
+        load_instance(path, limits=Limits(1000))
+    assert message in str(err.value)
+
+
+def test_requests_a_trace_cannot_fit_are_named_by_line_and_counted(tmp_path):
+    # A blank line shifts the file's lines from the requests' positions: the error names the line.
+    text = "arrived_at,num_prefill_tokens,num_decode_tokens\n0,4,3\n\n1,90,20\n2,4,3\n3,95,10\n"
+    path = write(tmp_path, text, "t.csv")
+    with pytest.raises(InfeasibleInstanceError) as err:
+        load_instance(path, limits=Limits(50))
+    message = str(err.value)
+    assert message.startswith(f"{path}: line 4: needs 109 KV tokens (I + O - 1 = 90 + 20 - 1)")
+    assert message.endswith("(2 of the 4 requests cannot fit M; this is the first)") and "'r1'" not in message
+    # A JSON instance keeps its ids (they are the file's), with the count as well.
+    with pytest.raises(InfeasibleInstanceError, match=r"request 'a': .*it can never complete$"):
+        load_instance(write(tmp_path, doc()), limit_overrides={"kv_capacity": 5})
+
+
+def test_a_trace_without_limits_names_the_python_argument_too(tmp_path):
+    with pytest.raises(
+        InputError, match=r"--kv-capacity on the command line; limits= or limit_overrides= in Python"
+    ):
+        load_instance(write(tmp_path, TRACE, "t.csv"))
+
+
+def test_a_shipped_coefficient_set_is_taken_by_name_and_copied_into_the_instance(tmp_path):
+    from kvsched.costmodel.coeffile import resolve_cost_model
+
+    stem = "llama-2-7b_a100-80gb_tp1"
+    inst = load_instance(write(tmp_path, TRACE, "t.csv"), limits=Limits(1000), time_model=TimeModel(stem))
+    # As --cost-model makes it: the set's model and coefficients, never a reference back to the file.
+    assert inst.time_model == TimeModel(*resolve_cost_model(stem))
+    from kvsched.instances.io import load_csv_trace
+
+    assert load_csv_trace(tmp_path / "t.csv", Limits(1000), TimeModel(stem)).time_model == inst.time_model
+    tuned = load_instance(write(tmp_path, doc()), time_model=TimeModel(stem, {"a0": 0.5}))
+    assert tuned.time_model.name == "calibrated" and tuned.time_model.params["a0"] == 0.5

@@ -374,7 +374,7 @@ def test_summary_renders(greedy: Trace) -> None:
     paged = Console(record=True, width=100)
     print_summary(run(PAGED, PAGED_PLAN), paged)  # a cost model in seconds: labelled so by default
     text = paged.export_text()
-    assert "no SLOs" in text and "makespan (s)" in text and "tokens / s" in text
+    assert "no request has one" in text and "makespan (s)" in text and "tokens / s" in text
     assert "attainment (requests' own SLOs)" in text  # not --slo's goodput, printed beside it
 
 
@@ -436,3 +436,23 @@ def test_metrics_of_a_trace_that_generated_nothing() -> None:
         assert rm[["ttft", "latency", "tbt_max", "tbt_p50", "tbt_p99", "tpot"]].isna().all().all()
         m = run_metrics(trace)
         assert m.num_completed == 0 and m.generated_tokens == 0 and math.isnan(m.mean_ttft)
+
+
+def test_summary_shows_an_slo_given_for_every_request_beside_the_requests_own(greedy: Trace) -> None:
+    from kvsched.schedule.serving import SLO, good_flags, serving_metrics
+
+    slo = SLO(ttft=2.0)  # 127 of the 200 requests meet it
+    serving = serving_metrics(greedy, slo)
+    console = Console(record=True, width=140)
+    print_summary(greedy, console, serving=serving)
+    text = console.export_text()
+    # The row read "no SLOs" while the goodput line below counted the given SLO.
+    good = int(good_flags(request_metrics(greedy), slo).sum())
+    assert good == serving.good_requests
+    share = f"{100 * good / serving.num_requests:.1f} %"
+    assert 0 < good < serving.num_requests
+    assert "attainment (ttft <= 2)" in text and f"{share} ({good:,} of {serving.num_requests:,})" in text
+    assert "attainment (requests' own SLOs)" in text
+    plain = Console(record=True, width=140)
+    print_summary(greedy, plain, serving=serving_metrics(greedy))  # no SLO for every request: no such row
+    assert "ttft <=" not in plain.export_text()

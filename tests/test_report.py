@@ -353,3 +353,25 @@ def test_instance_report_draws_the_replays_the_comparison_kept(tmp_path, monkeyp
     monkeypatch.setattr(report, "replay", no_replay)
     page = instance_report(inst, tmp_path, comparison=cmp)
     assert len(_assert_self_contained(page.read_text())) == 4  # two Gantt charts, KV usage, CDFs
+
+
+def test_cli_report_takes_a_csv_trace_with_the_engine_limit_and_cost_model_flags(tmp_path, capsys):
+    trace = tmp_path / "t.csv"
+    trace.write_text("arrived_at,num_prefill_tokens,num_decode_tokens\n0,4,2\n0,3,3\n1,2,2\n")
+    out = tmp_path / "rep"
+    # The error said to give --kv-capacity, which report refused as an unrecognized argument.
+    argv = ["report", str(trace), "--out", str(out), "--no-solver", "--policies", "sarathi,vllm"]
+    assert main([*argv, "-M", "16", "-C", "8", "--cost-model", "unit"]) == 0
+    assert (out / "index.html").is_file() and "wrote" in capsys.readouterr().err
+    assert main([*argv, "--cost-param", "slot=-1", "-M", "16"]) == 2
+    assert "--cost-model/--cost-param" in capsys.readouterr().err
+
+
+def test_cli_report_refuses_engine_limit_flags_for_a_database(database_page, tmp_path, capsys):
+    db = database_page.parents[1] / "r.sqlite"  # the fixture's sweep database
+    for flag in (["-M", "64"], ["--cost-model", "unit"]):
+        assert main(["report", str(db), "--out", str(tmp_path / "never"), *flag]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "reads each cell's limits and cost model from the database" in err
+        assert err.startswith(f"kvsched report: error: {flag[0] if flag[0] != '-M' else '--kv-capacity'}: ")
+    assert not (tmp_path / "never").exists()

@@ -14,9 +14,13 @@ from rich.table import Table
 
 from kvsched.commands.common import (
     EXIT_INTERNAL,
+    LIMIT_FLAGS,
+    add_cost_args,
+    add_limit_args,
     atomic_output,
     check_outputs,
     interrupted_exit,
+    limit_overrides,
     load_instance_from_args,
     note_late,
     positive_int,
@@ -107,7 +111,8 @@ def cmd_results(args: argparse.Namespace) -> int:
     if args.out:
         raise InputError("--out needs --to csv or --to parquet")
     frame = load_results(args.db)
-    table = Table(title=f"{args.db}: {len(frame)} cells")
+    # Each row once, under the sweep that wrote it (a cell shared with a later sweep is not counted twice).
+    table = Table(title=f"{args.db}: {len(frame)} cells", caption="sweep: the sweep that wrote the rows")
     for col in ("sweep", "kind", "status", "scope", "bound source", "cells", "runtime (s)"):
         table.add_column(col, justify="right" if col in ("cells", "runtime (s)") else "left")
     if not frame.empty:
@@ -346,6 +351,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             raise InputError(f"{args.target}: the results database is empty")
         if given:
             raise InputError("--schedule: a results database's report reads its schedules from the database")
+        _refuse_instance_flags(args)
         frame = select_objective(frame, args.objective)
         check_report_folder(args.out, "--out", [args.target])
         path = database_report(args.target, args.out, against=args.against, frame=frame)
@@ -389,6 +395,26 @@ def cmd_report(args: argparse.Namespace) -> int:
     if compared is not None:
         note_late(deadline, {"solved": compared}, command="report", stage="the policies and the solve")
     return interrupted_exit("report", stopped)
+
+
+def _refuse_instance_flags(args: argparse.Namespace) -> None:
+    """One :class:`InputError` when a database's report is given an engine-limit or cost-model flag.
+
+    Refused, as ``--schedule`` is, rather than ignored with a note: the database's cells were solved
+    and simulated on their own instances, so no flag can change its report, and a report that looked
+    like it had taken one would show other limits than those asked for.
+    """
+    named = [LIMIT_FLAGS[name] for name in limit_overrides(args)]
+    named += [
+        flag
+        for flag, value in (("--cost-model", args.cost_model), ("--cost-param", args.cost_param))
+        if value
+    ]
+    if named:
+        raise InputError(
+            f"{named[0]}: a results database's report reads each cell's limits and cost model from the "
+            "database; the engine-limit and cost-model flags are for an INSTANCE or a CSV trace"
+        )
 
 
 # ----------------------------------------------------------------------------- parser
@@ -492,12 +518,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         "solver's progress. For a results DB: the regret table, latency vs load and regret vs size. Writes "
         "OUT/index.html with every figure embedded (no external assets).",
     )
-    p.add_argument("target", metavar="INSTANCE|DB", help="instance .json or results database")
+    p.add_argument(
+        "target", metavar="INSTANCE|DB", help="instance .json, CSV trace (.csv, .csv.gz) or results database"
+    )
     p.add_argument("--out", "-o", default="report", help="output folder (default report/)")
     add_given_args(p)
     p.add_argument("--no-solver", action="store_true", help="compare the policies only")
     _add_against(p)
     add_solver_args(p)
+    # As compare, solve, simulate and bound take them (a CSV trace needs -M): for an INSTANCE only.
+    add_limit_args(p)
+    add_cost_args(p)
     # None: a database's report takes the objective it holds (several are refused); an instance's the default.
     p.set_defaults(func=cmd_report, objective=None)
 

@@ -152,13 +152,17 @@ def load_instance_from_args(path: str, args: argparse.Namespace) -> Instance:
     """Load INSTANCE; each limit or cost flag overrides only what it names."""
     from dataclasses import replace
 
-    from kvsched.instances.io import load_instance
+    from kvsched.instances.io import check_trace_feasible, is_csv_name, load_instance
 
     instance = load_instance(path, limit_overrides=limit_overrides(args), check_feasible=False)
     time_model = time_model_from_args(args, instance.time_model)
     if time_model is not None:
         instance = replace(instance, time_model=time_model)
-    instance.check_feasible(requests=False)  # the file's requests were checked as it was read
+    # The file's requests were checked as it was read; a trace's misfit is named by its line.
+    if is_csv_name(path):
+        check_trace_feasible(instance, path)
+    else:
+        instance.check_feasible(requests=False)
     # Every command refuses the model up front, not only those that build the problem data (`info` showed
     # "unit (slot=nan)" and exited 0 where `simulate` refuses it), the file's own as well as the flags'.
     checked_cost_model(

@@ -265,6 +265,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         unit=time_unit(instance),
         title=f"{'optimal' if result.status == SolveStatus.OPTIMAL else 'best found'} schedule metrics",
         metrics=metrics.run,
+        serving=metrics.serving if slo is not None else None,  # --slo's attainment beside the own SLOs'
     )
     if args.out:
         with atomic_output(args.out) as tmp:

@@ -1,6 +1,7 @@
 """Batch-time models: what turns a batch into time.
 
-Use :func:`make_cost_model` to build the model an instance names. Models:
+Use :func:`make_cost_model` to build the model an instance names, or a coefficient set shipped with
+kvsched by its name (``make_cost_model("llama-2-7b_a100-80gb_tp1")``). Models:
 
 ========================  ====================================================  =================
 name                      batch time                                            source
@@ -81,10 +82,31 @@ REGISTRY: Mapping[str, Callable[..., CostModel]] = _Registry()
 
 
 def make_cost_model(name: str, params: dict[str, Any] | None = None) -> CostModel:
-    """Build a registered cost model, with one clear error for a bad name or parameter."""
+    """Build a registered cost model, or a shipped coefficient set by name, with one clear error for a
+    bad name or parameter.
+
+    Parameters
+    ----------
+    name
+        A registered name (:data:`REGISTRY`: ``unit``, ``calibrated``, ...), or the stem of a coefficient
+        file shipped with kvsched (``llama-2-7b_a100-80gb_tp1``), as ``--cost-model`` takes it.
+    params
+        The model's parameters; for a shipped set, they replace single coefficients of the file's.
+    """
     if name not in REGISTRY:
-        known = ", ".join(sorted(REGISTRY))
-        raise InputError(f"time_model.name: unknown cost model {name!r} (known: {known})")
+        from kvsched.costmodel.coeffile import shipped, shipped_cost_model
+
+        found = shipped_cost_model(name) if isinstance(name, str) else None
+        if found is None:
+            known = ", ".join(sorted(REGISTRY))
+            sets = ", ".join(shipped()) or "none"
+            raise InputError(
+                f"time_model.name: unknown cost model {name!r} (known: {known}; or a shipped coefficient "
+                f"set: {sets})"
+            )
+        # The set's own model (``calibrated``) with its coefficients: one path with ``--cost-model``.
+        name, coefficients = found
+        params = {**coefficients, **(params or {})}
     factory = REGISTRY[name]
     known = _parameters(factory)
     unknown = sorted(set(params or {}) - known) if known is not None else []

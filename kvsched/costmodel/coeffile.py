@@ -10,7 +10,8 @@ instance built from a file carries the coefficients itself and never refers
 back to the file. ``meta`` records the model, GPU, where each term comes
 from, and the fidelity figures. The files shipped with kvsched live in
 ``kvsched/costmodel/coefficients/`` and can be named by their stem
-(``--cost-model llama-2-7b_a100-80gb_tp1``).
+(``--cost-model llama-2-7b_a100-80gb_tp1``; in Python
+``make_cost_model("llama-2-7b_a100-80gb_tp1")``, both through :func:`shipped_cost_model`).
 
 A coefficient the calibrated model does not name counts as 0, so a file that lost one (cut short, or a
 line deleted by hand) would still load, with other numbers. Files kvsched writes therefore list every
@@ -53,7 +54,7 @@ class CoefficientFile:
 
 def parse_coefficients(doc: Any, source: str) -> CoefficientFile:
     """Validate a coefficient document (already parsed JSON) and build its model once to check it."""
-    from kvsched.costmodel import make_cost_model
+    from kvsched.costmodel import REGISTRY, make_cost_model
 
     if not isinstance(doc, dict):
         raise InputError(f"{source}: a coefficient file is a JSON object")
@@ -78,6 +79,12 @@ def parse_coefficients(doc: Any, source: str) -> CoefficientFile:
     if not isinstance(meta, dict):
         raise InputError(f"{source}: meta: expected an object")
     values = {k: float(v) for k, v in params.items()}
+    if name not in REGISTRY:
+        # A registered model only: make_cost_model would also take a shipped set's name, and a file that
+        # named one would refer back to another file (or to itself).
+        raise InputError(
+            f"{source}: name: unknown cost model {name!r} (known: {', '.join(sorted(REGISTRY))})"
+        )
     try:
         make_cost_model(name, values)
     except InputError as exc:
@@ -172,6 +179,17 @@ def shipped() -> dict[str, Path]:
     return {p.stem: p for p in sorted(COEFFICIENT_DIR.glob("*.json"))}
 
 
+def shipped_cost_model(stem: str) -> tuple[str, dict[str, float]] | None:
+    """``(name, params)`` of the shipped coefficient set ``stem`` (``llama-2-7b_a100-80gb_tp1``), or
+    ``None`` when no shipped file has that stem: the one lookup of a shipped set by name, for the command
+    line's ``--cost-model`` (:func:`resolve_cost_model`) and for Python's ``make_cost_model``."""
+    files = shipped()
+    if stem not in files:
+        return None
+    cf = load_coefficients(files[stem])
+    return cf.name, dict(cf.params)
+
+
 def resolve_cost_model(spec: str) -> tuple[str, dict[str, float]]:
     """``(name, params)`` for what ``--cost-model`` names.
 
@@ -186,12 +204,11 @@ def resolve_cost_model(spec: str) -> tuple[str, dict[str, float]]:
     if path.suffix == ".json" or path.is_file():
         cf = load_coefficients(path)
         return cf.name, dict(cf.params)
-    files = shipped()
-    if spec in files:
-        cf = load_coefficients(files[spec])
-        return cf.name, dict(cf.params)
+    found = shipped_cost_model(spec)
+    if found is not None:
+        return found
     known = ", ".join(sorted(REGISTRY))
     raise InputError(
         f"--cost-model: {spec!r} is not a cost model ({known}), a coefficient file, "
-        f"or a shipped coefficient set ({', '.join(files) or 'none'})"
+        f"or a shipped coefficient set ({', '.join(shipped()) or 'none'})"
     )

@@ -20,9 +20,16 @@ import numpy as np
 
 from kvsched.errors import InputError
 
+#: The first bytes of every gzip stream (RFC 1952): a compressed trace is read whatever its name.
+GZIP_MAGIC = b"\x1f\x8b"
 
-def read_csv_text(path: Path) -> str:
-    """The UTF-8 text of ``path`` (a byte-order mark dropped), or one clear :class:`InputError` line."""
+
+def read_file_bytes(path: Path) -> bytes:
+    """The bytes of ``path``, gzip-decompressed when the file is a gzip stream (a ``.csv.gz`` trace, as the
+    Vidur/Splitwise traces ship, or a ``.json.gz`` instance); one clear :class:`InputError` line otherwise.
+
+    By the first bytes, not the name: a plain file named ``.gz`` is read as it is.
+    """
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -31,6 +38,32 @@ def read_csv_text(path: Path) -> str:
         raise InputError(f"{path}: is a folder, not a file") from None
     except OSError as exc:
         raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if not data.startswith(GZIP_MAGIC):
+        return data
+    import gzip  # here: only a compressed file needs it
+    import zlib
+
+    try:
+        return gzip.decompress(data)
+    except (OSError, EOFError, zlib.error) as exc:  # a truncated or damaged archive
+        raise InputError(f"{path}: gzip-compressed, but cannot be decompressed ({exc})") from None
+
+
+def gunzip_head(head: bytes, size: int) -> bytes:
+    """At most ``size`` decompressed bytes from ``head``, a gzip stream's first bytes (``b""`` if they are
+    not one): enough to read a compressed file's first line without reading the file."""
+    import zlib
+
+    try:
+        return zlib.decompressobj(wbits=31).decompress(head, size)  # 31: expect a gzip header
+    except zlib.error:
+        return b""
+
+
+def read_csv_text(path: Path) -> str:
+    """The UTF-8 text of ``path`` (gzip-decompressed if it is compressed, a byte-order mark dropped), or
+    one clear :class:`InputError` line."""
+    data = read_file_bytes(path)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -40,7 +73,11 @@ def read_csv_text(path: Path) -> str:
 
 
 def csv_header(path: Path, text: str) -> list[str]:
-    """The column names in the first line of ``text`` (an :class:`InputError` if there are none)."""
+    """The column names in the first line of ``text`` (an :class:`InputError` if there are none).
+
+    Names are stripped of surrounding spaces: ``arrived_at, num_prefill_tokens`` (a space after each
+    comma, as some writers put it) names the columns it means, not ``' num_prefill_tokens'``.
+    """
     first = text.partition("\n")[0].rstrip("\r")
     try:
         header = next(csv.reader([first]), [])
@@ -48,7 +85,7 @@ def csv_header(path: Path, text: str) -> list[str]:
         raise InputError(f"{path}: not a readable CSV file (line 1: {exc})") from None
     if not header:
         raise InputError(f"{path}: not a readable CSV file (no columns in its first line)")
-    return header
+    return [name.strip() for name in header]
 
 
 def _rows(path: Path, text: str, width: int) -> Any:  # -> Iterator[tuple[int, list[str]]]
@@ -126,13 +163,28 @@ def number_or_text(text: str) -> Any:
 
 
 def first_bad_row(
-    path: Path, text: str, header: list[str], checks: dict[str, Callable[[Any], bool]]
+    path: Path, text: str, header: list[str], checks: dict[str, tuple[Callable[[Any], bool], str]]
 ) -> InputError:
-    """The error for the first value (in file order) of the columns in ``checks`` that fails its check."""
-    at = [(header.index(name), name, ok) for name, ok in checks.items() if name in header]
+    """The error for the first value (in file order) of the columns in ``checks`` that fails its check.
+
+    ``checks`` maps a column to its check and the words of its rule (``"a whole number from 1 to ..."``),
+    which the error states, as a JSON instance's errors state theirs.
+    """
+    at = [(header.index(name), name, ok, words) for name, (ok, words) in checks.items() if name in header]
     for line, row in _rows(path, text, len(header)):
-        for i, name, ok in at:
+        for i, name, ok, words in at:
             value = number_or_text(row[i].strip()) if i < len(row) else ""
             if not ok(value):
-                return InputError(f"{path}: line {line}: {name}: {value!r} is not a valid value")
+                return InputError(f"{path}: line {line}: {name}: {value!r} is not valid (must be {words})")
     return InputError(f"{path}: not a readable CSV file")  # not reached: some value failed its check
+
+
+def row_lines(path: Path, text: str, rows: int) -> list[int]:
+    """The file line of each of the first ``rows`` data rows of ``text`` (blank lines skipped, a quoted
+    field over several lines counted as the reader counts it): how an error names a request of a trace."""
+    lines: list[int] = []
+    for line, _ in _rows(path, text, 2**31):
+        if len(lines) == rows:
+            break
+        lines.append(line)
+    return lines

@@ -111,23 +111,21 @@ def format_validation_error(source: str, exc: ValidationError) -> str:
 
 
 def read_text(path: Path) -> str:
-    """The UTF-8 text of ``path``, or one clear :class:`InputError` line when it cannot be read."""
+    """The UTF-8 text of ``path`` (gzip-decompressed if it is compressed), or one clear :class:`InputError`
+    line when it cannot be read."""
+    from kvsched.instances.csvtrace import read_file_bytes
+
+    data = read_file_bytes(path)
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError(f"{path}: no such file") from None
-    except IsADirectoryError:
-        raise InputError(f"{path}: is a folder, not a file") from None
+        return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        if exc.object.startswith(b"SQLite format 3\x00"):  # a results database where a document belongs
+        if data.startswith(SQLITE_HEADER):  # a results database where a document belongs
             raise InputError(
                 f"{path}: an SQLite database (a results database?), not a JSON or CSV file"
             ) from None
         raise InputError(
-            f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start})"
+            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
         ) from None
-    except OSError as exc:
-        raise InputError(f"{path}: cannot read ({exc.strerror or exc})") from None
 
 
 def parse_json(text: str, source: str) -> Any:
@@ -268,6 +266,22 @@ def check_time_model(time_model: TimeModel, source: str) -> None:
         raise InputError(f"{source}: {exc}") from None
 
 
+def own_coefficients(time_model: TimeModel) -> TimeModel:
+    """``time_model``, or, where it names a shipped coefficient set (``TimeModel("llama-2-7b_a100-80gb_tp1")``),
+    the model and coefficients of that set, its own ``params`` replacing single ones: what ``--cost-model``
+    puts in an instance, so that the instance carries its coefficients and never refers back to the file."""
+    from kvsched.costmodel import REGISTRY
+    from kvsched.costmodel.coeffile import shipped_cost_model
+
+    if time_model.name in REGISTRY:
+        return time_model
+    found = shipped_cost_model(time_model.name)
+    if found is None:
+        return time_model  # (not reached after check_time_model: the name is one or the other)
+    name, params = found
+    return TimeModel(name, {**params, **time_model.params})
+
+
 def check_instance(instance: Instance, source: str = "instance") -> Instance:
     """Check an instance built in Python against the file schema (what loading it back would check)."""
     return instance_from_dict(instance_to_dict(instance), source)
@@ -383,8 +397,9 @@ def _is_csv_trace(head: bytes, complete: bool) -> bool:
     names = line.decode("utf-8-sig", errors="replace").rstrip("\r").split(",")
     if not newline and not complete:
         names = names[:-1]
-    # Names as load_csv_trace's csv reader sees them: a quoted name loses its quotes.
-    return set(CSV_COLUMNS[1:]) <= {name.strip('"') for name in names}
+    # Names as load_csv_trace's csv reader sees them: a quoted name loses its quotes, and each name its
+    # surrounding spaces (csv_header strips them).
+    return set(CSV_COLUMNS[1:]) <= {name.strip().strip('"') for name in names}
 
 
 def check_not_input(path: str | Path, what: str, *, kind: OutputKind = "output") -> Path:
@@ -412,6 +427,10 @@ def check_not_input(path: str | Path, what: str, *, kind: OutputKind = "output")
         raise InputError(f"{what}: {p} is a kvsched instance file; refusing to overwrite it")
     if kind != "database" and head.startswith(SQLITE_HEADER):
         raise InputError(f"{what}: {p} is an SQLite database (a results database?); refusing to overwrite it")
+    from kvsched.instances.csvtrace import GZIP_MAGIC, gunzip_head
+
+    if head.startswith(GZIP_MAGIC):  # a compressed trace (.csv.gz): its header is in the stream
+        head = gunzip_head(head, _SNIFF_BYTES)
     if _is_csv_trace(head, complete=len(head) < _SNIFF_BYTES):
         raise InputError(
             f"{what}: {p} is a CSV trace (its header names {', '.join(CSV_COLUMNS[1:])}); "
@@ -423,13 +442,14 @@ def check_not_input(path: str | Path, what: str, *, kind: OutputKind = "output")
 def check_instance_path(path: str | Path, what: str = "--out") -> Path:
     """``path`` as a :class:`Path` if an instance file may be written there; else the one :class:`InputError`.
 
-    A ``.csv`` name is refused: :func:`load_instance` reads such a file as a CSV trace, so the JSON
-    written there could not be read back.
+    A ``.csv`` (or ``.csv.gz``) name is refused: :func:`load_instance` reads such a file as a CSV trace,
+    so the JSON written there could not be read back.
     """
     p = Path(expect_path(path))
-    if p.suffix.lower() == ".csv":
+    if is_csv_name(p):
         raise InputError(
-            f"{what}: {p.name}: an instance is written as JSON, and a .csv file is read as a trace; use .json"
+            f"{what}: {p.name}: an instance is written as JSON, and a {csv_suffix(p)} file is read as a trace; "
+            "use .json"
         )
     return p
 
@@ -477,6 +497,46 @@ def save_instance(instance: Instance, path: str | Path) -> None:
     write_output(p, "save_instance", lambda q: q.write_text(text, encoding="utf-8"))
 
 
+#: The names :func:`load_instance` reads as a CSV trace (gzip-compressed or not).
+CSV_SUFFIXES = (".csv", ".csv.gz")
+
+
+def is_csv_name(path: str | Path) -> bool:
+    """Whether :func:`load_instance` reads ``path`` as a CSV trace: a name ending in ``.csv`` or ``.csv.gz``."""
+    return Path(path).name.lower().endswith(CSV_SUFFIXES)
+
+
+def csv_suffix(path: Path) -> str:
+    """The CSV suffix ``path`` ends in (``.csv`` or ``.csv.gz``), for messages."""
+    return ".csv.gz" if path.name.lower().endswith(".csv.gz") else ".csv"
+
+
+def _not_json(path: Path, exc: InputError) -> InputError:
+    """The error of a file that did not read as JSON: ``exc``, unless its first line is a CSV trace's
+    header (a trace named ``.txt``, or a compressed one named ``.gz``), which is named as such.
+
+    By the name alone a CSV trace is told from an instance; the sniff here is only ever an error's words.
+    """
+    from kvsched.instances.csvtrace import GZIP_MAGIC, gunzip_head
+
+    try:
+        with path.open("rb") as fh:
+            head = fh.read(_SNIFF_BYTES)
+    except OSError:
+        return exc
+    packed = head.startswith(GZIP_MAGIC)
+    if packed:
+        head = gunzip_head(head, _SNIFF_BYTES)
+    if not _is_csv_trace(head, complete=len(head) < _SNIFF_BYTES):
+        return exc
+    want = ".csv.gz" if packed else ".csv"
+    return InputError(
+        f"{path}: read as a JSON instance (by its name), but it is a CSV trace (its header names "
+        f"{', '.join(CSV_COLUMNS[1:])}); a CSV trace's name must end in .csv or .csv.gz "
+        f"(e.g. {path.with_suffix(want).name if path.suffix else path.name + want})"
+    )
+
+
 def load_instance(
     path: str | Path,
     *,
@@ -490,10 +550,14 @@ def load_instance(
     Parameters
     ----------
     path
-        ``.json`` instance file, or ``.csv`` trace with Vidur/Splitwise columns.
+        ``.json`` instance file, or ``.csv`` trace with Vidur/Splitwise columns (by the name: a name
+        ending in ``.csv`` or ``.csv.gz`` is a trace). Either may be gzip-compressed (read by its
+        first bytes, whatever the name: ``trace.csv.gz``, ``inst.json.gz``).
     limits, time_model
         Required for a CSV trace (which carries no limits); for a JSON file,
-        they replace the file's own when given.
+        they replace the file's own when given. ``time_model`` may name a
+        shipped coefficient set (``TimeModel("llama-2-7b_a100-80gb_tp1")``):
+        the instance then carries that set's model and coefficients.
     check_feasible
         Reject instances with a request that can never complete (I + O - 1 > M).
     limit_overrides
@@ -511,25 +575,51 @@ def load_instance(
     overrides = dict(limit_overrides or {})
     if time_model is not None:
         check_time_model(time_model, "time_model")
-    if p.suffix.lower() == ".csv":
+        time_model = own_coefficients(time_model)
+    if is_csv_name(p):
         if limits is None and "kv_capacity" not in overrides:
+            # Worded for both callers: the command line's flag and the Python argument.
             raise InputError(
-                f"{p}: a CSV trace carries no engine limits; give the KV capacity (--kv-capacity)"
+                f"{p}: a CSV trace carries no engine limits; give the KV capacity "
+                "(--kv-capacity on the command line; limits= or limit_overrides= in Python)"
             )
         if overrides:
             limits = limits_with(limits, overrides, "engine limits")
         assert limits is not None
         instance = load_csv_trace(p, limits, time_model or TimeModel())
-    else:
-        instance = instance_from_dict(read_json(p), str(p))
-        if limits is not None or time_model is not None or overrides:
-            new_limits = limits or instance.limits
-            if overrides:
-                new_limits = limits_with(new_limits, overrides, "engine limits")
-            instance = replace(instance, limits=new_limits, time_model=time_model or instance.time_model)
+        if check_feasible:
+            check_trace_feasible(instance, p)
+        return instance
+    try:
+        doc = read_json(p)
+    except InputError as exc:
+        raise _not_json(p, exc) from None
+    instance = instance_from_dict(doc, str(p))
+    if limits is not None or time_model is not None or overrides:
+        new_limits = limits or instance.limits
+        if overrides:
+            new_limits = limits_with(new_limits, overrides, "engine limits")
+        instance = replace(instance, limits=new_limits, time_model=time_model or instance.time_model)
     if check_feasible:
         instance.check_feasible(requests=False)  # its requests were checked as they were read
     return instance
+
+
+def check_trace_feasible(instance: Instance, path: str | Path) -> None:
+    """``instance.check_feasible(requests=False)`` for an instance just read from the CSV trace ``path``:
+    a request that can never complete is named by its line in the file (its id, ``r13``, is the loader's
+    own, not the file's), with how many cannot in all."""
+    from kvsched.instances.csvtrace import read_csv_text, row_lines
+
+    p = Path(path)
+
+    def line_of(k: int) -> str:
+        # Read again only here, on the error path: the loader keeps no line numbers (blank lines and
+        # quoted fields over several lines shift them).
+        lines = row_lines(p, read_csv_text(p), k + 1)
+        return f"{p}: line {lines[k]}" if len(lines) > k else f"{p}: request {instance.requests[k].id!r}"
+
+    instance.check_feasible(requests=False, name=line_of)
 
 
 def load_csv_trace(path: str | Path, limits: Limits, time_model: TimeModel, *, name: str = "") -> Instance:
@@ -560,15 +650,22 @@ def load_csv_trace(path: str | Path, limits: Limits, time_model: TimeModel, *, n
             cols = [np.zeros(cols[0].size), *cols]
         requests = _numeric_requests(*cols)
     if requests is None:  # some value is not valid: the row by row check names the first one
+        # The rules in words, as a JSON instance's errors give them (a CSV cell may spell a whole
+        # number as 374.0); a time names its unit, the usual fault of an out-of-range arrival.
+        tokens = (_positive_int, f"a whole number from 1 to {MAX_TOKENS}")
         checks = {
-            "arrived_at": lambda a: _finite(value=a) and 0 <= float(a) <= MAX_TIME,
-            "num_prefill_tokens": _positive_int,
-            "num_decode_tokens": _positive_int,
+            "arrived_at": (
+                lambda a: _finite(value=a) and 0 <= float(a) <= MAX_TIME,
+                f"a number from 0 to {MAX_TIME:g}, in the time model's unit: seconds, or slots under unit",
+            ),
+            "num_prefill_tokens": tokens,
+            "num_decode_tokens": tokens,
         }
         raise first_bad_row(p, text, header, checks)
     if not requests:
         raise InputError(f"{p}: the trace has no requests")
-    return Instance(tuple(requests), limits, time_model, name or p.stem, {"source": str(p)})
+    # A shipped set named as the model becomes its coefficients, as in load_instance (and --cost-model).
+    return Instance(tuple(requests), limits, own_coefficients(time_model), name or p.stem, {"source": str(p)})
 
 
 def _numeric_requests(arrivals: Any, prompts: Any, outputs: Any) -> list[Request] | None:

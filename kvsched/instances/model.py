@@ -323,7 +323,7 @@ class Instance:
         # instances have equal requests, limits and names, so these fields alone keep hash and == consistent.
         return hash((self.name, self.limits, self.time_model.name, tuple(self.requests)))
 
-    def check_feasible(self, *, requests: bool = True) -> None:
+    def check_feasible(self, *, requests: bool = True, name: Callable[[int], str] | None = None) -> None:
         """Raise :class:`InfeasibleInstanceError` if some request can never run.
 
         A request is impossible when its peak KV (I + O - 1, rounded up to
@@ -331,32 +331,42 @@ class Instance:
         budgets forbid even a one-token step. With ``requests`` (the default),
         :meth:`check_requests` runs first; a caller that just read the instance
         from a file (checked by its schema or the CSV loader) may skip it.
+        ``name`` words the error's reference to the request at a position (by
+        default ``request 'ID'``; a CSV trace's loader names its file line).
         """
         if any(known is self for known in _FEASIBLE):
             return
         if requests:
             self.check_requests()
-        self._check_peaks()
+        self._check_peaks(name)
         if requests and type(self.requests) is tuple:  # a list could change after the check
             _FEASIBLE.append(self)
 
-    def _check_peaks(self) -> None:
-        """Raise :class:`InfeasibleInstanceError` naming the first request whose peak KV exceeds M."""
+    def _check_peaks(self, name: Callable[[int], str] | None = None) -> None:
+        """Raise :class:`InfeasibleInstanceError` naming the first request whose peak KV exceeds M, and
+        how many do in all (a trace cut for a smaller M has many: fixing them one error at a time is slow)."""
         lim = self.limits
         # A peak fits in whole blocks exactly when it is at most the blocks' tokens: one pass over
         # the sums first (100,000 requests in a few ms), the loop below only to name the first misfit.
         fits = lim.kv_blocks * lim.block_size
         if max((r.prompt + r.output for r in self.requests), default=0) - 1 <= fits:
             return
-        for r in self.requests:
-            need = lim.blocks_for(r.peak_kv) * lim.block_size
-            if need > lim.kv_capacity:
-                raise InfeasibleInstanceError(
-                    f"request {r.id!r}: needs {r.peak_kv} KV tokens (I + O - 1 = "
-                    f"{r.prompt} + {r.output} - 1"
-                    + (f", {need} in blocks of {lim.block_size}" if need != r.peak_kv else "")
-                    + f") but the KV capacity M is {lim.kv_capacity}; it can never complete"
-                )
+        misfits = [k for k, r in enumerate(self.requests) if r.peak_kv > fits]
+        k = misfits[0]
+        r = self.requests[k]
+        need = lim.blocks_for(r.peak_kv) * lim.block_size
+        more = len(misfits) - 1
+        raise InfeasibleInstanceError(
+            (name(k) if name is not None else f"request {r.id!r}")
+            + f": needs {r.peak_kv} KV tokens (I + O - 1 = {r.prompt} + {r.output} - 1"
+            + (f", {need} in blocks of {lim.block_size}" if need != r.peak_kv else "")
+            + f") but the KV capacity M is {lim.kv_capacity}; it can never complete"
+            + (
+                f" ({len(misfits)} of the {len(self.requests)} requests cannot fit M; this is the first)"
+                if more
+                else ""
+            )
+        )
 
 
 def expect_limits(value: object, name: str = "limits") -> Limits:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -28,13 +28,15 @@ from rich.table import Table
 
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance
-from kvsched.schedule.core import TIME_TOL, BatchRecord
-from kvsched.schedule.records import RunRecord
+from kvsched.schedule.batches import batch_metrics as batch_metrics  # (re-exported: its old home)
+from kvsched.schedule.core import TIME_TOL
 from kvsched.schedule.tokens import BatchClock, TokenStats, linear_quantiles, tbt_quantiles, token_stats
 from kvsched.schedule.validate import Trace, expect_trace
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from kvsched.schedule.serving import ServingMetrics
 
 #: Quantile convention of every percentile here (numpy's default).
 QUANTILE_METHOD = "linear"
@@ -334,117 +336,6 @@ def request_metrics(trace: Trace, *, stats: TokenStats | None = None) -> pd.Data
     return request_frame(trace, request_columns(trace, stats))
 
 
-# ------------------------------------------------------------------- batches
-def batch_metrics(trace: Trace) -> pd.DataFrame:
-    """One row per batch (index: batch index), straight from the batch records.
-
-    Columns: start, end, duration, num_items, num_tokens, prefill_tokens
-    (prefill and refill), num_decodes, kv_tokens (KV held during the batch),
-    kv_util (KV blocks held x block size / M: the fraction of the cache in
-    use), num_running (requests holding KV), num_evicted, num_generated.
-    """
-    expect_trace(trace)
-    import pandas as pd
-
-    cols = _batch_columns(trace)
-    lim = trace.instance.limits
-    start, end = cols["start"], cols["end"]
-    return pd.DataFrame(
-        {
-            "start": start,
-            "end": end,
-            "duration": end - start,
-            "num_items": cols["num_items"],
-            "num_tokens": cols["num_tokens"],
-            "prefill_tokens": cols["prefill_tokens"],
-            "num_decodes": cols["num_decodes"],
-            "kv_tokens": cols["kv_tokens"],
-            "kv_util": cols["kv_blocks"] * lim.block_size / lim.kv_capacity,
-            "num_running": cols["num_running"],
-            "num_evicted": cols["num_evicted"],
-            "num_generated": cols["num_generated"],
-        },
-        index=pd.Index(cols["index"], name="batch"),
-    )
-
-
-_COLUMNS: dict[str, type] = {
-    "index": np.int64,
-    "start": np.float64,
-    "end": np.float64,
-    "num_items": np.int64,
-    "num_tokens": np.int64,
-    "prefill_tokens": np.int64,
-    "num_decodes": np.int64,
-    "kv_tokens": np.int64,
-    "kv_blocks": np.int64,
-    "num_running": np.int64,
-    "num_evicted": np.int64,
-    "num_generated": np.int64,
-}
-
-
-def _record_columns(recs: list[BatchRecord]) -> dict[str, np.ndarray]:
-    k = len(recs)
-
-    def column(get: Callable[[BatchRecord], float], dtype: type) -> np.ndarray:
-        return np.fromiter((get(r) for r in recs), dtype=dtype, count=k)
-
-    out = {
-        name: column(lambda r, name=name: getattr(r, name), dtype)
-        for name, dtype in _COLUMNS.items()
-        if name != "num_generated"
-    }
-    out["num_generated"] = column(lambda r: r.generated.size, np.int64)
-    return out
-
-
-def _run_columns(runs: list[RunRecord]) -> dict[str, np.ndarray]:
-    """The per-batch columns of every batch of ``runs``, laid out with numpy."""
-    k = np.fromiter((r.repeat for r in runs), dtype=np.int64, count=len(runs))
-    owner = np.repeat(np.arange(len(runs)), k)
-    step = np.arange(int(k.sum()), dtype=np.int64) - np.repeat(np.cumsum(k) - k, k) + 1  # 1-based in its run
-
-    def per_run(get: Callable[[RunRecord], int]) -> np.ndarray:
-        return np.fromiter((get(r) for r in runs), dtype=np.int64, count=len(runs))[owner]
-
-    decodes = per_run(lambda r: r.requests.size)
-    chunk = per_run(lambda r: r.chunk_tokens)  # a mixed run's prompt tokens per batch (else 0)
-    tokens = decodes + chunk
-    starts = np.concatenate([r.run.starts() for r in runs])
-    if all(r.block_size == 1 for r in runs):
-        kv_blocks = per_run(lambda r: r.kv_blocks) + tokens * step
-    else:
-        kv_blocks = np.concatenate([r.kv_blocks_during() for r in runs])
-    return {
-        "index": per_run(lambda r: r.index) + step - 1,
-        "start": starts,
-        "end": starts + np.concatenate([r.run.durations for r in runs]),
-        "num_items": decodes + (chunk > 0),
-        "num_tokens": tokens,
-        "prefill_tokens": chunk,
-        "num_decodes": decodes,
-        "kv_tokens": per_run(lambda r: r.kv_tokens) + tokens * step,
-        "kv_blocks": kv_blocks,
-        "num_running": per_run(lambda r: r.num_running),
-        "num_evicted": np.zeros(step.size, dtype=np.int64),
-        "num_generated": decodes,
-    }
-
-
-def _batch_columns(trace: Trace) -> dict[str, np.ndarray]:
-    """The per-batch columns of :func:`batch_metrics`; runs are laid out with numpy, not expanded."""
-    recs = [e for e in trace.entries if type(e) is not RunRecord]
-    runs = [e for e in trace.entries if type(e) is RunRecord]
-    cols = _record_columns(recs)  # type: ignore[arg-type]
-    if not runs:
-        return cols
-    more = _run_columns(runs)  # type: ignore[arg-type]
-    joined = {name: np.concatenate([cols[name], more[name]]) for name in _COLUMNS}
-    order = np.argsort(joined["index"], kind="stable")  # back in batch order
-    return {name: col[order] for name, col in joined.items()}
-
-
 # ----------------------------------------------------------------------- run
 @dataclass(frozen=True, slots=True)
 class RunMetrics:
@@ -693,7 +584,12 @@ def _fmt(value: float | int | None, kind: str = "num") -> str:
 
 
 def summary_table(
-    trace: Trace, title: str = "Run summary", unit: str | None = None, *, metrics: RunMetrics | None = None
+    trace: Trace,
+    title: str = "Run summary",
+    unit: str | None = None,
+    *,
+    metrics: RunMetrics | None = None,
+    serving: ServingMetrics | None = None,
 ) -> Table:
     """A one-screen table of :func:`run_metrics`, grouped by topic.
 
@@ -705,6 +601,9 @@ def summary_table(
         :class:`~kvsched.errors.InputError`.
     metrics
         :func:`run_metrics` of ``trace`` where the caller has it already.
+    serving
+        :func:`~kvsched.schedule.serving.serving_metrics` of ``trace``: with an SLO for every request
+        (``slo=``, ``--slo``), the SLO group shows its attainment beside that of the requests' own SLOs.
     """
     expect_trace(trace)
     unit = expect_unit(unit, trace)
@@ -755,16 +654,7 @@ def summary_table(
                 ("KV util peak", _fmt(m.peak_kv_util, "pct")),
             ],
         ),
-        (
-            "SLO",
-            # The requests' own ttft_slo/tbt_slo; --slo's goodput is in the serving table.
-            [
-                (
-                    "attainment (requests' own SLOs)",
-                    _fmt(m.slo_attainment, "pct") if m.slo_attainment is not None else "no SLOs",
-                )
-            ],
-        ),
+        ("SLO", _slo_rows(m, serving)),
     ]
     table = Table(title=title)
     table.add_column("group", style="bold")
@@ -782,6 +672,27 @@ def summary_table(
     return table
 
 
+def _slo_rows(m: RunMetrics, serving: ServingMetrics | None) -> list[tuple[str, str]]:
+    """The SLO group's rows: the requests' own SLOs (``ttft_slo``, ``tbt_slo`` on the p99 gap), and, where
+    ``serving`` has an SLO for every request, its attainment: the goodput's good requests over all.
+
+    Two rows, not one: the two tests differ (an own TBT SLO is judged on the p99 gap, ``--slo``'s tpot on
+    the mean), and a row reading "no SLOs" next to a given ``--slo`` read as if it had been ignored.
+    """
+    own = _fmt(m.slo_attainment, "pct") if m.slo_attainment is not None else "no request has one"
+    rows = [("attainment (requests' own SLOs)", own)]
+    if serving is not None and serving.slo is not None and serving.good_requests is not None:
+        fraction = serving.goodput_fraction
+        share = _fmt(fraction, "pct") if fraction is not None else "n/a"
+        rows.append(
+            (
+                f"attainment ({serving.slo.describe()})",
+                f"{share} ({serving.good_requests:,} of {serving.num_requests:,})",
+            )
+        )
+    return rows
+
+
 def print_summary(
     trace: Trace,
     console: Console | None = None,
@@ -789,12 +700,15 @@ def print_summary(
     title: str = "Run summary",
     unit: str | None = None,
     metrics: RunMetrics | None = None,
+    serving: ServingMetrics | None = None,
 ) -> None:
     """Print :func:`summary_table` to ``console`` (a new stdout console by default).
 
-    ``unit`` labels the times: by default the trace's own (:func:`time_unit`), and no other is taken.
+    ``unit`` labels the times: by default the trace's own (:func:`time_unit`), and no other is taken;
+    ``serving`` adds an SLO given for every request (see :func:`summary_table`).
     """
     expect_trace(trace)
     if console is not None and not isinstance(console, Console):
         raise InputError(f"console: expected a rich.console.Console or None, got {type(console).__name__}")
-    (console or Console()).print(summary_table(trace, title=title, unit=unit, metrics=metrics))
+    table = summary_table(trace, title=title, unit=unit, metrics=metrics, serving=serving)
+    (console or Console()).print(table)

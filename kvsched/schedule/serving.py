@@ -102,6 +102,10 @@ class SLO:
     def to_dict(self) -> dict[str, float | None]:
         return {f"slo_{k}": getattr(self, k) for k in _SLO_KEYS}
 
+    def describe(self) -> str:
+        """The objectives given, as a table's caption or row names them: ``ttft <= 0.2, tpot <= 0.05``."""
+        return ", ".join(f"{k} <= {getattr(self, k):g}" for k in _SLO_KEYS if getattr(self, k) is not None)
+
 
 def parse_slo(text: str, unit: str, flag: str = "--slo") -> SLO:
     """``ttft=V,tpot=V,e2el=V`` as an :class:`SLO` in the time unit ``unit``.
@@ -371,6 +375,22 @@ def _good(req: Mapping[str, np.ndarray], slo: SLO | None) -> np.ndarray | None:
     return good
 
 
+def good_flags(requests: pd.DataFrame | Mapping[str, np.ndarray], slo: SLO) -> np.ndarray:
+    """Whether each request counts toward goodput under ``slo``: complete, and meeting every objective
+    it gives (a bool array in request order; the requests :attr:`ServingMetrics.good_requests` counts).
+
+    ``requests`` is :func:`~kvsched.schedule.metrics.request_metrics` (or ``request_columns``) of a
+    trace, or several engines' frames joined. The per-request output of ``kvsched simulate --slo``
+    carries these flags: its ``slo_met`` columns are about each request's own SLOs, another test.
+    """
+    if not isinstance(slo, SLO):
+        expect_slo(slo)  # raises, with a hint for an SLO given as text
+        raise InputError("slo: expected kvsched.SLO(ttft=..., tpot=..., e2el=...), got None")
+    good = _good(request_arrays(requests), slo)
+    assert good is not None  # (with an SLO, every request is judged)
+    return good
+
+
 def serving_metrics(
     traces: Trace | Sequence[Trace | None],
     slo: SLO | None = None,
@@ -439,10 +459,6 @@ def _cell(value: float | None) -> str:
     return "-" if math.isnan(value) else f"{value:.4g}"
 
 
-def _describe(slo: SLO) -> str:
-    return ", ".join(f"{k} <= {getattr(slo, k):g}" for k in _SLO_KEYS if getattr(slo, k) is not None)
-
-
 def serving_table(m: ServingMetrics, title: str = "Serving metrics") -> Table:
     """TTFT, TPOT, ITL and E2EL with mean, median, p90, p99, p99.9; throughput and goodput below."""
     unit = m.time_unit
@@ -459,7 +475,7 @@ def serving_table(m: ServingMetrics, title: str = "Serving metrics") -> Table:
         f"requests / {per}: {_cell(rates['requests_per_time_unit'])}",
     ]
     if m.good_requests is not None:
-        which = _describe(m.slo) if m.slo else "each request's own SLOs"
+        which = m.slo.describe() if m.slo else "each request's own SLOs"
         notes.append(
             f"goodput ({which}): {m.good_requests:,} of {m.num_requests:,} requests, "
             f"{_cell(rates['goodput_per_time_unit'])} / {per}"
@@ -476,6 +492,7 @@ __all__ = [
     "SLO",
     "Distribution",
     "ServingMetrics",
+    "good_flags",
     "parse_slo",
     "serving_metrics",
     "serving_table",
