@@ -30,7 +30,14 @@ from kvsched.errors import InputError
 from kvsched.instances.model import Instance
 from kvsched.schedule.batches import batch_metrics as batch_metrics  # (re-exported: its old home)
 from kvsched.schedule.core import TIME_TOL
-from kvsched.schedule.tokens import BatchClock, TokenStats, linear_quantiles, tbt_quantiles, token_stats
+from kvsched.schedule.tokens import (
+    BatchClock,
+    TokenStats,
+    first_arrival,
+    linear_quantiles,
+    tbt_quantiles,
+    token_stats,
+)
 from kvsched.schedule.validate import Trace, expect_trace
 
 if TYPE_CHECKING:
@@ -518,8 +525,7 @@ def run_metrics(
     )
     bat = _batch_totals(trace, clock)
     makespan = bat.makespan
-    arrival = trace.state.arrival
-    span = makespan - (float(arrival.min()) if arrival.size else 0.0)  # as the serving metrics' duration
+    span = makespan - first_arrival((trace,))  # as the serving metrics' duration
     durations, util = bat.durations, bat.kv_util
     busy = float(durations.sum())
     peak_util = _max(util)
