@@ -704,3 +704,29 @@ def test_a_compressed_trace_and_a_spaced_header_work_on_the_command_line(tmp_pat
     spaced = _trace(tmp_path, "0, 4, 2\n", "spaced.csv")
     spaced.write_text(HEADER.replace(",", ", ") + "0, 4, 2\n")
     assert main(["info", str(spaced), "-M", "64"]) == 0
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [("simulate", "-o"), ("simulate", "--json"), ("compare", "--json"), ("solve", "--json")],
+)
+def test_no_output_replaces_the_cost_model_or_policy_file_it_reads(tmp_path, capsys, command, flag):
+    # replay --cost-model fit.json -o fit.json (and simulate, compare, solve) replaced the coefficient file
+    # they were reading with their own output: the cost model and FILE.py:CLASS policies are inputs too.
+    import shutil
+
+    from kvsched.costmodel.coeffile import COEFFICIENT_DIR
+
+    fit = tmp_path / "fit.json"
+    shutil.copy(COEFFICIENT_DIR / "llama-2-7b_a100-80gb_tp1.json", fit)
+    before = fit.read_bytes()
+    head = [command, str(EXAMPLES / "figure15.json")]
+    head += ["-p", "sarathi"] if command == "simulate" else ["--time-limit", "5"]
+    assert main([*head, "--cost-model", str(fit), flag, str(fit)]) == 2
+    assert "is also an input of this command" in capsys.readouterr().err and fit.read_bytes() == before
+    if command == "compare":
+        mine = tmp_path / "mine.py"
+        mine.write_text("class Mine:\n    pass\n")
+        assert main([*head, "--policies", f"sarathi,{mine}:Mine", flag, str(mine)]) == 2
+        assert "is also an input of this command" in capsys.readouterr().err
+        assert mine.read_text() == "class Mine:\n    pass\n"

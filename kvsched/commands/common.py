@@ -208,7 +208,7 @@ def check_outputs(
     file of that kind: ``"instance"`` (``generate --out``) an instance file,
     ``"database"`` (``sweep --db``, which resumes it) a database.
     """
-    given_inputs = [getattr(args, name, None) for name in inputs]
+    given_inputs = [*(getattr(args, name, None) for name in inputs), *_read_files(args)]
     sources = {
         same_file_key(Path(p)) for p in [*given_inputs, *extra_inputs] if isinstance(p, str | Path) and p
     }
@@ -227,6 +227,31 @@ def check_outputs(
                 f"{flag}: {value} is also the file of {written[key]}; give each output its own name"
             )
         written[key] = flag
+
+
+#: Flags naming files a command reads beside its inputs: policies written in files (``FILE.py:CLASS``,
+#: comma-separated where several) and the cost model (a shipped name, or a coefficient file).
+_POLICY_FLAGS = ("policy", "policies", "warm_start")
+
+
+def _read_files(args: argparse.Namespace) -> list[str]:
+    """The files ``args``' policy and cost-model flags read (``replay --cost-model fit.json -o fit.json``
+    replaced the coefficient file it was reading with its own output)."""
+    found: list[str] = []
+    model = getattr(args, "cost_model", None)
+    if isinstance(model, str) and Path(model).is_file():
+        found.append(model)
+    for name in _POLICY_FLAGS:
+        value = getattr(args, name, None)
+        for text in value if isinstance(value, list | tuple) else [value]:
+            for part in text.split(",") if isinstance(text, str) else ():
+                if ".py:" in part:
+                    # (imported here: the policies' module costs every command 40 ms, and few name a file)
+                    from kvsched.heuristics.own import is_file_ref
+
+                    if is_file_ref(part):
+                        found.append(part.rpartition(":")[0])
+    return found
 
 
 def check_output_path(
