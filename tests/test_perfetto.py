@@ -144,3 +144,20 @@ def test_write_chrome_trace_path_faults_are_one_input_error(tmp_path):
     if os.path.isdir("/proc/self"):
         with pytest.raises(InputError, match=r"^write_chrome_trace: /proc/t\.json cannot be written \(.+\)$"):
             write_chrome_trace(FIG15, sched, "/proc/t.json")
+
+
+def test_a_schedule_read_for_another_instance_is_not_traced(tmp_path):
+    # The trace was labelled with the instance given and held the other instance's batches.
+    from kvsched.instances.model import Instance, Request
+    from kvsched.schedule.io import load_schedule, save_schedule
+
+    inst = load_instance(EXAMPLES / "figure15.json")
+    other = Instance(
+        tuple(Request(r.id, r.arrival + 1, r.prompt, r.output) for r in inst.requests), inst.limits
+    )
+    save_schedule(simulate(inst, make_policy("vllm")).schedule, inst, tmp_path / "s.json")
+    read = load_schedule(tmp_path / "s.json", inst)
+    with pytest.raises(InputError, match=r"^schedule: it was read for another instance"):
+        write_chrome_trace(other, read, tmp_path / "t.json")
+    assert not (tmp_path / "t.json").exists()
+    assert write_chrome_trace(inst, read, tmp_path / "t.json").is_file()

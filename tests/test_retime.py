@@ -215,3 +215,25 @@ def test_durations_that_no_batch_can_have_are_one_error(bad: float) -> None:
     durations[1] = bad
     with pytest.raises(InputError, match="batch 1's duration"):
         retime(inst, sched, durations)
+
+
+def test_a_schedule_read_for_another_instance_is_not_retimed(tmp_path) -> None:
+    from kvsched.schedule.io import load_schedule, save_schedule
+
+    one = Instance((Request("a", 0.0, 2, 3),), Limits(kv_capacity=8), TimeModel("unit"))
+    other = Instance((Request("a", 5.0, 2, 3),), Limits(kv_capacity=8), TimeModel("unit"))
+    save_schedule(simulate(one, make_policy("vllm")).schedule, one, tmp_path / "s.json")
+    read = load_schedule(tmp_path / "s.json", one)
+    with pytest.raises(InputError, match=r"^schedule: it was read for another instance"):
+        retime(other, read, [1.0] * len(read))
+    # Retimed on its own instance it stays that instance's: saving it for the other is refused too.
+    again = retime(one, read, [2.0] * len(read))
+    with pytest.raises(InputError, match="read for another instance"):
+        save_schedule(again, other, tmp_path / "t.json")
+
+
+def test_a_bad_duration_is_shown_as_a_number() -> None:
+    inst = Instance((Request("a", 0.0, 2, 3),), Limits(kv_capacity=8), TimeModel("unit"))
+    sched = simulate(inst, make_policy("vllm")).schedule
+    with pytest.raises(InputError, match=r"batch 0's duration is nan;"):  # not np.float64(nan)
+        retime(inst, sched, np.full(len(sched), np.nan))

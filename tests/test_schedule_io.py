@@ -205,3 +205,57 @@ def test_load_schedule_with_its_arguments_swapped_names_path(tmp_path):
         load_schedule(path, str(path))
     with pytest.raises(InputError, match=r"^instance: .*save_schedule\(schedule, instance, path\)"):
         save_schedule(Schedule(()), path, inst)
+
+
+def _same_size_instances() -> tuple[Instance, Instance]:
+    """Two instances with the same request ids and sizes but other arrivals: only the fingerprint differs."""
+    one = evicting_instance()
+    other = Instance(tuple(Request(r.id, 1.0, r.prompt, r.output) for r in one.requests), one.limits, UNIT)
+    return one, other
+
+
+def test_a_schedule_read_for_one_instance_is_not_saved_for_another(tmp_path):
+    # It was saved stamped with the other instance's fingerprint, and then refused its real instance.
+    one, other = _same_size_instances()
+    save_schedule(evicting_schedule(one, UnitCost()), one, tmp_path / "s.json")
+    read = load_schedule(tmp_path / "s.json", one)
+    with pytest.raises(InputError, match=r"^schedule: it was read for another instance"):
+        save_schedule(read, other, tmp_path / "t.json")
+    assert not (tmp_path / "t.json").exists()
+    save_schedule(read, one, tmp_path / "t.json")  # its own instance: as before, meta unchanged
+    assert load_schedule(tmp_path / "t.json", one).meta == read.meta == {"policy": "hand"}
+
+
+@pytest.mark.parametrize(
+    ("doc", "message"),
+    [
+        # A third number 0 was "requests.0.2: Input should be greater than 0", as if a third belonged.
+        ({"c": [], "requests": [[4, 3, 0], [2, 2], [3, 2]]}, r"request 0: expected \[I, O\], got 3 numbers"),
+        ({"c": [], "requests": [[4, 0], [2, 2], [3, 2]]}, r"request 0: I and O must be > 0, got \[4, 0\]"),
+    ],
+)
+def test_infermax_requests_are_judged_as_pairs_first(doc, message):
+    with pytest.raises(InputError, match=message):
+        from_infermax(doc, evicting_instance(), UnitCost())
+
+
+def test_a_file_of_neither_format_says_so(tmp_path):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps({"C": [], "p": [], "requests": [[4, 3], [2, 2], [3, 2]]}))
+    with pytest.raises(InputError, match=r"neither a kvsched schedule .* nor an InferMax one .*'C'"):
+        load_schedule(path, evicting_instance())
+
+
+def test_a_columnar_run_repeated_zero_times_names_the_entry(tmp_path):
+    import numpy as np
+
+    from kvsched.schedule.columnar import save_columnar
+
+    inst = evicting_instance()
+    save_columnar(evicting_schedule(inst, UnitCost()), inst, tmp_path / "s.npz")
+    with np.load(tmp_path / "s.npz") as f:
+        cols = dict(f)
+    cols["repeat"][2] = 0
+    np.savez(tmp_path / "bad.npz", **cols)
+    with pytest.raises(InputError, match=r"repeat\[2\] \(entry 2\) is 0; it must be 1 or more$"):
+        load_schedule(tmp_path / "bad.npz", inst)

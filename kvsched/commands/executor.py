@@ -17,10 +17,11 @@ from rich.console import Console
 from rich.table import Table
 
 from kvsched.commands.common import (
+    EXIT_INTERRUPTED,
     EXIT_INVALID,
     check_output_path,
     check_outputs,
-    non_negative_int,
+    interrupted_exit,
     positive_int,
     seed_int,
     write_text_atomic,
@@ -33,6 +34,25 @@ from kvsched.threads import check_threads
 EXACT_DTYPES = ("float32", "float64")
 #: The files ``kvsched profile`` writes into its --out folder (:func:`kvsched.executor.profile.run_profile`).
 PROFILE_FILES = ("mlp.csv", "attention.csv", "batches.csv", "batches.json")
+#: The most --repeat and --warmup take (:data:`kvsched.executor.runner.MAX_REPEAT`, ``MAX_WARMUP``; that
+#: module imports torch, and a bad flag is refused before torch loads).
+MAX_COUNT = 1000
+
+
+def _count(low: int) -> Any:
+    """An argparse type: a whole number from ``low`` to :data:`MAX_COUNT` (``--repeat 1000000000`` ran until
+    killed, and Ctrl-C then kept nothing)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if not low <= value <= MAX_COUNT:
+            raise argparse.ArgumentTypeError(f"{text!r} must be from {low} to {MAX_COUNT}")
+        return value
+
+    return parse
 
 
 def _prediction_model(args: argparse.Namespace, instance: Any) -> tuple[Any, str]:
@@ -74,6 +94,28 @@ def _durations_model(instance: Any, schedule: Any, predict: Any, given: bool) ->
     if found:
         raise ScheduleError(found)
     return own
+
+
+def _durations_hint(violations: Any, meta: dict[str, Any], instance: Any, given: bool) -> str:
+    """A hint where every violation is a wrong duration: the schedule was made with another cost model
+    (``simulate --cost-model X``), and replay needs that model named; else ``""``."""
+    from kvsched.schedule.records import Rule
+
+    if not all(v.rule == Rule.WRONG_DURATION for v in violations):
+        return ""
+    own = instance.time_model.name
+    named = meta.get("cost_model")  # a producer that records its model (the simulator does not, yet)
+    if isinstance(named, str) and named:
+        return f"; it was made under cost model {named!r}: pass --cost-model {named}"
+    if given:
+        return (
+            f"; its durations are neither the instance's cost model's ({own!r}) nor --cost-model's: pass the "
+            "model it was made with"
+        )
+    return (
+        f"; every violation is a duration: it was made with another cost model than the instance's "
+        f"({own!r}), e.g. by simulate --cost-model X: pass the same --cost-model X"
+    )
 
 
 def _model(args: argparse.Namespace) -> Any:
@@ -127,6 +169,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
 
     # The metadata JSON beside the table is an output too: it must not replace an input or the table.
     # (None beside a device, -o /dev/null: nothing is written there.)
+    if args.oracle_limit is not None and not args.check_oracle:
+        # A limit alone was silently ignored: whoever typed it believes the oracle ran.
+        raise InputError(
+            "--oracle-limit: limits --check-oracle's check; add --check-oracle (or drop the limit)"
+        )
     metadata = output_sidecar(args.out) if args.out else None
     side = [("--out's metadata", metadata)] if metadata is not None else []
     check_outputs(args, ["out", "trace"], inputs=["instance", "schedule"], extra_outputs=side)
@@ -137,6 +184,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from kvsched.instances.io import load_instance
     from kvsched.schedule.io import load_schedule
     from kvsched.schedule.records import ScheduleError
+    from kvsched.stop import INTERRUPTS, interrupted
 
     instance = load_instance(args.instance)
     schedule = load_schedule(args.schedule, instance)
@@ -148,7 +196,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         more = len(exc.violations) - 1
         print(
             f"kvsched replay: error: {args.schedule} is not a legal schedule of {args.instance}: "
-            f"{exc.violations[0]}" + (f" (and {more} more; kvsched validate lists them)" if more else ""),
+            f"{exc.violations[0]}"
+            + (f" (and {more} more; kvsched validate lists them)" if more else "")
+            + _durations_hint(exc.violations, schedule.meta, instance, given),
             file=sys.stderr,
         )
         return EXIT_INVALID
@@ -179,20 +229,30 @@ def cmd_replay(args: argparse.Namespace) -> int:
     table = result.table
     measured, predicted = table["measured_s"].to_numpy(), table["predicted_s"].to_numpy()
     summary = ErrorSummary.of(measured, predicted)
-    e2e = end_to_end(instance, schedule, measured, predicted)
-
     cfg = model.cfg
     scaled = (
         f", times x {cfg.layer_scale:g} for {cfg.shape.layers} layers"
         if cfg.layers != cfg.shape.layers
         else ""
     )
-    out = _error_table(
+    title = (
         f"{cfg.name} ({cfg.layers} layers{scaled}) on {result.meta['device_name']}: "
         f"batch time, measured vs {predict_label}"
     )
+    meta: dict[str, Any] = {
+        **result.meta,
+        "instance": instance.name or Path(args.instance).name,
+        "schedule": Path(args.schedule).name,
+        "schedule_meta": schedule.meta,
+        "predicted_with": predict_label,
+        "summary": summary.as_dict(),
+    }
+    if result.interrupted:
+        return _keep_interrupted(args, table, meta, title, summary, console, err)
+    out = _error_table(title)
     _errors_row(out, "relative error", summary)
     console.print(out)
+    e2e = end_to_end(instance, schedule, measured, predicted)
     e2e_table = Table(title="end to end (each timeline retimed from the same batches)")
     for col in ("metric", "measured", "predicted", "rel. error"):
         e2e_table.add_column(col, justify="left" if col == "metric" else "right")
@@ -204,43 +264,28 @@ def cmd_replay(args: argparse.Namespace) -> int:
         highlight=False,
         soft_wrap=True,
     )
-
-    meta: dict[str, Any] = {
-        **result.meta,
-        "instance": instance.name or Path(args.instance).name,
-        "schedule": Path(args.schedule).name,
-        "schedule_meta": schedule.meta,
-        "predicted_with": predict_label,
-        "summary": summary.as_dict(),
-        "end_to_end": {str(k): v for k, v in e2e.to_dict(orient="index").items()},
-    }
-    status = 0
+    meta["end_to_end"] = {str(k): v for k, v in e2e.to_dict(orient="index").items()}
+    status, stopped = 0, False
     if args.check_oracle:
-        report = check_oracle(model, instance, result.prompts, result.generated, args.oracle_limit)
-        console.print(report.summary(), markup=False, highlight=False, soft_wrap=True)
-        meta["oracle"] = report.as_dict()
-        if not report.ok and cfg.dtype in EXACT_DTYPES:
-            err.print(
-                f"kvsched replay: the oracle fails in {cfg.dtype}, where it must hold exactly",
-                markup=False,
-                highlight=False,
-            )
-            status = EXIT_INVALID
-    written = write_replay(table, meta, args.out)
-    if written is None:
-        err.print(
-            f"wrote the replay table to {args.out}; its metadata was not written ({args.out} is not a "
-            "regular file, and NAME.json beside it would be a new file in its folder)",
-            markup=False,
-            highlight=False,
-        )
-    else:
-        err.print(
-            f"wrote the replay table to {args.out} and its metadata to {written}",
-            markup=False,
-            highlight=False,
-        )
-    if args.trace:
+        try:
+            report = check_oracle(model, instance, result.prompts, result.generated, args.oracle_limit)
+        except INTERRUPTS as exc:  # Ctrl-C in the oracle: the measured table is still written
+            if not interrupted(exc):
+                raise
+            stopped = True
+            meta["oracle"] = {"interrupted": True}
+        else:
+            console.print(report.summary(), markup=False, highlight=False, soft_wrap=True)
+            meta["oracle"] = report.as_dict()
+            if not report.ok and cfg.dtype in EXACT_DTYPES:
+                err.print(
+                    f"kvsched replay: the oracle fails in {cfg.dtype}, where it must hold exactly",
+                    markup=False,
+                    highlight=False,
+                )
+                status = EXIT_INVALID
+    _say_written(err, args.out, write_replay(table, meta, args.out, "--out"))
+    if args.trace and not stopped:
         from kvsched.commands.outputs import write_trace
         from kvsched.schedule.retime import retime
 
@@ -249,7 +294,58 @@ def cmd_replay(args: argparse.Namespace) -> int:
         err.print(
             f"wrote the Perfetto trace (measured timeline) to {args.trace}", markup=False, highlight=False
         )
-    return status
+    return interrupted_exit("replay", stopped, status)
+
+
+def _say_written(err: Console, out: str, written: Path | None) -> None:
+    """Say on stderr where the replay table and its metadata went."""
+    if written is None:
+        err.print(
+            f"wrote the replay table to {out}; its metadata was not written ({out} is not a "
+            "regular file, and NAME.json beside it would be a new file in its folder)",
+            markup=False,
+            highlight=False,
+        )
+    else:
+        err.print(
+            f"wrote the replay table to {out} and its metadata to {written}", markup=False, highlight=False
+        )
+
+
+def _keep_interrupted(
+    args: argparse.Namespace,
+    table: Any,
+    meta: dict[str, Any],
+    title: str,
+    summary: Any,
+    console: Console,
+    err: Console,
+) -> int:
+    """After Ctrl-C in the replay: write the batches measured before it (metadata ``interrupted: true``)
+    and say what was kept; exit 130. The end-to-end metrics, the oracle and the trace need every batch."""
+    from kvsched.executor.measure import write_replay
+
+    done, total = meta["batches_measured"], meta["batches"]
+    if not done:
+        err.print(
+            f"kvsched replay: interrupted (Ctrl-C) before any batch was measured; nothing written to {args.out}",
+            markup=False,
+            highlight=False,
+        )
+        return EXIT_INTERRUPTED
+    out = _error_table(f"{title} (interrupted: {done} of {total} batches)")
+    _errors_row(out, "relative error", summary)
+    console.print(out)
+    written = write_replay(table, meta, args.out, "--out")
+    _say_written(err, args.out, written)
+    err.print(
+        f"kvsched replay: kept the {done} of {total} batches measured before Ctrl-C in {args.out}"
+        + (" (its metadata says interrupted: true)" if written else "")
+        + "; no end-to-end metrics, oracle or trace: they need every batch",
+        markup=False,
+        highlight=False,
+    )
+    return interrupted_exit("replay", True)
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
@@ -265,7 +361,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
     )
     check_output_folder(args.out, "--out")
     require_torch()
-    from kvsched.executor.profile import GRIDS, run_profile
+    from kvsched.executor.profile import BLOCK_SIZE, GRIDS, run_profile
 
     predict = None
     if args.cost_model:
@@ -274,6 +370,10 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
         name, params = resolve_cost_model(args.cost_model)
         predict = make_cost_model(name, params)
+    if args.pool_tokens is not None and args.pool_tokens < BLOCK_SIZE:  # before the model is built
+        raise InputError(
+            f"--pool-tokens: {args.pool_tokens} holds no KV block of {BLOCK_SIZE} tokens; give {BLOCK_SIZE} or more"
+        )
     model = _model(args)
     options = _engine(args, model)
     res = run_profile(
@@ -285,19 +385,45 @@ def cmd_profile(args: argparse.Namespace) -> int:
         predict=predict,
         warmup=args.warmup,
         options=options,
+        what="--out",
     )
     console = Console()
     for kind, path in (("compute", res.compute), ("attention", res.attention), ("batches", res.batches)):
-        console.print(
-            f"{kind}: {res.rows[kind]} rows -> {path}", markup=False, highlight=False, soft_wrap=True
-        )
+        if path is None:
+            shown = "not measured (interrupted), not written"
+        else:
+            shown = f"{res.rows[kind]} rows -> {path}"
+        console.print(f"{kind}: {shown}", markup=False, highlight=False, soft_wrap=True)
     if res.skipped:
         console.print(
             f"{res.skipped} rows skipped: their KV does not fit the pool (--pool-tokens)",
             markup=False,
             highlight=False,
         )
-    return 0
+    err = Console(stderr=True, soft_wrap=True)
+    if model.cfg.name == "tiny" and res.compute is not None:
+        # calibrate reads operator tables of a preset model's shape only (it recognises the model by them).
+        err.print(
+            "kvsched profile: note: the tiny model's mlp.csv and attention.csv are for the executor's own "
+            "checks: calibrate fits operator tables of a preset's shape (--model llama-2-7b-shape, ...); "
+            "fit batches.csv with kvsched calibrate --from-replay",
+            markup=False,
+            highlight=False,
+        )
+    if res.interrupted:
+        if any(res.rows.values()):
+            err.print(
+                f"kvsched profile: kept what was measured before Ctrl-C in {args.out}: "
+                + ", ".join(f"{kind} {n} rows" for kind, n in res.rows.items())
+                + " (batches.json says interrupted: true)",
+                markup=False,
+                highlight=False,
+            )
+        else:
+            err.print(
+                "kvsched profile: interrupted before any row was measured; nothing written", markup=False
+            )
+    return interrupted_exit("profile", res.interrupted)
 
 
 def cmd_calibrate_from_replay(args: argparse.Namespace) -> int:
@@ -309,11 +435,19 @@ def cmd_calibrate_from_replay(args: argparse.Namespace) -> int:
     fit = fit_replay(args.from_replay, form=args.form, folds=args.folds, seed=args.seed)
     table = _error_table(f"batch time: calibrated ({fit.form}) fitted to {fit.table.path.name}")
     if fit.before is not None:
-        _errors_row(table, "before (the replay's prediction)", fit.before)
+        _errors_row(table, _before_label(fit.table.meta), fit.before)
     _errors_row(table, "after, in sample", fit.in_sample)
     _errors_row(table, f"after, held out ({fit.folds}-fold)", fit.held_out)
     console = Console()
     console.print(table)
+    if fit.before is None:
+        console.print(
+            f"no 'before' line: {fit.table.path.name}'s predicted_s column is empty (a profile made without "
+            "--cost-model predicts nothing)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
     console.print(
         f"R² {fit.r2:.4f}; coefficients: {fit.cost.params()}", markup=False, highlight=False, soft_wrap=True
     )
@@ -332,6 +466,15 @@ def cmd_calibrate_from_replay(args: argparse.Namespace) -> int:
         f"wrote {fit.form} coefficients to {out}", markup=False, highlight=False
     )
     return 0
+
+
+def _before_label(meta: dict[str, Any]) -> str:
+    """The "before" line's label: whose prediction the table's predicted_s holds (a profile's
+    batches.csv holds its --cost-model's, not a replay's)."""
+    source = "profile's --cost-model" if meta.get("kind") == "kvsched.profile" else "replay's prediction"
+    named = meta.get("predicted_with")
+    name = named.get("name") if isinstance(named, dict) else named
+    return f"before (the {source}{f', {name}' if isinstance(name, str) and name else ''})"
 
 
 def _model_args(p: argparse.ArgumentParser, repeat: int) -> None:
@@ -357,12 +500,15 @@ def _model_args(p: argparse.ArgumentParser, repeat: int) -> None:
     g.add_argument("--threads", type=positive_int, help="CPU threads torch uses (default: torch's)")
     g.add_argument(
         "--repeat",
-        type=positive_int,
+        type=_count(1),
         default=repeat,
-        help=f"runs per measurement, median kept (default {repeat})",
+        help=f"runs per measurement, median kept: 1 to {MAX_COUNT} (default {repeat})",
     )
     g.add_argument(
-        "--warmup", type=non_negative_int, default=2, help="warm-up rounds before measuring (default 2)"
+        "--warmup",
+        type=_count(0),
+        default=2,
+        help=f"warm-up rounds before measuring: 0 to {MAX_COUNT} (default 2)",
     )
     e = p.add_argument_group("engine (defaults: the fast path on CUDA, the torch references on CPU)")
     e.add_argument(
@@ -432,7 +578,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "request's tokens equal those of running it alone. Needs torch: pip install -e .[gpu].",
     )
     p.add_argument("instance", help="instance .json")
-    p.add_argument("schedule", help="schedule .json (kvsched format)")
+    p.add_argument("schedule", help="schedule: kvsched .json or .npz, or an InferMax .json")
     p.add_argument("--out", "-o", default="measured.csv", help="replay table (default measured.csv)")
     p.add_argument(
         "--trace",
@@ -448,7 +594,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--check-oracle", action="store_true", help="compare every request's tokens with it run alone"
     )
-    p.add_argument("--oracle-limit", type=positive_int, help="check only the first N requests")
+    p.add_argument(
+        "--oracle-limit", type=positive_int, help="with --check-oracle: check only the first N requests"
+    )
     p.add_argument(
         "--pool-capacity",
         type=positive_int,

@@ -44,7 +44,15 @@ from kvsched.costmodel.fitting import (
     predict_decode,
     predict_prefill,
 )
-from kvsched.costmodel.presets import GpuSpec, ModelSpec, get_gpu, get_model, gpu_from_path, model_from_dims
+from kvsched.costmodel.presets import (
+    MODELS,
+    GpuSpec,
+    ModelSpec,
+    get_gpu,
+    get_model,
+    gpu_from_path,
+    model_from_dims,
+)
 from kvsched.costmodel.profiles import (
     MS,
     AllReduceProfile,
@@ -180,9 +188,12 @@ def _resolve(
     found = model_from_dims(heads, kv_heads, hidden, ffn, vocab)
     if model is None:
         if found is None:
+            # ("pass --model" said before, but no --model matches a shape no preset has: a dead end.)
             raise InputError(
-                f"--model: {path} describes no preset model (n_head={heads}, n_kv_head={kv_heads}, "
-                f"n_embd={hidden}, n_expanded_embd={ffn}); pass --model"
+                f"{path}: its shape (n_head={heads}, n_kv_head={kv_heads}, n_embd={hidden}, "
+                f"n_expanded_embd={ffn}) is no preset model's ({', '.join(MODELS)}), and calibrate fits "
+                "operator tables of a preset's shape; a table of `profile --model tiny` is for the "
+                "executor's own checks (fit its batches.csv with calibrate --from-replay)"
             )
         spec = found
     else:

@@ -186,15 +186,72 @@ def output_sidecar(path: str | Path) -> Path | None:
     return sidecar(p)
 
 
-def write_replay(table: pd.DataFrame, meta: dict[str, Any], path: str | Path) -> Path | None:
+def write_replay(
+    table: pd.DataFrame, meta: dict[str, Any], path: str | Path, what: str = "write_replay"
+) -> Path | None:
     """Write the replay table (CSV) and its metadata (JSON beside it, see :func:`output_sidecar`); return
-    the metadata's path, or ``None`` where none was written (the table went to a device)."""
+    the metadata's path, or ``None`` where none was written (the table went to a device).
+
+    Both files are written atomically (:func:`write_files`): an interrupt or a full disk leaves the
+    previous table and metadata, or none, never half of one; a write the system refuses is one
+    :class:`InputError` naming ``what`` (the flag, ``"--out"``) and the file.
+    """
+    files = replay_files(table, meta, path)
+    write_files(files, what)
+    return files[1][0] if len(files) > 1 else None
+
+
+def replay_files(table: pd.DataFrame, meta: dict[str, Any], path: str | Path) -> list[tuple[Path, str]]:
+    """What :func:`write_replay` writes: ``(path, CSV text)``, then ``(sidecar, JSON text)`` unless
+    ``path`` is a device's (:func:`output_sidecar`)."""
     p = Path(path)
     side = output_sidecar(p)  # before the table is written: a new file would then be there
-    table.loc[:, list(REPLAY_COLUMNS)].to_csv(p, index=False)
+    files = [(p, table.loc[:, list(REPLAY_COLUMNS)].to_csv(index=False))]
     if side is not None:
-        side.write_text(json.dumps(meta, indent=1, default=_jsonable) + "\n")
-    return side
+        files.append((side, json.dumps(meta, indent=1, default=_jsonable) + "\n"))
+    return files
+
+
+def write_files(files: Sequence[tuple[Path, str]], what: str) -> None:
+    """Write each ``(path, text)`` to a temporary file beside it, then move them all into place.
+
+    The README promises atomic outputs, and the commands' helper for that lives above this layer
+    (:mod:`kvsched.commands.common`), so the executor has this small one: nothing is replaced before
+    every text is on disk, so a table and its metadata are replaced together, or neither is (but for a
+    rename failing between them, which the system does not do in one folder). A path that is no
+    regular file (``/dev/stdout``, ``/dev/full``, a link) is written in place, as the commands'
+    :func:`~kvsched.commands.common.atomic_output` does. A refused write is one :class:`InputError`
+    naming ``what`` and the file the user named, never the temporary one.
+    """
+    import os
+    import tempfile  # here: only a write needs it
+
+    done: list[tuple[Path, Path]] = []  # (temporary, target)
+    target = Path()
+    try:
+        for target, text in files:
+            target = Path(target)
+            if target.is_symlink() or (target.exists() and not target.is_file()):
+                target.write_text(text, encoding="utf-8")
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix)
+            os.close(fd)
+            done.append((Path(name), target))
+            Path(name).write_text(text, encoding="utf-8")
+        umask = os.umask(0)
+        os.umask(umask)
+        for tmp, target in done:
+            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it a normal file's mode
+            os.replace(tmp, target)
+    except OSError as exc:
+        for tmp, _ in done:
+            tmp.unlink(missing_ok=True)
+        raise InputError(f"{what}: {target} cannot be written ({exc.strerror or exc})") from None
+    except BaseException:  # Ctrl-C while writing: no temporary file left behind
+        for tmp, _ in done:
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def _jsonable(value: Any) -> Any:
@@ -218,13 +275,12 @@ def read_replay(path: str | Path) -> ReplayTable:
     """Read and check a replay table (one clear error naming the column and line)."""
     p = Path(path)
     df = read_table(p)
+    _check_field_counts(p)
     # Every feature is a sum of token or KV counts: a whole number (2.5 tokens is no batch).
     cols = {name: numeric_column(df, name, p, integer=True) for name in FEATURES}
     _check_features(cols, p)
     measured = numeric_column(df, "measured_s", p, positive=True)
-    # Profiled batches have no prediction (an empty column): then there is no "before".
-    has_pred = "predicted_s" in df.columns and bool(df["predicted_s"].notna().all())
-    predicted = numeric_column(df, "predicted_s", p) if has_pred else None
+    predicted = _predictions(df, p)
     feats = tuple(BatchFeatures(**{name: float(cols[name][i]) for name in FEATURES}) for i in range(len(df)))
     meta: dict[str, Any] = {}
     side = sidecar(p)
@@ -234,6 +290,56 @@ def read_replay(path: str | Path) -> ReplayTable:
         except json.JSONDecodeError as exc:
             raise InputError(f"{side}: not JSON ({exc})") from None
     return ReplayTable(p, feats, measured, predicted, meta)
+
+
+def _predictions(df: pd.DataFrame, path: Path) -> np.ndarray | None:
+    """The ``predicted_s`` column, or ``None`` where the table has no prediction at all.
+
+    A profile made without ``--cost-model`` writes the column empty (there is then no "before" line);
+    a replay fills every row. A column empty in some rows only is neither: a damaged or hand-edited
+    table, whose "before" summary would silently vanish, so it is refused naming its first empty line.
+    """
+    if "predicted_s" not in df.columns:
+        return None
+    present = df["predicted_s"].notna().to_numpy()
+    if not present.any():
+        return None
+    if not present.all():
+        row = int(np.argmin(present))
+        raise InputError(
+            f"{path}: column 'predicted_s', line {row + 2}: empty, but {int(present.sum())} other rows have a "
+            "prediction (a damaged table? only a profile made without --cost-model leaves the whole column empty)"
+        )
+    return numeric_column(df, "predicted_s", path)
+
+
+def _check_field_counts(path: Path) -> None:
+    """One :class:`InputError` naming the first line whose field count is not the header's.
+
+    pandas reads a short row (a file cut while it was written or copied: ``...,0.002`` for
+    ``0.0027891...``) with NaN in the missing columns, and a NaN prediction once silently dropped the
+    "before" line while the cut value went into the fit. Every row :func:`write_replay` writes has all
+    the header's fields (an unknown value is an empty field, not a missing one), so any other count
+    is damage. A cut inside the last field (``rel_err``, which nothing fitted reads) keeps the count
+    and cannot be told from a shorter number; it changes nothing the fit uses.
+    """
+    import csv
+    import gzip
+
+    if path.suffix.lower() in (".bz2", ".zip", ".xz", ".zst"):  # pandas reads these; not checked here
+        return
+    opener = gzip.open if path.suffix.lower() == ".gz" else open
+    with opener(path, "rt", encoding="utf-8-sig", errors="replace", newline="") as f:  # type: ignore[operator]
+        reader = csv.reader(f)
+        header = next(reader, None)
+        if header is None:
+            return
+        for row in reader:
+            if row and len(row) != len(header):  # (pandas skips blank lines, so does this)
+                tail = " (a truncated file?)" if len(row) < len(header) else ""
+                raise InputError(
+                    f"{path}: line {reader.line_num}: {len(row)} fields, the header has {len(header)}{tail}"
+                )
 
 
 def _check_features(cols: dict[str, np.ndarray], path: Path) -> None:

@@ -181,7 +181,17 @@ def check_oracle(
     A disagreement is a near-tie when the reference maximum exceeds the logit of
     the executor's token by at most ``tie_ulps`` units in the last place of the
     model's dtype, relative to the maximum.
+
+    Raises
+    ------
+    InputError
+        When ``limit`` is not None or a whole number >= 1: 0 once reported a passing oracle that checked
+        nothing ("0/0 ... 100.00%"), and -1, used as a slice, silently skipped the last request.
     """
+    if limit is not None:
+        from kvsched.executor.runner import check_count  # (runner imports nothing of this module)
+
+        limit = check_count(limit, "limit", 1)
     tol = tie_ulps * torch.finfo(model.dtype).eps
     checks = []
     for k, req in enumerate(instance.requests[:limit]):

@@ -34,15 +34,17 @@ import pandas as pd
 import torch
 
 from kvsched.costmodel import BatchView, CostModel
-from kvsched.costmodel.profiles import LAYER_OPS
+from kvsched.costmodel.profiles import ATTENTION_COLUMNS, LAYER_OPS
+from kvsched.errors import InputError
 from kvsched.executor.batch import ItemWork, attend_fn, plan_batch
 from kvsched.executor.device import Timer, capture_graph, environment, synchronize
 from kvsched.executor.engine import Engine, EngineOptions, engine_options
 from kvsched.executor.fused import SmallOps
-from kvsched.executor.measure import REPLAY_COLUMNS, batch_row, write_replay
+from kvsched.executor.measure import REPLAY_COLUMNS, batch_row, replay_files, write_files
 from kvsched.executor.model import Decoder, rope_tables
-from kvsched.executor.runner import describe_attention, new_pool, warm_up
+from kvsched.executor.runner import MAX_REPEAT, MAX_WARMUP, check_count, describe_attention, new_pool, warm_up
 from kvsched.schedule.ir import Batch, Phase
+from kvsched.stop import INTERRUPTS, interrupted
 
 MS = 1e3
 BLOCK_SIZE = 16
@@ -99,15 +101,24 @@ GRIDS = {
 }  # fmt: skip
 
 
+#: The tables of a profile, in the order they are measured: (kind, file name).
+TABLES = (("compute", "mlp.csv"), ("attention", "attention.csv"), ("batches", "batches.csv"))
+
+
 @dataclass(frozen=True, slots=True)
 class ProfileResult:
-    """Where the tables went and how many rows each has (rows skipped for lack of pool memory)."""
+    """Where the tables went and how many rows each has (rows skipped for lack of pool memory).
 
-    compute: Path
-    attention: Path
-    batches: Path
+    After Ctrl-C (``interrupted``), a table of which no row was measured was not written: its path is
+    ``None``; the tables measured in part hold the rows finished before it.
+    """
+
+    compute: Path | None
+    attention: Path | None
+    batches: Path | None
     rows: dict[str, int]
     skipped: int
+    interrupted: bool = False
 
 
 class _Bench:
@@ -122,6 +133,10 @@ class _Bench:
         self.gen = torch.Generator(device=model.device).manual_seed(0)
         #: Operators and attention rows timed as graph replays, and those timed eagerly.
         self.graphed = self.eager = 0
+        #: Each table's rows as they are measured (a stage appends to its list, so that Ctrl-C leaves
+        #: the rows finished before it), and the rows skipped for lack of pool memory.
+        self.rows: dict[str, list[Any]] = {kind: [] for kind, _ in TABLES}
+        self.skipped = 0
 
     def median_ms(self, fn: Callable[[], Any]) -> float:
         """fn's median time in ms: over replays of a CUDA graph of :data:`GRAPH_CALLS` calls when the
@@ -176,7 +191,7 @@ def _compute_rows(bench: _Bench, grid: Grid) -> pd.DataFrame:
     m = bench.model
     s = m.cfg.shape
     layer = m.layers[0]
-    rows = []
+    rows = bench.rows["compute"] = []
     for n in grid.tokens:
         x, y = bench.randn(n, s.hidden), bench.randn(n, s.hidden)
         ids = torch.as_tensor(bench.ids(n), device=m.device)
@@ -226,7 +241,8 @@ def profile_attention(bench: _Bench, grid: Grid, pool_tokens: int) -> tuple[pd.D
     m = bench.model
     s = m.cfg.shape
     pool = new_pool(m, pool_tokens, BLOCK_SIZE, layers=1)
-    rows, skipped = [], 0
+    rows: list[Any] = []
+    bench.rows["attention"], skipped = rows, 0
 
     def time_items(contexts: list[int], tokens: list[int]) -> float | None:
         need = sum(-(-(kv + c) // BLOCK_SIZE) for kv, c in zip(contexts, tokens, strict=True))
@@ -252,6 +268,7 @@ def profile_attention(bench: _Bench, grid: Grid, pool_tokens: int) -> tuple[pd.D
             ms = time_items([kv] * b, [1] * b)
             if ms is None:
                 skipped += 1
+                bench.skipped += 1
                 continue
             rows.append((1, b, 0, kv, False, ms))
     for c in grid.prefill_chunk:
@@ -259,10 +276,10 @@ def profile_attention(bench: _Bench, grid: Grid, pool_tokens: int) -> tuple[pd.D
             ms = time_items([kv], [c])
             if ms is None:
                 skipped += 1
+                bench.skipped += 1
                 continue
             rows.append((1, 1, c, kv, True, ms))
-    cols = ["num_tensor_parallel_workers", "batch_size", "prefill_chunk_size", "kv_cache_size", "is_prefill"]
-    return pd.DataFrame(rows, columns=[*cols, "median_ms"]), skipped
+    return pd.DataFrame(rows, columns=list(ATTENTION_COLUMNS)), skipped
 
 
 # ------------------------------------------------------------------ whole batches
@@ -292,11 +309,13 @@ def profile_batches(
     specs = _batch_specs(grid)
     longest = max(kv + c for ctx, tok, _ in specs for kv, c in zip(ctx, tok, strict=True))
     engine = Engine(m, pool, bench.options, longest)
-    rows, skipped = [], 0
+    rows: list[Any] = []
+    bench.rows["batches"], skipped = rows, 0
     for contexts, tokens, phases in specs:
         need = sum(-(-(kv + c) // BLOCK_SIZE) for kv, c in zip(contexts, tokens, strict=True))
         if need > pool.num_blocks:
             skipped += 1
+            bench.skipped += 1
             continue
         _held(pool, contexts)
         items = [
@@ -350,26 +369,60 @@ def run_profile(
     predict: CostModel | None = None,
     warmup: int = 2,
     options: EngineOptions | None = None,
+    what: str = "out_dir",
 ) -> ProfileResult:
     """Run every microbenchmark and write the three tables into ``out_dir``.
 
-    ``options`` say how batches run (default: the device's, as in a replay).
+    ``options`` say how batches run (default: the device's, as in a replay). The tables and
+    ``batches.json`` are written atomically, together, at the end (a refused write is one
+    :class:`InputError` naming ``what``, the flag or argument that named ``out_dir``). After Ctrl-C the
+    rows measured so far are written (a table with none is not; with no row at all, nothing is),
+    ``batches.json`` records ``interrupted: true`` and each table's rows, and the result says
+    ``interrupted``: the tables finished long before are not lost.
+
+    Raises
+    ------
+    InputError
+        When ``repeat`` (1 to :data:`~kvsched.executor.runner.MAX_REPEAT`), ``warmup`` (0 to
+        :data:`~kvsched.executor.runner.MAX_WARMUP`) or ``pool_tokens`` (None or at least one block,
+        :data:`BLOCK_SIZE` tokens) is out of range, or a table cannot be written.
     """
+    repeat = check_count(repeat, "repeat", 1, MAX_REPEAT)
+    warmup = check_count(warmup, "warmup", 0, MAX_WARMUP)
+    if pool_tokens is not None:
+        pool_tokens = check_count(pool_tokens, "pool_tokens", 1)
+        if pool_tokens < BLOCK_SIZE:  # (the pool's own error named no flag: "capacity 1 holds no block")
+            raise InputError(
+                f"pool_tokens: {pool_tokens} holds no KV block of {BLOCK_SIZE} tokens; give {BLOCK_SIZE} or more"
+            )
     options = options or engine_options(model.device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     pool_tokens = pool_tokens or default_pool_tokens(model, grid)
-    with torch.inference_mode():
-        warm_up(model, warmup, options)
-        bench = _Bench(model, repeat, options)
-        compute = profile_compute(bench, grid)
-        attention, skip_att = profile_attention(bench, grid, pool_tokens)
-        # The one-layer attention pool is freed before the whole-model pool is made.
-        synchronize(model.device)
-        batches, skip_bat = profile_batches(bench, grid, pool_tokens, predict)
-    paths = (out / "mlp.csv", out / "attention.csv", out / "batches.csv")
-    compute.to_csv(paths[0], index=False)
-    attention.to_csv(paths[1], index=False)
+    bench = _Bench(model, repeat, options)
+    try:
+        with torch.inference_mode():
+            warm_up(model, warmup, options)
+            profile_compute(bench, grid)
+            profile_attention(bench, grid, pool_tokens)
+            # The one-layer attention pool is freed before the whole-model pool is made.
+            synchronize(model.device)
+            profile_batches(bench, grid, pool_tokens, predict)
+    except INTERRUPTS as exc:  # Ctrl-C: the tables (and rows) measured so far are written below
+        if not interrupted(exc):
+            raise
+        stopped = True
+    else:
+        stopped = False
+    rows = bench.rows
+    frames = {
+        "compute": pd.DataFrame(rows["compute"]),
+        "attention": pd.DataFrame(rows["attention"], columns=list(ATTENTION_COLUMNS)),
+        "batches": pd.DataFrame(rows["batches"], columns=list(REPLAY_COLUMNS)),
+    }
+    # A finished profile writes every table (an empty one too: all its rows skipped); an interrupted
+    # one only those it has rows of, leaving any older file of that name as it was.
+    paths = {kind: out / name if not stopped or rows[kind] else None for kind, name in TABLES}
     meta = {
         "kind": "kvsched.profile",
         "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
@@ -390,9 +443,21 @@ def run_profile(
         # mlp.csv and attention.csv rows: timed as replays of CUDA graphs of GRAPH_CALLS calls, or eagerly.
         "operator_timing": {"graph_calls": GRAPH_CALLS, "graphed": bench.graphed, "eager": bench.eager},
     }
-    write_replay(batches, meta, paths[2])
+    if stopped:
+        meta.update(interrupted=True, rows={kind: len(rows[kind]) for kind, _ in TABLES})
+    files = [
+        (path, frames[kind].to_csv(index=False)) for kind, path in paths.items() if path and kind != "batches"
+    ]
+    # batches.json beside batches.csv; with no batch measured, alone: it says what the other tables hold.
+    batches = paths["batches"] or out / "batches.csv"
+    files += replay_files(frames["batches"], meta, batches)[0 if paths["batches"] else 1 :]
+    if not stopped or any(rows.values()):  # (interrupted in the warm-up: nothing measured, nothing written)
+        write_files(files, what)
     return ProfileResult(
-        *paths,
-        rows={"compute": len(compute), "attention": len(attention), "batches": len(batches)},
-        skipped=skip_att + skip_bat,
+        paths["compute"],
+        paths["attention"],
+        paths["batches"],
+        rows={kind: len(rows[kind]) for kind, _ in TABLES},
+        skipped=bench.skipped,
+        interrupted=stopped,
     )

@@ -26,16 +26,38 @@ import pandas as pd
 import torch
 
 from kvsched.costmodel import BatchView, CostModel
+from kvsched.errors import InputError
 from kvsched.executor.batch import ItemWork
 from kvsched.executor.device import Timer, allocating, environment, synchronize
 from kvsched.executor.engine import Engine, EngineOptions, engine_options
 from kvsched.executor.kvcache import KVPool, KvPoolError
-from kvsched.executor.measure import batch_row
+from kvsched.executor.measure import REPLAY_COLUMNS, batch_row
 from kvsched.executor.model import Decoder
 from kvsched.instances.model import Instance
 from kvsched.schedule.core import EngineState, ScheduleError
 from kvsched.schedule.ir import Schedule
 from kvsched.schedule.validate import instance_cost_model
+from kvsched.stop import INTERRUPTS, interrupted
+
+#: The most runs of one measurement (``--repeat``): the median of 1000 runs is as steady as a median gets,
+#: and a larger number is a typo (``--repeat 1000000000`` ran until killed).
+MAX_REPEAT = 1000
+#: The most warm-up rounds (``--warmup``), for the same reason.
+MAX_WARMUP = 1000
+
+
+def check_count(value: object, name: str, low: int, high: int | None = None) -> int:
+    """``value`` if it is a whole number in ``[low, high]``, else one :class:`InputError` naming ``name``.
+
+    The executor's functions are called from Python too: a ``repeat=0`` once ran each batch once and
+    recorded 0 in the metadata, and ``repeat=2.5`` was a bare TypeError.
+    """
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise InputError(f"{name}: expected a whole number, got {value!r}")
+    if value < low or (high is not None and value > high):
+        bound = f"from {low} to {high}" if high is not None else f"{low} or more"
+        raise InputError(f"{name}: must be {bound}, got {value}")
+    return int(value)
 
 
 @dataclass(eq=False)
@@ -58,6 +80,9 @@ class ReplayResult:
     prompts: list[np.ndarray]
     generated: list[list[int]]
     meta: dict[str, Any] = field(default_factory=dict)
+    #: Ctrl-C stopped the replay: ``table`` holds the batches measured before it (``meta`` says so too),
+    #: ``generated`` the tokens made so far, and no request need be complete.
+    interrupted: bool = False
 
 
 def prompt_ids(instance: Instance, vocab: int, seed: int = 0) -> list[np.ndarray]:
@@ -134,13 +159,27 @@ def replay_on_model(
     options
         How batches run (default: :func:`~kvsched.executor.engine.engine_options` of the model's device).
 
+    Returns
+    -------
+    ReplayResult
+        Every batch measured; after Ctrl-C, those measured before it, with ``interrupted`` set and
+        ``meta["interrupted"]`` true (minutes of measurements are not thrown away: the caller keeps them).
+
     Raises
     ------
+    InputError
+        When ``repeat`` (1 to :data:`MAX_REPEAT`), ``warmup`` (0 to :data:`MAX_WARMUP`), ``pool_capacity``
+        (None or >= 1) or ``seed`` (>= 0) is out of range.
     ScheduleError
         When the schedule is illegal for the instance (the semantic core's check).
     KvPoolError
         When a batch needs more KV blocks than the pool has free.
     """
+    repeat = check_count(repeat, "repeat", 1, MAX_REPEAT)
+    warmup = check_count(warmup, "warmup", 0, MAX_WARMUP)
+    seed = check_count(seed, "seed", 0)
+    if pool_capacity is not None:  # (0 was taken for "the instance's M")
+        pool_capacity = check_count(pool_capacity, "pool_capacity", 1)
     with torch.inference_mode():
         return _replay(
             model,
@@ -179,9 +218,57 @@ def _replay(
     timer = Timer(model.device)
     scale = model.cfg.layer_scale
     engine = Engine(model, pool, options, max((r.prompt + r.output for r in instance.requests), default=1))
-    warm_up(model, warmup, options)
+    rows: list[dict[str, Any]] = []
+    try:
+        warm_up(model, warmup, options)
+        _run_batches(schedule, state, pool, engine, timer, predict, seqs, scale, repeat, rows, progress)
+    except INTERRUPTS as exc:  # Ctrl-C: the batches measured so far are kept (the caller writes them)
+        if not interrupted(exc):
+            raise
+        stopped = True
+    else:
+        stopped = False
+        unfinished = state.finish()
+        if unfinished:
+            raise ScheduleError(unfinished)
+    generated = [seq[len(p) :] for seq, p in zip(seqs, prompts, strict=True)]
+    meta = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "model": model.cfg.name,
+        "layers": model.cfg.layers,
+        "full_layers": model.cfg.shape.layers,
+        "layer_scale": scale,
+        "seed": model.cfg.seed,
+        "prompt_seed": seed,
+        "repeat": repeat,
+        "warmup": warmup,
+        "pool_tokens": pool.num_slots,
+        "predicted_with": {"name": predict.name},
+        **environment(model.device, model.dtype),
+        "engine": options.describe(),
+        "graphed_batches": engine.graphed,
+    }
+    meta["attention"] = describe_attention(options)
+    if stopped:
+        meta.update(interrupted=True, batches_measured=len(rows), batches=len(schedule.batches))
+    return ReplayResult(pd.DataFrame(rows, columns=list(REPLAY_COLUMNS)), prompts, generated, meta, stopped)
 
-    rows = []
+
+def _run_batches(
+    schedule: Schedule,
+    state: EngineState,
+    pool: KVPool,
+    engine: Engine,
+    timer: Timer,
+    predict: CostModel,
+    seqs: list[list[int]],
+    scale: float,
+    repeat: int,
+    rows: list[dict[str, Any]],
+    progress: bool,
+) -> None:
+    """Run and time every batch, appending its row to ``rows`` as it is measured (so that an interrupt
+    leaves the rows of every batch finished before it)."""
     for k, batch in _progress(schedule.batches, progress):
         req = batch.requests
         # KV held before the batch: the first position each item processes. Evictions never
@@ -226,28 +313,6 @@ def _replay(
                 spread=engine.timer.spread(),
             )
         )
-    unfinished = state.finish()
-    if unfinished:
-        raise ScheduleError(unfinished)
-    generated = [seq[len(p) :] for seq, p in zip(seqs, prompts, strict=True)]
-    meta = {
-        "date": datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        "model": model.cfg.name,
-        "layers": model.cfg.layers,
-        "full_layers": model.cfg.shape.layers,
-        "layer_scale": scale,
-        "seed": model.cfg.seed,
-        "prompt_seed": seed,
-        "repeat": repeat,
-        "warmup": warmup,
-        "pool_tokens": pool.num_slots,
-        "predicted_with": {"name": predict.name},
-        **environment(model.device, model.dtype),
-        "engine": options.describe(),
-        "graphed_batches": engine.graphed,
-    }
-    meta["attention"] = describe_attention(options)
-    return ReplayResult(pd.DataFrame(rows), prompts, generated, meta)
 
 
 def describe_attention(options: EngineOptions) -> str:

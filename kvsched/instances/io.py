@@ -320,6 +320,21 @@ def limits_with(base: Limits | None, overrides: Mapping[str, int | None], source
     return Limits(**doc.model_dump())
 
 
+def check_instance_fingerprint(recorded: object, instance: Instance, what: str) -> None:
+    """One :class:`InputError` when ``recorded``, the fingerprint of the instance a schedule was written or
+    read for (``what`` begins the message: ``"FILE: this schedule was written"``), is not ``instance``'s;
+    ``None`` (unknown: a file from before fingerprints, a schedule built in memory) passes."""
+    if recorded is None:
+        return
+    actual = instance_fingerprint(instance)
+    if recorded != actual:
+        name = f" {instance.name!r}" if instance.name else ""
+        raise InputError(
+            f"{what} for another instance (fingerprint {recorded}; the instance{name} given has {actual}): "
+            "give the instance it was made for"
+        )
+
+
 def instance_fingerprint(instance: Instance) -> str:
     """A stable hash of the instance's requests (id, arrival, I, O), e.g. ``"sha256:3f2a..."``.
 

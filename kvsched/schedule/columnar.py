@@ -173,8 +173,15 @@ def schedule_from_columns(cols: dict[str, Any], instance: Instance, source: str 
     if not all(a.ndim == 1 and a.size == e for a in (start, duration, items, ev_count, repeat)):
         raise InputError(f"{source}: the per-entry arrays differ in length")
     is_run = kind == 1
-    if np.any((kind != 0) & ~is_run) or np.any(items < 0) or np.any(ev_count < 0) or np.any(repeat < 1):
-        raise InputError(f"{source}: kind, items, evicted_count or repeat out of range")
+    for name, values, bad, rule in (
+        ("kind", kind, (kind != 0) & ~is_run, "0 (a batch) or 1 (a run)"),
+        ("items", items, items < 0, "0 or more"),
+        ("evicted_count", ev_count, ev_count < 0, "0 or more"),
+        ("repeat", repeat, repeat < 1, "1 or more"),
+    ):
+        if bad.any():  # the array and the entry named (one message once named four arrays and no entry)
+            k = int(np.argmax(bad))
+            raise InputError(f"{source}: {name}[{k}] (entry {k}) is {int(values[k])}; it must be {rule}")
     if np.any(is_run & ((repeat < 1) | (ev_count != 0))) or np.any(~is_run & (repeat != 1)):
         raise InputError(f"{source}: a run has no evictions and a batch repeats once")
     if not (req.size == tok.size == phase.size == int(items.sum())):

@@ -43,6 +43,7 @@ from kvsched.errors import InputError, expect_path
 from kvsched.instances.io import (
     MAX_TIME,
     MAX_TOKENS,
+    check_instance_fingerprint,
     check_not_input,
     instance_fingerprint,
     read_json,
@@ -50,7 +51,7 @@ from kvsched.instances.io import (
     write_output,
 )
 from kvsched.instances.model import Instance, Limits, Request, TimeModel, expect_instance
-from kvsched.schedule.ir import Batch, Phase, Schedule, expect_schedule, expect_schedule_for
+from kvsched.schedule.ir import Batch, Phase, Schedule, bind_instance, expect_schedule, expect_schedule_of
 from kvsched.schedule.retime import retime
 
 SCHEMA_VERSION = 1
@@ -154,15 +155,7 @@ def check_fingerprint(meta: Any, instance: Instance, source: str) -> None:
     Files written before fingerprints existed (no key) are accepted.
     """
     recorded = meta.get(FINGERPRINT_KEY) if isinstance(meta, dict) else None
-    if recorded is None:
-        return
-    actual = instance_fingerprint(instance)
-    if recorded != actual:
-        name = f" {instance.name!r}" if instance.name else ""
-        raise InputError(
-            f"{source}: this schedule was written for another instance (fingerprint {recorded}; the "
-            f"instance{name} given has {actual}): give the instance it was made for"
-        )
+    check_instance_fingerprint(recorded, instance, f"{source}: this schedule was written")
 
 
 def save_schedule(schedule: Schedule, instance: Instance, path: str | Path) -> None:
@@ -179,7 +172,8 @@ def save_schedule(schedule: Schedule, instance: Instance, path: str | Path) -> N
             "save_schedule(schedule, instance, path))"
         )
     expect_instance(instance)
-    expect_schedule_for(schedule, len(instance.requests))
+    # Another instance's schedule (read for it) once went out stamped with this instance's fingerprint.
+    expect_schedule_of(schedule, instance)
     p = check_not_input(path, "save_schedule")
     if p.suffix.lower() == ".npz":
         from kvsched.schedule.columnar import save_columnar
@@ -199,11 +193,25 @@ def load_schedule(path: str | Path, instance: Instance) -> Schedule:
         )
     p = Path(expect_path(path))
     expect_instance(instance)
+    # The schedule remembers the instance it was read for (bind_instance): the writers refuse another's.
+    return bind_instance(_load(p, instance), instance_fingerprint(instance))
+
+
+def _load(p: Path, instance: Instance) -> Schedule:
+    """:func:`load_schedule`'s reading, by format."""
     if p.suffix.lower() == ".npz":
         from kvsched.schedule.columnar import load_columnar
 
         return load_columnar(p, instance)
     data = read_json(p)
+    if isinstance(data, dict) and not {"batches", "c", "schema_version", "kind"} & data.keys():
+        # Else read as a kvsched schedule: "schema_version: required field is missing" for an InferMax
+        # file with "C" for "c" said nothing of what the file should have been.
+        keys = ", ".join(map(repr, sorted(data)[:8]))
+        raise InputError(
+            f"{p}: neither a kvsched schedule (no 'batches') nor an InferMax one (no 'c' and 'requests'); "
+            f"its keys: {keys or 'none'}"
+        )
     if isinstance(data, dict) and "c" in data and "requests" in data and "batches" not in data:
         from kvsched.costmodel import make_cost_model
 
@@ -224,7 +232,9 @@ class InfermaxSchema(BaseModel):
     c: list[dict[IndexKey, ItemTokens] | list[tuple[Index, ItemTokens]]]
     p: list[list[Index]] | None = None
     evicted: list[list[Index]] | None = None
-    requests: list[tuple[Annotated[int, Field(strict=True, gt=0, le=MAX_TOKENS)], ...]]
+    # Positivity is checked in _pairs, after the count: a bound here fired first on [I, O, 0]
+    # ("requests.0.2: Input should be greater than 0"), naming a third number as if it belonged.
+    requests: list[tuple[Annotated[int, Field(strict=True, le=MAX_TOKENS)], ...]]
 
     @field_validator("requests")
     @classmethod
@@ -232,6 +242,8 @@ class InfermaxSchema(BaseModel):
         for k, pair in enumerate(value):
             if len(pair) != 2:
                 raise ValueError(f"request {k}: expected [I, O], got {len(pair)} numbers")
+            if min(pair) <= 0:
+                raise ValueError(f"request {k}: I and O must be > 0, got {list(pair)}")
         return value
 
 

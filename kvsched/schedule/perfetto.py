@@ -32,7 +32,7 @@ from kvsched.errors import InputError
 from kvsched.instances.io import check_not_input, write_output
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.core import TIME_TOL, EngineState
-from kvsched.schedule.ir import Phase, Run, Schedule, expect_schedule, expect_schedule_for
+from kvsched.schedule.ir import Phase, Run, Schedule, expect_schedule, expect_schedule_of
 from kvsched.schedule.serving import time_unit
 
 ENGINE_PID = 1
@@ -230,7 +230,7 @@ def chrome_trace(
     measured seconds.
     """
     expect_instance(instance)
-    expect_schedule_for(schedule, len(instance.requests))
+    expect_schedule_of(schedule, instance)  # (another instance's schedule read for it: refused)
     unit = unit or time_unit(instance)
     if unit not in US_PER_UNIT:
         raise InputError(f"unit must be one of {', '.join(US_PER_UNIT)}, not {unit!r}")

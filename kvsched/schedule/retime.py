@@ -22,7 +22,7 @@ from kvsched.costmodel import CostModel
 from kvsched.errors import InputError
 from kvsched.instances.model import Instance, expect_instance
 from kvsched.schedule.core import EngineState
-from kvsched.schedule.ir import Batch, Schedule, expect_schedule_for
+from kvsched.schedule.ir import Batch, Schedule, bind_instance, expect_schedule_of
 from kvsched.stop import Deadline
 
 #: A bounded deadline is read once every this many batches.
@@ -70,7 +70,8 @@ def retime(
         ``deadline`` passed before the last batch.
     """
     expect_instance(instance)
-    count = len(expect_schedule_for(schedule, len(instance.requests)))
+    # (another instance's schedule read for it, same size and ids: refused, not retimed on wrong arrivals)
+    count = len(expect_schedule_of(schedule, instance))
     # Duck-typed like the core: any object with batch_time is a cost model (the protocol also names `name`).
     if hasattr(timing, "batch_time"):
         cost_model: CostModel | None = timing  # type: ignore[assignment]
@@ -89,7 +90,7 @@ def retime(
         if bad.size:  # a NaN or negative duration once went on into a schedule file no reader accepts
             k = int(bad[0])
             raise InputError(
-                f"timing: batch {k}'s duration is {durations[k]!r}; durations are finite and > 0"
+                f"timing: batch {k}'s duration is {float(durations[k])!r}; durations are finite and > 0"
             )
     state = EngineState(instance, cost_model) if cost_model is not None or check else None
     arrival = np.array([r.arrival for r in instance.requests], dtype=np.float64)
@@ -113,7 +114,8 @@ def retime(
                 state.apply(nb)
         out.append(nb)
         clock = nb.end
-    return Schedule(tuple(out), dict(schedule.meta))
+    # The same batches on the same instance: the binding to it goes with them.
+    return bind_instance(Schedule(tuple(out), dict(schedule.meta)), schedule._instance)
 
 
 __all__ = ["retime"]
