@@ -63,3 +63,21 @@ def one_instance_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data["instances"][0]["seeds"] = 1
     run_sweep(parse_spec(data), folder / "r.sqlite", workers=1, progress=False)
     return folder / "r.sqlite"
+
+
+@pytest.fixture
+def spy(monkeypatch: pytest.MonkeyPatch):
+    """``spy(module, name)``: the keyword arguments of every call of ``module.name``, which still runs."""
+
+    def install(module: object, name: str) -> list[dict]:
+        calls: list[dict] = []
+        real = getattr(module, name)
+
+        def wrapper(*args, **kwargs):
+            calls.append(kwargs)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, wrapper)
+        return calls
+
+    return install

@@ -162,19 +162,12 @@ def test_cli_compare_rejects_a_formulation_before_running_policies(tmp_path, cap
 
 
 # ----------------------------------------------------------------------------- the deadline
-def test_the_deadline_reaches_the_solve_and_the_policies_count_against_it(monkeypatch):
+def test_the_deadline_reaches_the_solve_and_the_policies_count_against_it(spy):
     inst = load_instance(EXAMPLES / "figure15.json")
-    seen = []
-    real = compare_mod.solve
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs["deadline"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(compare_mod, "solve", spy)
+    calls = spy(compare_mod, "solve")
     deadline = Deadline.after(30)
     compare(inst, ["vllm"], options=FAST, deadline=deadline)
-    assert seen == [deadline]
+    assert [call["deadline"] for call in calls] == [deadline]
 
 
 def test_a_spent_deadline_still_gives_a_validated_schedule_and_true_bounds():
@@ -225,7 +218,7 @@ def test_a_policy_still_running_at_the_time_limit_is_stopped(monkeypatch):
     assert "vllm" not in cmp.schedules
 
 
-def test_a_policy_cut_for_time_starts_the_solve_finished_against_reserved_peaks(monkeypatch):
+def test_a_policy_cut_for_time_starts_the_solve_finished_against_reserved_peaks(monkeypatch, spy):
     # compare --time-limit 10 on 10k requests under the A100 fit: the policies' share cut sarathi, and the
     # solve then ran it again, uncut, as its first schedule (12.5 s). The cut run, finished by the core,
     # is the solve's start instead (not a row of the policy's: that says it did not finish).
@@ -234,18 +227,11 @@ def test_a_policy_cut_for_time_starts_the_solve_finished_against_reserved_peaks(
     from kvsched.instances.generators import generate
 
     monkeypatch.setattr(simulator, "DEADLINE_EVERY", 1)
-    starts = []
-    real = compare_mod.solve
-
-    def spy(*args, **kwargs):
-        starts.append(kwargs["warm_start"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(compare_mod, "solve", spy)
+    calls = spy(compare_mod, "solve")
     inst = generate("synthetic", n=300, seed=1)
     cmp = compare(inst, ["vllm", "sarathi"], options=FAST, deadline=Deadline.after(0.02))
     assert cmp.table.loc["vllm", "error"] == compare_mod.CUT and "vllm" not in cmp.schedules
-    (start,) = starts
+    (start,) = [call["warm_start"] for call in calls]
     assert isinstance(start, SimResult) and start.cut > 0 and replay(inst, start.schedule).ok
     latency = start.trace.state.completion.sum() - sum(r.arrival for r in inst.requests)
     assert cmp.result is not None and cmp.result.objective <= latency + 1e-6
@@ -292,21 +278,14 @@ def test_cli_compare_lists_the_policies_a_spent_limit_left_unrun_on_one_line(cap
     assert "could not run" not in out
 
 
-def test_cli_compare_hands_the_solve_one_deadline_from_the_command_start(monkeypatch):
+def test_cli_compare_hands_the_solve_one_deadline_from_the_command_start(spy):
     import kvsched.analysis as analysis
 
-    seen = []
-    real = analysis.compare
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs["deadline"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(analysis, "compare", spy)
+    calls = spy(analysis, "compare")
     # A short limit: the test is about the deadline handed on, and the solve runs to it.
     args = ["compare", str(EXAMPLES / "tiny.json"), "--policies", "sarathi", "--time-limit", "2"]
     assert main([*args, "--threads", "1"]) == 0
-    (deadline,) = seen
+    (deadline,) = [call["deadline"] for call in calls]
     assert deadline.limit == 2 and deadline.end - time.monotonic() < 2
 
 

@@ -205,20 +205,13 @@ def test_the_anytime_caption_and_the_regret_legend_name_scope_and_bound_source(i
     )
 
 
-def test_cli_report_hands_the_solve_what_is_left_of_the_time_limit(tmp_path, monkeypatch):
+def test_cli_report_hands_the_solve_what_is_left_of_the_time_limit(tmp_path, spy):
     import kvsched.analysis as analysis
 
-    seen = []
-    real = analysis.compare
-
-    def spy(*args, **kwargs):
-        seen.append(kwargs["deadline"])
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(analysis, "compare", spy)
+    calls = spy(analysis, "compare")
     args = ["report", str(FIG15), "--out", str(tmp_path), "--policies", "vllm", "--time-limit", "10"]
     assert main([*args, "--threads", "1"]) == 0
-    (deadline,) = seen
+    (deadline,) = [call["deadline"] for call in calls]
     # Counted from the command's start, less the time kept for the figures (1 s of 10).
     assert deadline.limit == 10 and deadline.bounded and deadline.end - time.monotonic() < 9
 

@@ -213,45 +213,21 @@ def replay_files(table: pd.DataFrame, meta: dict[str, Any], path: str | Path) ->
 
 
 def write_files(files: Sequence[tuple[Path, str]], what: str) -> None:
-    """Write each ``(path, text)`` to a temporary file beside it, then move them all into place.
+    """Write each ``(path, text)`` atomically (:func:`~kvsched.instances.atomic.atomic_output`), every text
+    on disk before any file is replaced: a table and its metadata are replaced together, or neither is. A
+    refused write is one :class:`InputError` naming ``what`` and the file the user named."""
+    from contextlib import ExitStack
 
-    The README promises atomic outputs, and the commands' helper for that lives above this layer
-    (:mod:`kvsched.commands.common`), so the executor has this small one: nothing is replaced before
-    every text is on disk, so a table and its metadata are replaced together, or neither is (but for a
-    rename failing between them, which the system does not do in one folder). A path that is no
-    regular file (``/dev/stdout``, ``/dev/full``, a link) is written in place, as the commands'
-    :func:`~kvsched.commands.common.atomic_output` does. A refused write is one :class:`InputError`
-    naming ``what`` and the file the user named, never the temporary one.
-    """
-    import os
-    import tempfile  # here: only a write needs it
+    from kvsched.instances.atomic import atomic_output
 
-    done: list[tuple[Path, Path]] = []  # (temporary, target)
-    target = Path()
-    try:
+    with ExitStack() as stack:
+        # Each context replaces its file on leaving the stack, after every write below has ended.
         for target, text in files:
-            target = Path(target)
-            if target.is_symlink() or (target.exists() and not target.is_file()):
-                target.write_text(text, encoding="utf-8")
-                continue
-            target.parent.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=target.suffix)
-            os.close(fd)
-            done.append((Path(name), target))
-            Path(name).write_text(text, encoding="utf-8")
-        umask = os.umask(0)
-        os.umask(umask)
-        for tmp, target in done:
-            os.chmod(tmp, 0o666 & ~umask)  # mkstemp makes it private; give it a normal file's mode
-            os.replace(tmp, target)
-    except OSError as exc:
-        for tmp, _ in done:
-            tmp.unlink(missing_ok=True)
-        raise InputError(f"{what}: {target} cannot be written ({exc.strerror or exc})") from None
-    except BaseException:  # Ctrl-C while writing: no temporary file left behind
-        for tmp, _ in done:
-            tmp.unlink(missing_ok=True)
-        raise
+            tmp = stack.enter_context(atomic_output(target, what))
+            try:
+                tmp.write_text(text, encoding="utf-8")
+            except OSError as exc:
+                raise InputError(f"{what}: {target} cannot be written ({exc.strerror or exc})") from None
 
 
 def _jsonable(value: Any) -> Any:
