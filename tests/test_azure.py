@@ -75,6 +75,19 @@ def test_requests_that_cannot_fit_are_skipped_so_every_instance_is_feasible():
     assert inst.meta["skipped_oversize"] > 0
 
 
+def test_skipped_oversize_counts_the_requests_passed_over_not_the_whole_window():
+    # With sample=first it once held the whole window's count (2900) where 10 requests were passed over.
+    limits = Limits(kv_capacity=2000)
+    trace = load_trace("conv")
+    fits = trace.prompt + trace.output - 1 <= 2000
+    last = int(np.flatnonzero(fits)[99])  # the 100th request that fits: the last one taken
+    first = generate("azure-conv", n=100, limits=limits, time_model=TimeModel())
+    assert first.meta["skipped_oversize"] == int(np.count_nonzero(~fits[: last + 1]))
+    assert first.meta["skipped_oversize"] < int(np.count_nonzero(~fits))
+    random = generate("azure-conv", n=100, limits=limits, time_model=TimeModel(), sample="random")
+    assert random.meta["skipped_oversize"] == int(np.count_nonzero(~fits))
+
+
 @pytest.mark.parametrize(
     ("params", "message"),
     [

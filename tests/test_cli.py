@@ -147,3 +147,32 @@ def test_an_unrecognized_argument_is_the_error_of_its_command(files, capsys, arg
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"kvsched {command}: error: unrecognized arguments: "), err
     assert f"(kvsched {command} --help lists the options)" in err
+
+
+def test_names_and_paths_with_brackets_are_printed_as_text_not_markup(files, tmp_path, capsys):
+    # "[/]" once crashed rich (exit 3) after the file was written; "[red]" was eaten from the path shown.
+    doc = json.loads(files[0].read_text())
+    doc["name"] = "[/]boom[bold]"
+    named = tmp_path / "q[" / "b]x.json"
+    named.parent.mkdir()
+    named.write_text(json.dumps(doc))
+    assert main(["info", str(named)]) == 0
+    assert "instance [/]boom[bold]" in capsys.readouterr().out
+    out = tmp_path / "[red]o[/b].json"
+    argv = ["generate", "infermax-grid", "--param", "prompt=8", "--param", "output=8", "--n", "1", "--out"]
+    assert main([*argv, str(out)]) == 0
+    assert f"wrote 1 request to {out}" in capsys.readouterr().err
+    assert out.exists()
+
+
+def test_the_readme_schedule_example_is_valid_for_the_readme_instance(tmp_path, capsys):
+    # The two "tiny" blocks once disagreed: the schedule decoded r1 at 0, before it arrived and was prefilled.
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    blocks = re.findall(r"```json\n(.*?)```", readme, re.S)
+    (tmp_path / "tiny.json").write_text(next(b for b in blocks if '"kvsched.instance"' in b))
+    (tmp_path / "tiny_sched.json").write_text(next(b for b in blocks if '"kvsched.schedule"' in b))
+    assert main(["validate", str(tmp_path / "tiny.json"), str(tmp_path / "tiny_sched.json")]) == 0
+    assert "valid: 10 batches, 2 requests" in capsys.readouterr().out

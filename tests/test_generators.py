@@ -141,6 +141,26 @@ def test_lognormal_median_and_mean() -> None:
     assert y.mean() == pytest.approx(300, rel=0.05)
 
 
+@pytest.mark.parametrize(("mean", "sigma"), [(3000.0, 1.0), (2.0, 2.0), (100.0, 40.0)])
+def test_prompt_mean_is_the_mean_of_the_lengths_drawn_after_the_clip(mean: float, sigma: float) -> None:
+    # The unclipped formula gave 2121 for 3000 (default max 4096) and failed for sigma=40 ("median must be
+    # > 0, got 0.0"): the median is now fitted under the clip and rounding.
+    x = _column(_gen("synthetic", n=20000, prompt_mean=mean, prompt_sigma=sigma), "prompt")
+    assert x.max() <= 4096
+    assert abs(x.mean() - mean) < 4 * x.std() / math.sqrt(len(x))
+
+
+def test_lognormal_fit_mean_with_sigma_zero_is_the_rounded_mean() -> None:
+    assert LogNormal.fit_mean(7.0, 0.0).sample(np.random.default_rng(0), 3).tolist() == [7, 7, 7]
+
+
+def test_a_tick_with_few_decimals_gives_arrivals_with_as_few() -> None:
+    # np.ceil(a / 0.1) * 0.1 wrote arrivals like 1.4000000000000001 into the file.
+    arrivals = _column(_gen("synthetic", n=200, arrival="poisson", rate=4.0, tick=0.1), "arrival")
+    assert all(len(repr(float(a)).split(".")[1]) == 1 for a in arrivals)
+    assert np.allclose(arrivals * 10, np.rint(arrivals * 10), rtol=0, atol=1e-9)
+
+
 def test_lognormal_is_clipped_to_one_and_max() -> None:
     x = LogNormal(5.0, 3.0, max=50).sample(np.random.default_rng(2), 5000)
     assert x.min() == 1 and x.max() == 50
@@ -264,6 +284,18 @@ def test_parse_params_converts_types() -> None:
         ("sharegpt", ["rule=words", "chars_per_token=3"], "chars_per_token='3' does not apply"),
         ("sharegpt", ["max_total=1"], "max_total=1 must be >= 2"),
         ("sharegpt", ["turns=last"], "turns='last' is not one of"),
+        # Past its range cv**2 once underflowed or overflowed: ZeroDivisionError, OverflowError, a NaN arrival.
+        ("synthetic", ["arrival=gamma", "rate=1", "cv=1e-200"], "synthetic: cv must be from 1e-06 to 100"),
+        ("synthetic", ["arrival=gamma", "rate=1", "cv=1e155"], "synthetic: cv must be from 1e-06 to 100"),
+        ("synthetic", ["arrival=gamma", "rate=1", "cv=1e-155"], "synthetic: cv must be from 1e-06 to 100"),
+        ("synthetic", ["prompt_mean=5000"], "synthetic: prompt_mean, prompt_sigma, prompt_max: mean must be"),
+        ("synthetic", ["output_mean=1", "output_sigma=0.5"], "output_mean, output_sigma, output_max"),
+        # 1e-300 once gave inf token counts, cast to a prompt of -9223372036854775808.
+        (
+            "sharegpt",
+            ["chars_per_token=1e-300"],
+            "sharegpt: chars_per_token=1e-300 must be from 0.01 to 1000",
+        ),
         ("nonsense", [], "unknown generator 'nonsense'"),
     ],
 )

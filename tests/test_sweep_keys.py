@@ -89,6 +89,17 @@ def test_generator_cells_keep_the_keys_they_had():
         assert cell.instance_key == config_hash(cell.instance)
 
 
+def test_a_length_mean_makes_new_cells_since_it_counts_the_lengths_drawn():
+    # prompt_mean=3000 gave lengths of mean 2121 (the clip ignored); it now gives 3000, another instance, so
+    # the same parameters must not find the old cells. Cells without a mean keep their keys (above).
+    data = tiny()
+    data["instances"][0]["params"] = {"prompt_mean": [20]}
+    for cell in parse_spec(data).cells():
+        assert cell.instance["means"] == "of the lengths drawn"
+        old = {k: v for k, v in cell.instance.items() if k != "means"}
+        assert cell.instance_key != config_hash(old)
+
+
 # ----------------------------------------------------------------------------- an edited policy file
 def test_editing_a_policy_file_reruns_its_cells_and_replaces_their_rows(tmp_path):
     # The key held only the policy's path: an edited file's rerun said "already done" and kept the old number.

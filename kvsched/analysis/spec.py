@@ -408,6 +408,9 @@ def _instance_configs(block: InstanceBlock, base: Path | None) -> Iterator[dict[
     for n, m, *values in itertools.product(block.n, block.kv_capacity, *block.params.values()):
         # Typed by the generator's own parser, so rate: 1 and rate: 1.0 are the same cell.
         params = parse_params(block.generator, [f"{k}={v}" for k, v in zip(keys, values, strict=True)])
+        # A length mean is now that of the lengths drawn (rounded and clipped: LogNormal.fit_mean), where it
+        # was the unclipped law's: the same parameters make another instance, so the cell gets another key.
+        fitted = {"means": "of the lengths drawn"} if {"prompt_mean", "output_mean"} & params.keys() else {}
         for seed in block.seeds:
             yield {
                 "generator": block.generator,
@@ -417,6 +420,7 @@ def _instance_configs(block: InstanceBlock, base: Path | None) -> Iterator[dict[
                 "limits": limits,
                 "time_model": time_model,
                 "params": params,
+                **fitted,
             }
 
 

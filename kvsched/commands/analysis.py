@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kvsched.commands.common import (
@@ -82,6 +83,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     err.print(
         f"sweep {spec.name}: {summary.total} cells, {summary.skipped} already done, {summary.written} written "
         f"({summary.errors} with status error) in {summary.seconds:.1f} s -> {args.db}",
+        markup=False,
         highlight=False,
         soft_wrap=True,
     )
@@ -106,13 +108,15 @@ def cmd_results(args: argparse.Namespace) -> int:
         check_outputs(args, ["out"], inputs=["db"])
         with atomic_output(args.out) as tmp:
             rows = export(args.db, args.to, tmp)
-        Console(stderr=True).print(f"wrote {rows} rows to {args.out}", highlight=False)
+        Console(stderr=True).print(f"wrote {rows} rows to {args.out}", markup=False, highlight=False)
         return 0
     if args.out:
         raise InputError("--out needs --to csv or --to parquet")
     frame = load_results(args.db)
     # Each row once, under the sweep that wrote it (a cell shared with a later sweep is not counted twice).
-    table = Table(title=f"{args.db}: {len(frame)} cells", caption="sweep: the sweep that wrote the rows")
+    table = Table(
+        title=f"{escape(str(args.db))}: {len(frame)} cells", caption="sweep: the sweep that wrote the rows"
+    )
     for col in ("sweep", "kind", "status", "scope", "bound source", "cells", "runtime (s)"):
         table.add_column(col, justify="right" if col in ("cells", "runtime (s)") else "left")
     if not frame.empty:
@@ -122,7 +126,7 @@ def cmd_results(args: argparse.Namespace) -> int:
             # A solver row without a scope was written before scopes were stored: unknown, not assumed.
             unknown = "unknown" if kind == "solver" and status != "error" else "-"
             table.add_row(
-                str(sweep),
+                escape(str(sweep)),
                 str(kind),
                 str(status),
                 unknown if pd.isna(scope) else str(scope),
@@ -154,7 +158,7 @@ def cmd_regret(args: argparse.Namespace) -> int:
     if args.csv:
         with atomic_output(args.csv) as tmp:
             table.to_csv(tmp)
-        Console(stderr=True).print(f"wrote {args.csv}", highlight=False)
+        Console(stderr=True).print(f"wrote {args.csv}", markup=False, highlight=False)
     return 0
 
 
@@ -253,7 +257,7 @@ def cmd_plot(args: argparse.Namespace) -> int:
     with atomic_output(args.out) as tmp:
         plots.save_figure(fig, tmp)
     path = args.out
-    Console(stderr=True).print(f"wrote {path}", highlight=False)
+    Console(stderr=True).print(f"wrote {path}", markup=False, highlight=False)
     if ran is not None:
         stage = "the solve" if kind == "anytime" or (kind == "gantt" and args.solve) else "the schedules"
         note_late(deadline, {"solved": ran}, command="plot", stage=stage)
@@ -391,7 +395,7 @@ def cmd_report(args: argparse.Namespace) -> int:
             comparison=cmp,
             deadline=deadline,
         )
-    Console(stderr=True).print(f"wrote {path}", highlight=False)
+    Console(stderr=True).print(f"wrote {path}", markup=False, highlight=False)
     if compared is not None:
         note_late(deadline, {"solved": compared}, command="report", stage="the policies and the solve")
     return interrupted_exit("report", stopped)

@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kvsched.commands.common import (
@@ -147,7 +148,9 @@ def cmd_bound(args: argparse.Namespace) -> int:
     computed = deadline.elapsed()
     console = Console()
     for kind, values in doc.items():
-        table = Table(title=f"{kind} bounds on {instance.name or args.instance} ({time_unit(instance)})")
+        table = Table(
+            title=f"{kind} bounds on {escape(instance.name or args.instance)} ({time_unit(instance)})"
+        )
         table.add_column("bound")
         table.add_column("value", justify="right")
         for key, value in values.items():

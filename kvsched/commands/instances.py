@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kvsched.commands.common import (
@@ -44,7 +45,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     check_output_path(out, "--out", kind="instance")
     with atomic_output(out, "--out") as tmp:
         save_instance(instance, tmp)
-    Console(stderr=True).print(f"wrote {len(instance)} requests to {out}")
+    n = len(instance)
+    # markup=False: a path holding "[...]" is text to show, not rich markup (it crashed, or printed wrong).
+    Console(stderr=True).print(
+        f"wrote {n} request{'' if n == 1 else 's'} to {out}", markup=False, highlight=False, soft_wrap=True
+    )
     return 0
 
 
@@ -59,7 +64,8 @@ def cmd_info(args: argparse.Namespace) -> int:
     arrival = np.array([r.arrival for r in reqs])
     peak = prompt + output - 1
     console = Console()
-    head = Table(title=f"instance {instance.name or args.instance}", show_header=False)
+    # escape: a name or path holding "[...]" is text to show, not rich markup.
+    head = Table(title=f"instance {escape(instance.name or args.instance)}", show_header=False)
     head.add_row("requests", str(len(reqs)))
     head.add_row("arrivals", f"{arrival.min():g} .. {arrival.max():g}")
     head.add_row("KV capacity M", f"{lim.kv_capacity} tokens (block size {lim.block_size})")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kvsched.commands.common import (
@@ -140,7 +141,7 @@ def _simulate_one(instance, args: argparse.Namespace, slo) -> int:  # type: igno
         trace,
         console=console,
         unit=time_unit(instance),
-        title=f"{policy.name} on {instance.name or args.instance}",
+        title=f"{policy.name} on {escape(instance.name or args.instance)}",
         metrics=metrics.run,
         serving=metrics.serving if slo is not None else None,  # --slo's attainment beside the own SLOs'
     )
@@ -154,20 +155,22 @@ def _simulate_one(instance, args: argparse.Namespace, slo) -> int:  # type: igno
     if args.json:
         doc = {"command": "simulate", "instance": instance.name, "policy": policy.name}
         write_json(args.json, {**doc, **metrics.summary()})
-        Console(stderr=True).print(f"wrote the summary to {args.json}", highlight=False)
+        Console(stderr=True).print(f"wrote the summary to {args.json}", markup=False, highlight=False)
     if args.trace:
         write_trace(args.trace, instance, schedule, name=policy.name)
-        Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", highlight=False)
+        Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", markup=False, highlight=False)
     if args.out:
         from kvsched.schedule.io import save_schedule  # here: pydantic's schemas only when writing
 
         with atomic_output(args.out) as tmp:
             save_schedule(schedule, instance, tmp)
-        Console(stderr=True).print(f"wrote the schedule to {args.out}", highlight=False)
+        Console(stderr=True).print(f"wrote the schedule to {args.out}", markup=False, highlight=False)
     if args.requests_csv:
         with atomic_output(args.requests_csv) as tmp:
             with_slo(metrics.requests, slo).to_csv(tmp)
-        Console(stderr=True).print(f"wrote per-request metrics to {args.requests_csv}", highlight=False)
+        Console(stderr=True).print(
+            f"wrote per-request metrics to {args.requests_csv}", markup=False, highlight=False
+        )
     keep_until_exit(trace, metrics, schedule, instance)  # the command line leaves without freeing them
     return 0
 
@@ -189,7 +192,7 @@ def _simulate_engines(instance, args: argparse.Namespace, slo=None) -> int:  # t
     summary = result.summary()
     unit = time_unit(instance)
     table = Table(
-        title=f"{args.policy} on {args.engines} engines ({args.balancer or BALANCER}), {instance.name or args.instance}"
+        title=f"{args.policy} on {args.engines} engines ({args.balancer or BALANCER}), {escape(instance.name or args.instance)}"
     )
     for col in (
         "engine",
@@ -246,11 +249,15 @@ def _simulate_engines(instance, args: argparse.Namespace, slo=None) -> int:  # t
                 path = _engine_path(out, k)
                 with atomic_output(path) as tmp:
                     save_schedule(res.schedule, sub, tmp)
-                Console(stderr=True).print(f"wrote engine {k}'s schedule to {path}", highlight=False)
+                Console(stderr=True).print(
+                    f"wrote engine {k}'s schedule to {path}", markup=False, highlight=False
+                )
     if args.requests_csv:
         with atomic_output(args.requests_csv) as tmp:
             with_slo(frame, slo).to_csv(tmp)
-        Console(stderr=True).print(f"wrote per-request metrics to {args.requests_csv}", highlight=False)
+        Console(stderr=True).print(
+            f"wrote per-request metrics to {args.requests_csv}", markup=False, highlight=False
+        )
     _engine_outputs(instance, args, result, slo)
     return 0
 
@@ -321,14 +328,16 @@ def _engine_outputs(instance, args: argparse.Namespace, result, slo) -> None:  #
             "engines": args.engines,
         }
         write_json(args.json, {**doc, **serving.to_dict()})
-        Console(stderr=True).print(f"wrote the summary to {args.json}", highlight=False)
+        Console(stderr=True).print(f"wrote the summary to {args.json}", markup=False, highlight=False)
     if args.trace:
         out = Path(args.trace)
         for k, (sub, res) in enumerate(zip(result.engines, result.results, strict=True)):
             if res is not None:
                 path = _engine_path(out, k)
                 write_trace(path, sub, res.schedule, name=f"{args.policy}, engine {k}")
-                Console(stderr=True).print(f"wrote engine {k}'s Perfetto trace to {path}", highlight=False)
+                Console(stderr=True).print(
+                    f"wrote engine {k}'s Perfetto trace to {path}", markup=False, highlight=False
+                )
 
 
 def register(sub: argparse._SubParsersAction) -> None:

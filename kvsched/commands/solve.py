@@ -270,7 +270,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
     if args.out:
         with atomic_output(args.out) as tmp:
             save_schedule(result.schedule, instance, tmp)
-        Console(stderr=True).print(f"wrote the schedule to {args.out}", highlight=False)
+        Console(stderr=True).print(f"wrote the schedule to {args.out}", markup=False, highlight=False)
     if args.json:
         # The result document (status, objective, bounds, progress) and the schedule's serving metrics.
         doc = {**result_document(result), **metrics.summary()}
@@ -278,7 +278,7 @@ def cmd_solve(args: argparse.Namespace) -> int:
         write_json(args.json, {**doc, "command_seconds": seconds})
     if args.trace:
         write_trace(args.trace, instance, result.schedule, name=f"{result.formulation}/{result.solver}")
-        Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", highlight=False)
+        Console(stderr=True).print(f"wrote the Perfetto trace to {args.trace}", markup=False, highlight=False)
     note_late(deadline, seconds)
     if args.export and "exported" not in result.stats:
         # Asked for and not written (the pipeline, or no exact model in time): an error, after the other

@@ -349,7 +349,8 @@ _LENGTH_DISTS: dict[str, dict[str, str]] = {
     "uniform": {"lo": "smallest length", "hi": "largest length"},
     "lognormal": {
         "median": "median length (default 256 for prompt, 128 for output)",
-        "mean": "mean length instead of the median",
+        "mean": "mean length instead of the median: the median is fitted so the lengths drawn (rounded, "
+        "clipped to [1, max]) have this mean; must be above 1 and below max",
         "sigma": "log-scale standard deviation (default 1)",
         "max": "clip lengths to at most this (default 4096)",
     },
@@ -374,7 +375,8 @@ def _read_arrival(p: _Params) -> ArrivalProcess:
     rate = p.get("rate", float, low=0, strict=True, why=f"arrival={kind} needs a rate")
     if kind == "poisson":
         return Poisson(rate)
-    return Gamma(rate, p.get("cv", float, low=0, strict=True, why="arrival=gamma needs cv"))
+    cv = p.get("cv", float, low=0, strict=True, why="arrival=gamma needs cv")
+    return p.wrap(lambda: Gamma(rate, cv))
 
 
 def _read_common(p: _Params) -> dict[str, Any]:
@@ -401,8 +403,11 @@ def _read_length(p: _Params, side: str) -> LengthDist:
     if p.has(f"{side}_mean"):
         if p.has(f"{side}_median"):
             raise InputError(f"{p.kind}: give {side}_median or {side}_mean, not both")
-        return LogNormal.from_mean(p.get(f"{side}_mean", float, low=0, strict=True), sigma, top)
-    return LogNormal(p.get(f"{side}_median", float, _DEFAULT_MEDIAN[side], low=0, strict=True), sigma, top)
+        mean = p.get(f"{side}_mean", float, low=0, strict=True)
+        # The median is fitted under the clip, so the lengths drawn have this mean (from_mean ignored max).
+        return p.wrap(lambda: LogNormal.fit_mean(mean, sigma, top), f"{side}_mean, {side}_sigma, {side}_max")
+    median = p.get(f"{side}_median", float, _DEFAULT_MEDIAN[side], low=0, strict=True)
+    return p.wrap(lambda: LogNormal(median, sigma, top), f"{side}_median, {side}_sigma, {side}_max")
 
 
 def _read_synthetic(p: _Params) -> dict[str, Any]:
@@ -427,9 +432,11 @@ def _read_sharegpt(p: _Params) -> dict[str, Any]:
     out = _read_common(p)
     out["rule"] = p.get("rule", str, sg.DEFAULT_RULE, choices=sg.RULES)
     if out["rule"] == "chars":
-        out["chars_per_token"] = p.get(
-            "chars_per_token", float, sg.DEFAULT_CHARS_PER_TOKEN, low=0, strict=True
-        )
+        cpt = p.get("chars_per_token", float, sg.DEFAULT_CHARS_PER_TOKEN, low=0, strict=True)
+        low, high = sg.CHARS_PER_TOKEN_RANGE
+        if not low <= cpt <= high:  # here, to name the kind as every other parameter error does
+            raise InputError(f"{p.kind}: chars_per_token={cpt:g} must be from {low:g} to {high:g}")
+        out["chars_per_token"] = cpt
     out["max_total"] = p.get("max_total", int, sg.DEFAULT_MAX_TOTAL, low=2)
     out["turns"] = p.get("turns", str, sg.DEFAULT_TURNS, choices=sg.TURNS)
     return out
@@ -520,7 +527,7 @@ _SHAREGPT_NOTES = (
 
 _SHAREGPT_KEYS = {
     "rule": "tokens from text: chars (ceil(chars / chars_per_token), default) or words (MC-SF)",
-    "chars_per_token": "characters per token with rule=chars (default 4)",
+    "chars_per_token": "characters per token with rule=chars (default 4; 0.01 to 1000)",
     "max_total": "drop pairs with I + O above this (default 4096, a vLLM-benchmark-style context cut)",
     "turns": "first (first human turn and its reply, default) or all (every human/gpt pair)",
 }
@@ -550,7 +557,8 @@ GENERATORS: dict[str, GeneratorSpec] = {
     ),
     "sharegpt": GeneratorSpec(
         "sharegpt",
-        "real (prompt, output) pairs from the ShareGPT dataset, sampled without replacement",
+        "real (prompt, output) pairs from the ShareGPT dataset, sampled without replacement (n at most the "
+        "eligible pairs)",
         {**_SHAREGPT_KEYS, **_ARRIVAL_KEYS},
         _read_sharegpt,
         _make_sharegpt,

@@ -77,15 +77,25 @@ class Gamma:
     """Bursty arrivals: gamma inter-arrival times with mean ``1 / rate`` and coefficient of variation ``cv``.
 
     ``cv = 1`` is Poisson; ``cv > 1`` is burstier (shape ``1 / cv**2``), the usual
-    knob in serving benchmarks.
+    knob in serving benchmarks. ``cv`` must lie in ``[CV_MIN, CV_MAX]``.
     """
 
     rate: float
     cv: float
 
+    #: Outside [CV_MIN, CV_MAX] the gamma law is not sampled faithfully: cv**2 underflows to 0 below about
+    #: 1e-154 (ZeroDivisionError) and overflows above 1e154; already at cv = 1000 almost every gap
+    #: underflows to 0 and a million gaps miss the mean by a factor of 6. At cv = 100 the mean and cv hold.
+    CV_MIN = 1e-6
+    CV_MAX = 100.0
+
     def __post_init__(self) -> None:
         require(self.rate > 0 and math.isfinite(self.rate), f"rate must be > 0, got {self.rate}")
-        require(self.cv > 0 and math.isfinite(self.cv), f"cv must be > 0, got {self.cv}")
+        require(
+            self.CV_MIN <= self.cv <= self.CV_MAX,
+            f"cv must be from {self.CV_MIN:g} to {self.CV_MAX:g} (where gamma gaps keep their mean and cv), "
+            f"got {self.cv}",
+        )
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         shape = 1.0 / self.cv**2
@@ -144,7 +154,8 @@ class LogNormal:
     """Lognormal lengths ``round(median * exp(sigma * Z))``, clipped to ``[1, max]``.
 
     Heavy right tails like real prompt and output lengths. Use
-    :meth:`from_mean` to give the (unclipped) mean instead of the median.
+    :meth:`from_mean` to give the (unclipped) mean instead of the median, or
+    :meth:`fit_mean` for the mean of the lengths actually drawn (rounded and clipped).
     """
 
     median: float
@@ -162,6 +173,42 @@ class LogNormal:
         require(mean > 0 and math.isfinite(mean), f"mean must be > 0, got {mean}")
         return cls(mean * math.exp(-(sigma**2) / 2), sigma, max)
 
+    @classmethod
+    def fit_mean(cls, mean: float, sigma: float = 1.0, max: int = 4096) -> LogNormal:
+        """The lognormal whose lengths (rounded, clipped to ``[1, max]``) have mean ``mean``.
+
+        :meth:`from_mean` ignores the clip: asking for a mean of 3000 with ``max = 4096`` gave lengths of
+        mean 2121. Here the median is solved for under the clip (the mean grows with the median). With
+        ``sigma = 0`` every length is ``round(mean)``. Raises :class:`InputError` unless
+        ``1 < mean < max`` (``1 <= mean <= max`` for ``sigma = 0``): no median reaches other means.
+        """
+        require(mean > 0 and math.isfinite(mean), f"mean must be > 0, got {mean}")
+        require(sigma >= 0 and math.isfinite(sigma), f"sigma must be >= 0, got {sigma}")
+        require(max >= 1, f"max must be >= 1, got {max}")
+        if sigma == 0:
+            require(1 <= mean <= max, f"mean must be from 1 to max={max} with sigma=0, got {mean:g}")
+            return cls(mean, 0.0, max)
+        # Lengths are clipped to [1, max], so with sigma > 0 their mean lies strictly between 1 and max.
+        require(
+            1 < mean < max,
+            f"mean must be above 1 and below max={max} (lengths are clipped to it), got {mean:g}",
+        )
+        # Solve in log(median): a wide law (sigma = 40) needs a median like exp(-70), past exp's range in
+        # the unclipped formula. Start at the unclipped answer and bracket outwards from there.
+        lo = hi = float(np.clip(math.log(mean) - sigma**2 / 2, -700.0, 700.0))  # `max` is the clip here
+        step = 1.0 + sigma
+        unreachable = f"no median gives mean {mean:g} with sigma={sigma:g} and max={max}"
+        while _clipped_mean(lo, sigma, max) > mean:
+            lo -= step
+            require(lo > -700, unreachable)
+        while _clipped_mean(hi, sigma, max) < mean:
+            hi += step
+            require(hi < 700, unreachable)
+        for _ in range(60):  # bisection: 60 halvings leave far less than 1e-9 of the bracket
+            mid = (lo + hi) / 2
+            lo, hi = (mid, hi) if _clipped_mean(mid, sigma, max) < mean else (lo, mid)
+        return cls(math.exp((lo + hi) / 2), sigma, max)
+
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return _lognormal_lengths(self.median, self.sigma * rng.standard_normal(n), self.max)
 
@@ -172,6 +219,32 @@ class LogNormal:
             f"{side}_sigma": self.sigma,
             f"{side}_max": self.max,
         }
+
+
+_ERFC = np.frompyfunc(math.erfc, 1, 1)
+#: Below this length the clipped mean sums the rounding exactly; above it a unit's rounding no longer matters.
+_EXACT_UP_TO = 2048
+
+
+def _clipped_mean(log_median: float, sigma: float, top: int) -> float:
+    """Mean of ``clip(round(exp(log_median + sigma * Z)), 1, top)`` for ``sigma > 0``.
+
+    The length V is an integer in ``[1, top]``, so ``E[V] = 1 + sum_{k=1}^{top-1} P(V > k)`` with
+    ``P(V > k) = P(X >= k + 0.5)``. That sum is exact up to :data:`_EXACT_UP_TO`; past it each term is its
+    unit interval's integral (midpoint rule), taken on a log grid where the integrand is smooth.
+    """
+
+    def tail(x: np.ndarray) -> np.ndarray:  # P(X > x)
+        z = (np.log(x) - log_median) / (sigma * math.sqrt(2.0))
+        return 0.5 * _ERFC(z).astype(np.float64)
+
+    k = np.arange(1, min(top - 1, _EXACT_UP_TO) + 1, dtype=np.float64)
+    total = 1.0 + float(tail(k + 0.5).sum())
+    if top - 1 > _EXACT_UP_TO:
+        t = np.linspace(math.log(_EXACT_UP_TO + 1), math.log(top), 4001)
+        f = tail(np.exp(t)) * np.exp(t)
+        total += float(np.sum((f[1:] + f[:-1]) / 2) * (t[1] - t[0]))
+    return total
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +327,11 @@ def assemble(
     if tick is not None:
         require(tick > 0 and math.isfinite(tick), f"tick must be > 0, got {tick}")
         arrivals = np.ceil(arrivals / tick) * tick
+        # 14 * 0.1 is 1.4000000000000001 in binary: a tick written with few decimals gives arrivals
+        # written with as few (each still the nearest float to a whole multiple of the tick).
+        places = _decimal_places(tick)
+        if places is not None:
+            arrivals = np.round(arrivals, places)
     predicted = None
     if predict_sigma is not None:
         predicted = noisy_predictions(rng["predict"], np.asarray(outputs), predict_sigma)
@@ -276,6 +354,15 @@ def assemble(
     meta: dict[str, Any] = {"kind": kind, "n": int(n), "seed": int(seed), "params": recorded}
     meta.update(extra_meta or {})
     return Instance(requests, limits, time_model, f"{kind}-n{n}-seed{seed}", meta)
+
+
+def _decimal_places(tick: float) -> int | None:
+    """Digits after the point in ``tick``'s shortest decimal form (0.25 -> 2), or None if it has many."""
+    text = repr(float(tick))
+    if "e" in text or "." not in text:
+        return None
+    places = len(text.split(".")[1].rstrip("0"))
+    return places if places <= 9 else None
 
 
 def check_n_seed(n: int, seed: int) -> None:

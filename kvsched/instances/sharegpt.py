@@ -72,6 +72,9 @@ from kvsched.instances.model import Instance, Limits, TimeModel
 RULES = ("chars", "words")
 DEFAULT_RULE = "chars"
 DEFAULT_CHARS_PER_TOKEN = 4.0
+#: chars_per_token values accepted: byte-level tokenizers go below 1 on non-Latin text, none near 0.01;
+#: above 1000 every text is one token.
+CHARS_PER_TOKEN_RANGE = (0.01, 1000.0)
 DEFAULT_MAX_TOTAL = 4096
 TURNS = ("first", "all")
 DEFAULT_TURNS = "first"
@@ -202,8 +205,10 @@ class LengthTable:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Estimated (prompt, output) token counts of every pair under ``rule``."""
         if rule == "chars":
-            if not chars_per_token > 0:
-                raise InputError(f"chars_per_token must be > 0, got {chars_per_token}")
+            # A bound, not just > 0: 1e-300 made every count inf, cast to int64 as -9223372036854775808.
+            if not CHARS_PER_TOKEN_RANGE[0] <= chars_per_token <= CHARS_PER_TOKEN_RANGE[1]:
+                low, high = CHARS_PER_TOKEN_RANGE
+                raise InputError(f"chars_per_token must be from {low:g} to {high:g}, got {chars_per_token:g}")
             est = [np.ceil(c / chars_per_token) for c in (self.prompt_chars, self.output_chars)]
         elif rule == "words":
             est = [self.prompt_words, self.output_words]
@@ -425,8 +430,9 @@ def sharegpt(
     table
         The length table to draw from (default: the packaged file's).
 
-    Pairs are drawn without replacement when ``n`` is at most the number of
-    eligible pairs, and with replacement otherwise (``meta["source"]`` says which).
+    Pairs are drawn without replacement: ``n`` above the number of eligible
+    pairs is an :class:`InputError` (it once repeated pairs silently, while the
+    help said "without replacement").
     """
     if rule == "chars":
         chars_per_token = DEFAULT_CHARS_PER_TOKEN if chars_per_token is None else float(chars_per_token)
@@ -445,10 +451,15 @@ def sharegpt(
             f"sharegpt: no (prompt, output) pair fits max_total={max_total} and the KV capacity "
             f"{limits.kv_capacity}"
         )
+    if n > len(prompts):
+        raise InputError(
+            f"sharegpt: n={n} is more than the {len(prompts)} eligible (prompt, output) pairs "
+            f"(max_total={max_total}, KV capacity {limits.kv_capacity}, turns={turns}); pairs are drawn "
+            "without replacement"
+        )
     arrival = arrival or SemiOnline()
     rng = streams(seed)
-    replace = n > len(prompts)
-    pick = rng["prompt"].choice(len(prompts), size=n, replace=replace)
+    pick = rng["prompt"].choice(len(prompts), size=n, replace=False)
     params: dict[str, Any] = {**arrival.to_params(), "rule": rule}
     if rule == "chars":
         params["chars_per_token"] = chars_per_token
@@ -457,7 +468,7 @@ def sharegpt(
         "dataset": dataset_label() if packaged else "custom table",
         "conversations": table.conversations,
         "eligible_pairs": len(prompts),
-        "with_replacement": replace,
+        "with_replacement": False,  # always now; kept so files written before still regenerate alike
     }
     return assemble(
         kind="sharegpt",
