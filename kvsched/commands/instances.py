@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from rich.console import Console
@@ -50,6 +51,14 @@ def cmd_generate(args: argparse.Namespace) -> int:
     Console(stderr=True).print(
         f"wrote {n} request{'' if n == 1 else 's'} to {out}", markup=False, highlight=False, soft_wrap=True
     )
+    source = instance.meta.get("source") if isinstance(instance.meta, dict) else None
+    if isinstance(source, dict) and source.get("with_replacement"):
+        # (The help says "without replacement": past the pool some pairs repeat, and the user should know.)
+        print(
+            f"kvsched generate: note: {n} requests from {source.get('eligible_pairs')} eligible pairs: "
+            "drawn with replacement, so some pairs repeat",
+            file=sys.stderr,
+        )
     return 0
 
 

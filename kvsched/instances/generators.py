@@ -557,8 +557,8 @@ GENERATORS: dict[str, GeneratorSpec] = {
     ),
     "sharegpt": GeneratorSpec(
         "sharegpt",
-        "real (prompt, output) pairs from the ShareGPT dataset, sampled without replacement (n at most the "
-        "eligible pairs)",
+        "real (prompt, output) pairs from the ShareGPT dataset, sampled without replacement (with "
+        "replacement past the eligible pairs, which the command notes)",
         {**_SHAREGPT_KEYS, **_ARRIVAL_KEYS},
         _read_sharegpt,
         _make_sharegpt,
