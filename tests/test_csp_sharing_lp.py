@@ -78,6 +78,21 @@ def test_the_grid_is_sized_from_the_time_left():
     assert planned_intervals(float("inf"), 6) == 226
     assert planned_intervals(0.01, 6) == 32 and planned_intervals(1e6, 6) == 600
     assert planned_intervals(20.0, 6) < planned_intervals(20.0, 2)
+    # From a round timed on this machine: 64 intervals in 1 s, so three rounds of n cost 3 (n / 64)^1.5 s.
+    scale = 1.0 / 64**1.5
+    assert planned_intervals(24.0, 6, scale) == int((24.0 / (3 * scale)) ** (2 / 3))
+    assert planned_intervals(24.0, 6, 1e6) == 32  # a very slow machine: the coarsest grid
+
+
+def test_a_bounded_solve_times_a_coarse_round_first_and_keeps_its_value():
+    # The calibration planned a grid three times too fine on a slower machine (the A100 1k row finished one
+    # round of its 23 s); a round on a 64-interval grid is timed first, and its value is a bound too.
+    inst = congested(12, STEPPED, 5)
+    got = sharing_lp_bound(inst, Deadline.after(30.0))
+    assert got.bound is not None and len(got.history) == got.rounds + 1
+    assert got.bound.value >= got.history[0][1] * (1 - 1e-6)
+    above = OBJECTIVES["total-latency"](replay(inst, simulate(inst, make_policy("sarathi")).schedule))
+    assert got.bound.value <= above + TOL * above
 
 
 def test_rounds_stop_once_the_value_stalls():

@@ -346,6 +346,8 @@ class _Builder:
 #: forms of the A100 fit on the loaded 2-core machine: the first grid is sized for three rounds in the budget.
 CALIBRATION = (226, 5.5, 6)
 ROUNDS_PLANNED = 3
+#: Intervals of the coarse grid a bounded solve times one round on first (planned_intervals' scale).
+PROBE_INTERVALS = 64
 #: Rounds stop when STALL_ROUNDS in a row raise the best value by less than STALL_SHARE.
 STALL_ROUNDS, STALL_SHARE = 3, 1e-3
 MIN_INTERVALS, MAX_INTERVALS = 32, 600
@@ -358,12 +360,17 @@ MIN_INTERVALS, MAX_INTERVALS = 32, 600
 MIN_STEP_T_MAX, MIN_STEP_INTERVALS = 4.0, 64
 
 
-def planned_intervals(seconds: float, forms: int) -> int:
-    """Intervals for which about ROUNDS_PLANNED rounds fit in ``seconds`` (the deadline is the guard)."""
+def planned_intervals(seconds: float, forms: int, scale: float | None = None) -> int:
+    """Intervals for which about ROUNDS_PLANNED rounds fit in ``seconds`` (the deadline is the guard): a round
+    costs ``scale`` seconds times intervals^1.5 where a round was timed on this machine, else as
+    :data:`CALIBRATION` says."""
     if not math.isfinite(seconds):
         return CALIBRATION[0]
-    per_round = CALIBRATION[1] * forms / CALIBRATION[2]
-    n = CALIBRATION[0] * (max(seconds, 1e-3) / (ROUNDS_PLANNED * per_round)) ** (2 / 3)
+    if scale is None:
+        per_round = CALIBRATION[1] * forms / CALIBRATION[2]
+        n = CALIBRATION[0] * (max(seconds, 1e-3) / (ROUNDS_PLANNED * per_round)) ** (2 / 3)
+    else:
+        n = (max(seconds, 1e-3) / (ROUNDS_PLANNED * scale)) ** (2 / 3)
     return int(min(MAX_INTERVALS, max(MIN_INTERVALS, n)))
 
 
@@ -413,18 +420,30 @@ def sharing_lp_bound(
     if data is None:
         return LPBoundResult(None, 0.0, 0, 0, 0.0, "not supported")
     span = float(data.arrival.max()) + (TAIL * data.isolated_mean() if tail is None else tail)
+    floor = min(MIN_STEP_T_MAX * data.t_max, span / MIN_STEP_INTERVALS)
+    best, status, history, done = -math.inf, "not solved", [], 0
+    scale = None
+    if step is None and deadline.bounded:
+        # Time one round on a coarse grid first, on this machine: the calibration's per-round cost was 3 times
+        # too low on a slower one, where the A100 1k row's grid (D = 0.81 s) finished one round of its 23 s
+        # (5,028-5,314 by where the time limit cut it) and D = 1.3 s two (5,347). The round's value counts.
+        probe = _Builder(data, max(span / PROBE_INTERVALS, floor, data.t_max), span)
+        if probe.build(deadline):
+            t0 = time.monotonic()
+            value, status, _ = solve_lp(probe.m, deadline, threads)
+            if value is not None and math.isfinite(value):
+                best = value
+                history.append((time.monotonic() - started, value))
+                scale = max(time.monotonic() - t0, 1e-3) / probe.n_int**1.5
     if step is None:
-        step = max(
-            span / planned_intervals(deadline.remaining(), len(data.forms)),
-            min(MIN_STEP_T_MAX * data.t_max, span / MIN_STEP_INTERVALS),
-        )
+        intervals = planned_intervals(deadline.remaining(), len(data.forms), scale)
+        step = max(span / intervals, floor)
     step = max(float(step), data.t_max)  # the waiting rows need D >= T_max
     built = _Builder(data, step, span)
     if not built.build(deadline):
         return LPBoundResult(
             None, step, built.n_int, 0, time.monotonic() - started, "deadline while building"
         )
-    best, status, history, done = -math.inf, "not solved", [], 0
     while done < rounds:
         done += 1
         value, status, point = solve_lp(built.m, deadline, threads)
