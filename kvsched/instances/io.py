@@ -401,16 +401,21 @@ _SNIFF_BYTES = 4096
 OutputKind = Literal["output", "instance", "database"]
 
 
-def _is_csv_trace(head: bytes, complete: bool) -> bool:
-    """Whether ``head``, a file's first bytes (``complete``: all of it), starts with a CSV trace's header.
+def _is_csv_trace(head: bytes) -> bool:
+    """Whether ``head``, a file's first :data:`_SNIFF_BYTES` bytes (fewer: all of it), gzip-compressed or
+    not, starts with a CSV trace's header.
 
     A trace is what :func:`load_csv_trace` reads: a header line naming at least the columns it requires
     (``arrived_at`` is optional there, so it is here). A header cut by the read drops its last, partial
     name, so that only names read whole count.
     """
+    from kvsched.instances.csvtrace import GZIP_MAGIC, gunzip_head
+
+    if head.startswith(GZIP_MAGIC):  # a compressed trace (.csv.gz): its header is in the stream
+        head = gunzip_head(head, _SNIFF_BYTES)
     line, newline, _ = head.partition(b"\n")
     names = line.decode("utf-8-sig", errors="replace").rstrip("\r").split(",")
-    if not newline and not complete:
+    if not newline and len(head) >= _SNIFF_BYTES:
         names = names[:-1]
     # Names as load_csv_trace's csv reader sees them: a quoted name loses its quotes, and each name its
     # surrounding spaces (csv_header strips them).
@@ -442,11 +447,7 @@ def check_not_input(path: str | Path, what: str, *, kind: OutputKind = "output")
         raise InputError(f"{what}: {p} is a kvsched instance file; refusing to overwrite it")
     if kind != "database" and head.startswith(SQLITE_HEADER):
         raise InputError(f"{what}: {p} is an SQLite database (a results database?); refusing to overwrite it")
-    from kvsched.instances.csvtrace import GZIP_MAGIC, gunzip_head
-
-    if head.startswith(GZIP_MAGIC):  # a compressed trace (.csv.gz): its header is in the stream
-        head = gunzip_head(head, _SNIFF_BYTES)
-    if _is_csv_trace(head, complete=len(head) < _SNIFF_BYTES):
+    if _is_csv_trace(head):
         raise InputError(
             f"{what}: {p} is a CSV trace (its header names {', '.join(CSV_COLUMNS[1:])}); "
             "refusing to overwrite it"
@@ -532,19 +533,16 @@ def _not_json(path: Path, exc: InputError) -> InputError:
 
     By the name alone a CSV trace is told from an instance; the sniff here is only ever an error's words.
     """
-    from kvsched.instances.csvtrace import GZIP_MAGIC, gunzip_head
+    from kvsched.instances.csvtrace import GZIP_MAGIC
 
     try:
         with path.open("rb") as fh:
             head = fh.read(_SNIFF_BYTES)
     except OSError:
         return exc
-    packed = head.startswith(GZIP_MAGIC)
-    if packed:
-        head = gunzip_head(head, _SNIFF_BYTES)
-    if not _is_csv_trace(head, complete=len(head) < _SNIFF_BYTES):
+    if not _is_csv_trace(head):
         return exc
-    want = ".csv.gz" if packed else ".csv"
+    want = ".csv.gz" if head.startswith(GZIP_MAGIC) else ".csv"
     return InputError(
         f"{path}: read as a JSON instance (by its name), but it is a CSV trace (its header names "
         f"{', '.join(CSV_COLUMNS[1:])}); a CSV trace's name must end in .csv or .csv.gz "
